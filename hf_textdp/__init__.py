@@ -1,0 +1,20 @@
+"""hf-textdp: differentially private text at the subword-token level for the Hugging Face ecosystem."""
+
+from __future__ import annotations
+
+from .accounting import privacy_report
+from .config import PrivatizerConfig
+from .errors import HfTextDPError
+from .pipeline import privatize_dataset
+from .privatizer import Privatizer
+from .version import __version__
+
+
+__all__ = [
+    "PrivatizerConfig",
+    "Privatizer",
+    "privatize_dataset",
+    "privacy_report",
+    "HfTextDPError",
+    "__version__",
+]

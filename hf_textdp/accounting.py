@@ -1,0 +1,217 @@
+"""Per-token claims, per-row totals and the privacy report (spec §10).
+
+A :class:`Claim` describes what one privatized token release guarantees; it is built from the
+validated configuration and the public embedding space, never from data. :class:`Totals` adds up
+what was released. :func:`build_report` turns both into the JSON report of spec §10.4.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .version import __version__
+
+
+__all__ = ["Claim", "Totals", "build_report", "privacy_report", "NOT_COVERED", "ROW_GUARANTEE"]
+
+NOT_COVERED = [
+    "The length of each text in tokens, word boundaries, and the number of subword pieces per word.",
+    "The positions and identities of special and padding tokens.",
+    "Passthrough tokens: a static-vector file's unknown words appear verbatim, and the unknown token appears "
+    "with its position. They have no protection, and the report counts them.",
+    "Columns other than the text column (labels, ids, metadata).",
+    "Several rows from one person. Their losses add up.",
+    "Releases outside this object: other runs without the same seed, other configs, or keep_original=True.",
+    "An embedding matrix, sensitive-word list or calibration input that is not public. The guarantee assumes E "
+    "and every data-independent choice are public.",
+    "Floating-point and implementation side channels: Mironov's (2012) attack on released floats (vector), "
+    "timing and memory. The claims hold in exact real arithmetic.",
+    "An adversary who knows the seed, or the state of the non-cryptographic generator.",
+]
+
+ROW_GUARANTEE = (
+    "For two rows x, x' of the same length with the same special and passthrough positions and tokens, and any "
+    "set S of outputs: P[M(x) in S] <= exp(dp_epsilon) * P[M(x') in S] + dp_delta (basic composition over the "
+    "row's privatized positions)."
+)
+
+COMPOSITION = {"within_row": "basic", "across_rows": "parallel", "across_releases": "basic"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """The per-token promise of a configured mechanism (spec §10.1).
+
+    ``P[M(w) ∈ S] ≤ exp(epsilon_token)·P[M(w') ∈ S] + delta_token`` for all candidates w, w';
+    metric-DP mechanisms also promise ``pair_bound(w, w')`` = ε·d(w, w').
+    """
+
+    guarantee: str  # "metric_dp", "dp", "umldp" or "none"
+    metric: str | None
+    epsilon: float
+    delta: float | None
+    epsilon_token: float | None
+    delta_token: float
+    certified: bool
+    delta_per_projection: float | None = None
+    warnings: tuple[str, ...] = ()
+    not_covered: tuple[str, ...] = ()
+    pair_bound: Callable[[int, int], float] | None = field(default=None, compare=False, repr=False)
+
+    def row_epsilon(self, dp_tokens: int) -> float | None:
+        """``dp_epsilon`` of a row: one product (bit-identical across batch sizes), null for ``none``."""
+        if self.epsilon_token is None:
+            return None
+        return float(dp_tokens) * self.epsilon_token
+
+    def row_delta(self, dp_tokens: int) -> float | None:
+        """``dp_delta`` of a row, present only when δ_tok > 0."""
+        if self.delta_token <= 0:
+            return None
+        return float(dp_tokens) * self.delta_token
+
+
+@dataclass
+class Totals:
+    """What was released, added up over rows (spec §10.4 ``totals``)."""
+
+    rows: int = 0
+    dp_tokens: int = 0
+    special_tokens: int = 0
+    padding_tokens: int = 0
+    passthrough_tokens: int = 0
+    max_row_dp_tokens: int = 0
+    max_row_dp_epsilon: float | None = 0.0
+    max_row_dp_delta: float | None = None
+
+    def add_row(
+        self, *, dp_tokens: int, special: int, padding: int, passthrough: int, epsilon: float | None,
+        delta: float | None,
+    ) -> None:
+        self.rows += 1
+        self.dp_tokens += dp_tokens
+        self.special_tokens += special
+        self.padding_tokens += padding
+        self.passthrough_tokens += passthrough
+        self.max_row_dp_tokens = max(self.max_row_dp_tokens, dp_tokens)
+        if epsilon is None:
+            self.max_row_dp_epsilon = None
+        elif self.max_row_dp_epsilon is not None:
+            self.max_row_dp_epsilon = max(self.max_row_dp_epsilon, epsilon)
+        if delta is not None:
+            self.max_row_dp_delta = delta if self.max_row_dp_delta is None else max(self.max_row_dp_delta, delta)
+
+    def merge(self, other: Totals) -> None:
+        self.rows += other.rows
+        self.dp_tokens += other.dp_tokens
+        self.special_tokens += other.special_tokens
+        self.padding_tokens += other.padding_tokens
+        self.passthrough_tokens += other.passthrough_tokens
+        self.max_row_dp_tokens = max(self.max_row_dp_tokens, other.max_row_dp_tokens)
+        if self.max_row_dp_epsilon is None or other.max_row_dp_epsilon is None:
+            self.max_row_dp_epsilon = None
+        else:
+            self.max_row_dp_epsilon = max(self.max_row_dp_epsilon, other.max_row_dp_epsilon)
+        if other.max_row_dp_delta is not None:
+            self.max_row_dp_delta = (
+                other.max_row_dp_delta
+                if self.max_row_dp_delta is None
+                else max(self.max_row_dp_delta, other.max_row_dp_delta)
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "dp_tokens": self.dp_tokens,
+            "special_tokens": self.special_tokens,
+            "padding_tokens": self.padding_tokens,
+            "passthrough_tokens": self.passthrough_tokens,
+            "max_row_dp_tokens": self.max_row_dp_tokens,
+            "max_row_dp_epsilon": self.max_row_dp_epsilon,
+            "max_row_dp_delta": self.max_row_dp_delta,
+        }
+
+
+def _num(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def build_report(
+    *,
+    mechanism: str,
+    parameters: dict[str, Any],
+    postprocess: str,
+    postprocess_parameters: dict[str, Any],
+    claim: Claim,
+    details: dict[str, Any],
+    candidate_set: dict[str, Any],
+    model: dict[str, Any],
+    scale: dict[str, Any],
+    totals: Totals,
+    projection: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Assemble the report of spec §10.4 (JSON-ready; never holds the seed or any text)."""
+    report: dict[str, Any] = {
+        "report_version": 1,
+        "hf_textdp_version": __version__,
+        "mechanism": mechanism,
+        "parameters": dict(sorted(parameters.items())),
+        "postprocess": postprocess,
+        "postprocess_parameters": dict(sorted(postprocess_parameters.items())),
+        "metric": claim.metric,
+        "epsilon": _num(claim.epsilon),
+        "delta": _num(claim.delta) if claim.delta else None,
+        "delta_per_projection": claim.delta_per_projection,
+        "guarantee": claim.guarantee,
+        "certified": claim.certified,
+        "warnings": list(claim.warnings),
+        "epsilon_token": _num(claim.epsilon_token),
+        "delta_token": _num(claim.delta_token) if claim.epsilon_token is not None else None,
+        "details": details,
+        "row_guarantee": ROW_GUARANTEE,
+        "composition": dict(COMPOSITION),
+        "candidate_set": candidate_set,
+        "model": model,
+        "projection": projection,
+        "scale": scale,
+        "totals": totals.to_dict(),
+        "not_covered": NOT_COVERED + list(claim.not_covered),
+    }
+    if training is not None:
+        report["training"] = training
+    return report
+
+
+def privacy_report(obj: Any) -> dict[str, Any]:
+    """The privacy report of a :class:`~hf_textdp.Privatizer` (or anything with ``privacy_report()``).
+
+    Also accepts the path of a saved output (file or folder) and reads the report beside it.
+    """
+    import json
+    from pathlib import Path
+
+    if hasattr(obj, "privacy_report"):
+        result: dict[str, Any] = obj.privacy_report()
+        return result
+    if isinstance(obj, (str, Path)):
+        from .pipeline import report_path_for
+
+        path = report_path_for(Path(obj))
+        if not path.is_file():
+            from .errors import InvalidParameterError
+
+            raise InvalidParameterError(f"no privacy report found for {str(obj)!r} (looked for {path}).")
+        loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return loaded
+    from .errors import ParameterTypeError
+
+    raise ParameterTypeError(
+        f"privacy_report() takes a Privatizer, a PrivateTokenizer, a collator or a saved output path, "
+        f"got {type(obj).__name__}."
+    )

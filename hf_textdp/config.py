@@ -1,0 +1,212 @@
+"""``PrivatizerConfig``: what to privatize with, validated at construction (DESIGN §3).
+
+The config holds no seed: a seed is a secret key and is never saved (decision D3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from .mechanisms import get_mechanism_class
+from .mechanisms.base import Mechanism
+from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
+from .space import DEFAULT_MODEL, parse_device
+from .utils.io import atomic_write_text, dumps_json
+from .validation import check_bool, check_epsilon
+
+
+__all__ = ["PrivatizerConfig", "CONFIG_NAME"]
+
+CONFIG_NAME = "privatizer_config.json"
+_GLOBAL_OPTIONS = ("test_mode",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivatizerConfig:
+    """How to privatize: mechanism, ε, model, post-processing and options.
+
+    Args:
+        epsilon (`float`): the mechanism's ε (per token; per unit of distance for metric-DP mechanisms).
+        mechanism (`str`, defaults to `"madlib"`): a registered mechanism name.
+        delta (`float`, *optional*): δ ∈ (0, 1) for mechanisms that use one (``None``: their default).
+        model (`str`, defaults to `"sentence-transformers/all-MiniLM-L6-v2"`): hub id, local folder,
+            or a GloVe/word2vec text file.
+        postprocess (`str`, defaults to `"nearest"`): post-processing step (spec §7).
+        options (`dict`, defaults to `{}`): mechanism and post-processing options (spec §2–§9);
+            ``{"test_mode": True}`` allows ε = ∞ (no noise) for tests.
+        device (`str`, defaults to `"cpu"`): ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        keep_original (`bool`, defaults to `False`): keep the input text in ``{text_column}_original``.
+
+    Raises:
+        InvalidParameterError: a value is not allowed (the message names it and what is allowed).
+
+    Example:
+
+    >>> cfg = PrivatizerConfig(mechanism="madlib", epsilon=100.0)
+    >>> cfg.to_dict()["epsilon"]
+    100.0
+    >>> PrivatizerConfig(epsilon=-1)
+    Traceback (most recent call last):
+    ...
+    hf_textdp.errors.InvalidParameterError: epsilon must be a finite float > 0 (infinity only with options={'test_mode': True}), got -1.
+    """
+
+    epsilon: float
+    mechanism: str = "madlib"
+    delta: float | None = None
+    model: str = DEFAULT_MODEL
+    postprocess: str = "nearest"
+    options: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    keep_original: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.options, dict):
+            raise ParameterTypeError(f"options must be a dict, got {type(self.options).__name__}.")
+        object.__setattr__(self, "options", dict(self.options))
+        test_mode = check_bool(self.options.get("test_mode", False), "options['test_mode']")
+        eps = check_epsilon(self.epsilon, allow_inf=test_mode)
+        object.__setattr__(self, "epsilon", eps)
+        if self.delta is not None:
+            if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)):
+                raise ParameterTypeError(f"delta must be a float in (0, 1) or None, got {type(self.delta).__name__}.")
+            if math.isnan(self.delta) or not 0 < self.delta < 1:
+                raise InvalidParameterError(f"delta must be a float in (0, 1) or None, got {self.delta!r}.")
+            object.__setattr__(self, "delta", float(self.delta))
+        if not isinstance(self.model, str) or not self.model:
+            raise InvalidParameterError(f"model must be a non-empty str, got {self.model!r}.")
+        parse_device_name(self.device)
+        check_bool(self.keep_original, "keep_original")
+        self.build()  # validates the mechanism name, postprocess name and every option
+
+    # ---------------------------------------------------------------- building
+    def split_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Route ``options`` to (mechanism options, post-processing options); raise on unknown keys."""
+        mech_cls = get_mechanism_class(self.mechanism)
+        step_cls = get_postprocess_class(self.postprocess)
+        mech_opts: dict[str, Any] = {}
+        step_opts: dict[str, Any] = {}
+        step_names = postprocess_option_names()
+        unknown = []
+        for key, value in self.options.items():
+            if key in _GLOBAL_OPTIONS:
+                continue
+            if key in mech_cls.OPTIONS:
+                mech_opts[key] = value
+            elif key in step_cls.OPTIONS:
+                step_opts[key] = value
+            elif key in step_names:
+                raise UnknownOptionError(
+                    f"option {key!r} belongs to another post-processing step, not postprocess={self.postprocess!r} "
+                    f"(its options: {sorted(step_cls.OPTIONS)})."
+                )
+            else:
+                unknown.append(key)
+        if unknown:
+            allowed = sorted(set(mech_cls.OPTIONS) | set(step_cls.OPTIONS) | set(_GLOBAL_OPTIONS))
+            raise UnknownOptionError(
+                f"options {sorted(unknown)} are not accepted by mechanism {self.mechanism!r} with postprocess "
+                f"{self.postprocess!r}. Allowed options: {allowed}."
+            )
+        return mech_opts, step_opts
+
+    def build(self) -> tuple[Mechanism, PostprocessStep | None]:
+        """Instantiate (and so validate) the mechanism and its post-processing step."""
+        mech_cls = get_mechanism_class(self.mechanism)
+        step_cls = get_postprocess_class(self.postprocess)
+        if self.postprocess not in mech_cls.POSTPROCESS:
+            raise InvalidParameterError(
+                f"postprocess={self.postprocess!r} is not available for mechanism {self.mechanism!r}. "
+                f"Allowed: {list(mech_cls.POSTPROCESS)}."
+            )
+        mech_opts, step_opts = self.split_options()
+        mech = mech_cls(
+            epsilon=self.epsilon,
+            delta=self.delta,
+            test_mode=bool(self.options.get("test_mode", False)),
+            **mech_opts,
+        )
+        step = step_cls(**step_opts) if mech.kind == "additive" else None
+        return mech, step
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (JSON-ready; holds no seed)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_json_string(self) -> str:
+        return dumps_json(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, strict: bool = True) -> PrivatizerConfig:
+        """Build from a dict; unknown keys raise (``strict=True``) or are dropped with a warning."""
+        if not isinstance(data, dict):
+            raise ParameterTypeError(f"config must be a JSON object, got {type(data).__name__}.")
+        known = {f.name for f in fields(cls)}
+        extra = sorted(set(data) - known - {"hf_textdp_version"})
+        if extra:
+            if strict:
+                raise UnknownOptionError(
+                    f"unknown config keys {extra}; allowed keys: {sorted(known)} (pass strict=False to ignore them)."
+                )
+            warnings.warn(f"PrivatizerConfig: ignoring unknown keys {extra}.", UserWarning, stacklevel=2)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save_pretrained(self, save_directory: str | Path) -> Path:
+        """Write ``privatizer_config.json`` (sorted keys) into ``save_directory``; returns its path."""
+        from .version import __version__
+
+        path = Path(save_directory) / CONFIG_NAME
+        data = self.to_dict()
+        data["hf_textdp_version"] = __version__
+        atomic_write_text(path, dumps_json(data))
+        return path
+
+    @classmethod
+    def from_pretrained(cls, path_or_repo_id: str | Path, *, strict: bool = True, **hub_kwargs: Any
+                        ) -> PrivatizerConfig:
+        """Load from a folder holding ``privatizer_config.json``, that file itself, or a hub repo id."""
+        p = Path(path_or_repo_id).expanduser()
+        if p.is_dir():
+            p = p / CONFIG_NAME
+        if not p.is_file():
+            from huggingface_hub import hf_hub_download
+
+            from .errors import ModelNotFoundError
+            from .space import _network_allowed
+
+            try:
+                p = Path(
+                    hf_hub_download(
+                        str(path_or_repo_id),
+                        CONFIG_NAME,
+                        local_files_only=hub_kwargs.pop("local_files_only", not _network_allowed()),
+                        **hub_kwargs,
+                    )
+                )
+            except Exception as err:  # noqa: BLE001
+                raise ModelNotFoundError(
+                    f"path_or_repo_id={str(path_or_repo_id)!r}: no {CONFIG_NAME} in that folder, and no such hub "
+                    f"repo in the local cache ({type(err).__name__})."
+                ) from err
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise InvalidParameterError(f"{p}: not valid JSON ({err.msg} at line {err.lineno}).") from err
+        return cls.from_dict(data, strict=strict)
+
+
+def parse_device_name(device: Any) -> None:
+    if not isinstance(device, str) or not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
+    if device.startswith("cuda:") and not device[5:].isdigit():
+        raise InvalidParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
+
+
+_ = parse_device  # re-exported for callers that need a torch.device

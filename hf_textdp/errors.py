@@ -1,0 +1,109 @@
+"""Exceptions raised by hf-textdp.
+
+Every error a user can cause is an :class:`HfTextDPError`, which is a :class:`ValueError`. Where a
+builtin meaning fits, the class inherits from it too, so ``except FileNotFoundError`` still works::
+
+    ValueError
+    └── HfTextDPError
+        ├── InvalidParameterError            a parameter value is not allowed
+        │   ├── UnknownMechanismError        mechanism name not registered
+        │   ├── UnknownPostprocessError      post-processing name not registered
+        │   ├── UnknownOptionError           an option no mechanism or step declares
+        │   └── ParameterTypeError (+TypeError)  a parameter has the wrong type
+        ├── ModelNotFoundError (+FileNotFoundError)  ``model=`` cannot be resolved offline
+        ├── VectorFileError                  a static word-vector file is malformed
+        ├── TokenizerNotSupportedError       the tokenizer cannot be used
+        ├── InvalidRowError                  a row's text is not a string
+        ├── ColumnNotFoundError (+KeyError)  the text or id column does not exist
+        ├── NumericalRangeError              noise overflowed (epsilon far too small)
+        ├── OutputExistsError (+FileExistsError)  the output exists and ``overwrite`` is off
+        └── MissingExtraError (+ImportError) an optional dependency is not installed
+
+Messages name the parameter (or the row index and column), the value, and what is allowed. They
+never contain the text being privatized, token ids of a row, or the seed.
+"""
+
+from __future__ import annotations
+
+
+__all__ = [
+    "HfTextDPError",
+    "InvalidParameterError",
+    "UnknownMechanismError",
+    "UnknownPostprocessError",
+    "UnknownOptionError",
+    "ParameterTypeError",
+    "ModelNotFoundError",
+    "VectorFileError",
+    "TokenizerNotSupportedError",
+    "InvalidRowError",
+    "ColumnNotFoundError",
+    "NumericalRangeError",
+    "OutputExistsError",
+    "MissingExtraError",
+]
+
+
+class HfTextDPError(ValueError):
+    """Base class of every error a user of hf-textdp can cause."""
+
+
+class InvalidParameterError(HfTextDPError):
+    """A parameter has a value that is not allowed."""
+
+
+class UnknownMechanismError(InvalidParameterError):
+    """The mechanism name is not registered."""
+
+
+class UnknownPostprocessError(InvalidParameterError):
+    """The post-processing name is not registered."""
+
+
+class UnknownOptionError(InvalidParameterError):
+    """An option was given that neither the mechanism nor the post-processing step declares."""
+
+
+class ParameterTypeError(InvalidParameterError, TypeError):
+    """A parameter has the wrong type."""
+
+
+class ModelNotFoundError(HfTextDPError, FileNotFoundError):
+    """``model=`` could not be resolved to a local folder, file or cached hub model."""
+
+    def __str__(self) -> str:  # FileNotFoundError would otherwise format (errno, strerror)
+        return str(self.args[0]) if self.args else ""
+
+
+class VectorFileError(HfTextDPError):
+    """A static word-vector file (GloVe / word2vec text) is malformed."""
+
+
+class TokenizerNotSupportedError(HfTextDPError):
+    """The tokenizer cannot be used for privatization."""
+
+
+class InvalidRowError(HfTextDPError):
+    """A row of the dataset holds a value that cannot be privatized (e.g. ``None`` as text)."""
+
+
+class ColumnNotFoundError(HfTextDPError, KeyError):
+    """A column named by the user does not exist."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NumericalRangeError(HfTextDPError):
+    """The noise overflowed to a non-finite value (epsilon is far too small)."""
+
+
+class OutputExistsError(HfTextDPError, FileExistsError):
+    """The output path exists and ``overwrite`` was not set, or it is the input itself."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingExtraError(HfTextDPError, ImportError):
+    """An optional dependency is missing; the message gives the ``pip install`` line."""

@@ -1,0 +1,343 @@
+"""``Privatizer``: the ``datasets.map`` transform (DESIGN §1, §3).
+
+>>> from hf_textdp import PrivatizerConfig, Privatizer          # doctest: +SKIP
+>>> priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 17)   # doctest: +SKIP
+>>> ds = ds.map(priv, batched=True, with_indices=True)           # doctest: +SKIP
+
+A ``Privatizer`` pickles only its config, its seed (or a fresh random nonce when there is none) and
+its column settings (decision D4): the embedding matrix loads lazily in each process, ``datasets``
+hashes it in milliseconds, a seeded rerun is a cache hit, and an unseeded rerun draws fresh noise.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .accounting import Claim, Totals, build_report
+from .config import PrivatizerConfig
+from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
+from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .postprocess import PostprocessStep
+from .rng import row_generator, validate_seed
+from .scale import scale_stats
+from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
+from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
+from .utils.logging import get_logger, warn_once
+
+
+__all__ = ["Privatizer"]
+
+logger = get_logger(__name__)
+
+_I63 = 2**63
+
+
+class Privatizer:
+    """Rewrite text token by token with a metric-DP mechanism on the model's own embeddings.
+
+    Args:
+        config (`PrivatizerConfig`): mechanism, ε, model, post-processing.
+        seed (`int`, *optional*): secret key in [0, 2**64). With a seed, row r's noise derives from
+            (seed, split, stream, r), so outputs do not depend on batching or workers. Never saved.
+            Use at least 64 random bits (``secrets.randbits(64)``) and never publish it.
+        text_column (`str`, defaults to `"text"`): the column to privatize (replaced in place).
+        id_column (`str`, *optional*): an int column used as the row id instead of the row index.
+        split (`str`, defaults to `""`): split name, part of the noise key (two splits never share noise).
+        stream (`int`, defaults to `0`): noise stream (collators use epoch + 1).
+    """
+
+    def __init__(
+        self,
+        config: PrivatizerConfig,
+        seed: int | None = None,
+        text_column: str = "text",
+        id_column: str | None = None,
+        split: str = "",
+        *,
+        stream: int = 0,
+    ) -> None:
+        if not isinstance(config, PrivatizerConfig):
+            raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+        self.config = config
+        self.seed = validate_seed(seed)
+        if not isinstance(text_column, str) or not text_column:
+            raise InvalidParameterError(f"text_column must be a non-empty str, got {text_column!r}.")
+        if id_column is not None and (not isinstance(id_column, str) or not id_column):
+            raise InvalidParameterError(f"id_column must be a non-empty str or None, got {id_column!r}.")
+        if not isinstance(split, str):
+            raise ParameterTypeError(f"split must be a str, got {type(split).__name__}.")
+        if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < _I63:
+            raise InvalidParameterError(f"stream must be an int in [0, 2**63), got {stream!r}.")
+        self.text_column = text_column
+        self.id_column = id_column
+        self.split = split
+        self.stream = stream
+        # A fresh nonce makes every unseeded Privatizer hash differently, so `datasets` never serves a
+        # cached (already released) result for it: each unseeded map is a new release.
+        self._nonce = secrets.token_hex(16) if self.seed is None else None
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._space: EmbeddingSpace | None = None
+        self._mech: Mechanism | None = None
+        self._step: PostprocessStep | None = None
+        self._claim: Claim | None = None
+        self._tokens: HFTokens | WordTokens | None = None
+        self.totals = Totals()
+
+    # ---------------------------------------------------------------- pickling (decision D4)
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "seed": self.seed,
+            "nonce": self._nonce,
+            "text_column": self.text_column,
+            "id_column": self.id_column,
+            "split": self.split,
+            "stream": self.stream,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = PrivatizerConfig(**state["config"])
+        self.seed = state["seed"]
+        self._nonce = state["nonce"]
+        self.text_column = state["text_column"]
+        self.id_column = state["id_column"]
+        self.split = state["split"]
+        self.stream = state["stream"]
+        self._init_runtime()
+
+    def __repr__(self) -> str:  # never shows the seed
+        seeded = "seeded" if self.seed is not None else "unseeded"
+        return (
+            f"Privatizer(mechanism={self.config.mechanism!r}, epsilon={self.config.epsilon!r}, "
+            f"model={self.config.model!r}, text_column={self.text_column!r}, {seeded})"
+        )
+
+    # ---------------------------------------------------------------- lazy runtime
+    @property
+    def space(self) -> EmbeddingSpace:
+        self._ensure()
+        assert self._space is not None
+        return self._space
+
+    @property
+    def mechanism(self) -> Mechanism:
+        self._ensure()
+        assert self._mech is not None
+        return self._mech
+
+    def _ensure(self) -> None:
+        if self._space is not None:
+            return
+        space = load_space(self.config.model, self.config.device)
+        mech, step = self.config.build()
+        mech.setup(space)
+        self._claim = mech.claim(space)
+        if self._claim.guarantee == "none":
+            warn_once(
+                logger,
+                f"unsafe:{self.config.mechanism}:{self.config.postprocess}",
+                f"postprocess={self.config.postprocess!r} reads the original token: the output has NO privacy "
+                "guarantee (dp_epsilon is null).",
+            )
+        self._tokens = make_tokens(space)
+        self._mech, self._step, self._space = mech, step, space
+
+    @property
+    def claim(self) -> Claim:
+        self._ensure()
+        assert self._claim is not None
+        return self._claim
+
+    # ---------------------------------------------------------------- public API
+    def privatize(self, texts: Sequence[str], row_ids: Sequence[int] | None = None) -> list[str]:
+        """Privatize a list of texts; with a seed, text i uses row id ``row_ids[i]`` (default: i).
+
+        Example:
+
+        >>> priv.privatize(["a private review"])     # doctest: +SKIP
+        ['a secluded review']
+        """
+        if isinstance(texts, str):
+            raise ParameterTypeError("texts must be a list of str, got a single str (wrap it in a list).")
+        ids = list(range(len(texts))) if row_ids is None else list(row_ids)
+        if len(ids) != len(texts):
+            raise InvalidParameterError(f"row_ids has {len(ids)} entries but texts has {len(texts)}.")
+        out = self._process(list(texts), ids)
+        result: list[str] = out[self.text_column]
+        return result
+
+    def __call__(self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
+                 ) -> dict[str, list[Any]]:
+        """Transform a ``datasets`` batch: ``ds.map(priv, batched=True, with_indices=True)``."""
+        if self.text_column not in batch:
+            raise ColumnNotFoundError(
+                f"text_column={self.text_column!r} is not in the dataset. Current columns in the dataset: "
+                f"{sorted(batch)}."
+            )
+        texts = batch[self.text_column]
+        single = not isinstance(texts, list)
+        if single:  # non-batched map
+            texts = [texts]
+            if isinstance(indices, int):
+                indices = [indices]
+        if self.id_column is not None:
+            if self.id_column not in batch:
+                raise ColumnNotFoundError(
+                    f"id_column={self.id_column!r} is not in the dataset. Current columns in the dataset: "
+                    f"{sorted(batch)}."
+                )
+            raw_ids = batch[self.id_column]
+            raw_ids = [raw_ids] if single else raw_ids
+            row_ids = [self._check_id(v, i) for i, v in enumerate(raw_ids)]
+        elif indices is not None:
+            row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
+        elif self.seed is not None:
+            raise InvalidParameterError(
+                "indices: a seeded Privatizer needs row ids; call ds.map(priv, batched=True, with_indices=True) "
+                "or pass id_column=."
+            )
+        else:
+            row_ids = [0] * len(texts)  # unused: unseeded rows draw fresh entropy
+        out = self._process(texts, row_ids)
+        if self.config.keep_original:
+            out[f"{self.text_column}_original"] = list(texts)
+        if single:
+            return {k: v[0] for k, v in out.items()}
+        return out
+
+    def privacy_report(self) -> dict[str, Any]:
+        """The privacy report of spec §10 for what this object released in this process."""
+        return self.build_report(self.totals)
+
+    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._ensure()
+        assert self._space is not None and self._mech is not None and self._claim is not None
+        space, mech, claim = self._space, self._mech, self._claim
+        stats = scale_stats(mech.scale_metric_matrix(space))
+        eps = self.config.epsilon
+        return build_report(
+            mechanism=mech.name,
+            parameters=mech.parameters(),
+            postprocess=self.config.postprocess if mech.kind == "additive" else "none",
+            postprocess_parameters=self._step.parameters() if self._step is not None else {},
+            claim=claim,
+            details=mech.details(space),
+            candidate_set=space.candidate_set_info(),
+            model=space.model_info(),
+            scale={
+                "metric": claim.metric or "euclidean",
+                "median_rho1": stats.median_rho1,
+                "min_rho1": stats.min_rho1,
+                "diam": stats.diam,
+                "epsilon_median_rho1": eps * stats.median_rho1,
+                "epsilon_diam": eps * stats.diam,
+            },
+            totals=totals,
+            projection=mech.projection(space),
+            training=training,
+        )
+
+    # ---------------------------------------------------------------- the work
+    def _check_id(self, value: Any, i: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < _I63:
+            raise InvalidRowError(
+                f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), "
+                f"got {type(value).__name__}."
+            )
+        return int(value)
+
+    def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
+        for t, r in zip(texts, row_ids):
+            if not isinstance(t, str):
+                raise InvalidRowError(
+                    f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}."
+                )
+
+    def _process(self, texts: list[str], row_ids: list[int]) -> dict[str, list[Any]]:
+        self._check_texts(texts, row_ids)
+        self._ensure()
+        space, mech, tokens = self._space, self._mech, self._tokens
+        assert space is not None and mech is not None and tokens is not None and self._claim is not None
+        rows = tokens.encode(texts)
+        classes: list[np.ndarray] = []
+        positions: list[torch.Tensor] = []
+        for row in rows:
+            cls, pos = space.classify(row.ids)
+            classes.append(cls)
+            positions.append(torch.from_numpy(pos[cls == CANDIDATE]))
+        new_pos = self._release(positions, row_ids)
+        cand = space.candidate_ids
+        out_ids: list[np.ndarray] = []
+        for row, cls, out in zip(rows, classes, new_pos):
+            ids = row.ids.copy()
+            if out.numel():
+                ids[cls == CANDIDATE] = cand[out].numpy()
+            out_ids.append(ids)
+        claim = self._claim
+        result: dict[str, list[Any]] = {}
+        if isinstance(tokens, HFTokens):
+            keep = [ids[cls != STRUCTURAL] for ids, cls in zip(out_ids, classes)]
+            result[self.text_column] = tokens.decode(keep)
+        else:
+            result[self.text_column] = [
+                self._decode_words(space, r, ids) for r, ids in zip(rows, out_ids)
+            ]
+        result["input_ids"] = [ids.tolist() for ids in out_ids]
+        if isinstance(tokens, HFTokens):
+            result["attention_mask"] = [[1] * len(ids) for ids in out_ids]
+        dp_tokens = [int(p.numel()) for p in positions]
+        result["dp_tokens"] = dp_tokens
+        result["dp_epsilon"] = [claim.row_epsilon(n) for n in dp_tokens]
+        if claim.delta_token > 0:
+            result["dp_delta"] = [claim.row_delta(n) for n in dp_tokens]
+        pad = space.pad_id
+        for cls, ids, n in zip(classes, out_ids, dp_tokens):
+            structural = cls == STRUCTURAL
+            padding = int((ids[structural] == pad).sum()) if pad is not None else 0
+            self.totals.add_row(
+                dp_tokens=n,
+                special=int(structural.sum()) - padding,
+                padding=padding,
+                passthrough=int(len(cls) - structural.sum() - n),
+                epsilon=claim.row_epsilon(n),
+                delta=claim.row_delta(n),
+            )
+        return result
+
+    @staticmethod
+    def _decode_words(space: EmbeddingSpace, row: TokenizedRow, ids: np.ndarray) -> str:
+        assert row.pieces is not None and row.seps is not None and space.words is not None
+        words = [space.words[i] if i >= 0 else w for i, w in zip(ids.tolist(), row.pieces)]
+        return WordTokens.decode_words(words, row.seps)
+
+    def _release(self, positions: list[torch.Tensor], row_ids: list[int]) -> list[torch.Tensor]:
+        """Run the mechanism (and post-processing) over all candidate positions of a batch."""
+        space, mech = self._space, self._mech
+        assert space is not None and mech is not None
+        device = space.device
+        active = [i for i, p in enumerate(positions) if p.numel()]
+        out: list[torch.Tensor] = [torch.empty(0, dtype=torch.int64) for _ in positions]
+        if not active:
+            return out
+        gens = [row_generator(self.seed, row_ids[i], self.split, self.stream, device) for i in active]
+        if isinstance(mech, SelectionMechanism):
+            for i, g in zip(active, gens):
+                out[i] = mech.sample(space, positions[i], g).cpu()
+            return out
+        assert isinstance(mech, AdditiveMechanism) and self._step is not None
+        zs = [mech.perturb(mech.inputs(space, positions[i]), g) for i, g in zip(active, gens)]
+        sizes = [positions[i].numel() for i in active]
+        res = self._step.apply(torch.cat(zs, 0), mech, space, gens, sizes)
+        if self._step.RELEASES_VECTORS:
+            raise NotImplementedError("vector release is handled by the vector post-processing step")
+        res = res.cpu()
+        for i, chunk in zip(active, torch.split(res, sizes)):
+            out[i] = chunk
+        return out

@@ -1,0 +1,143 @@
+"""Scale statistics of a space: ρ₁ (nearest-neighbour distance) and the diameter (spec §1.4, §10.4).
+
+Both are exact (float64 answers certified by the fp32 error bounds of spec §1.5) for V ≤ 65,536;
+above that ρ₁ is computed on every ⌈V/20,000⌉-th position and the diameter is the sound upper bound
+2·max‖φ(c) − mean‖. Results are cached per (matrix hash, metric) in memory and on disk
+(``$HF_TEXTDP_CACHE`` or ``~/.cache/hf_textdp``): they depend on the public matrix only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .search import U32, ExactIndex, exact_fp32_matmul
+from .utils.io import atomic_write_text
+from .utils.logging import get_logger
+
+
+__all__ = ["ScaleStats", "scale_stats", "cache_dir"]
+
+logger = get_logger(__name__)
+
+EXACT_LIMIT = 65_536
+
+
+@dataclass(frozen=True)
+class ScaleStats:
+    median_rho1: float
+    min_rho1: float
+    max_rho1: float
+    diam: float
+    diam_exact: bool
+    rho1_sampled: bool
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("HF_TEXTDP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_textdp")
+    return Path(root)
+
+
+_MEMO: dict[str, ScaleStats] = {}
+
+
+def _matrix_key(E: torch.Tensor, metric: str) -> str:
+    h = hashlib.sha256(b"hf_textdp/scale/v1\x00" + metric.encode() + b"\x00")
+    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
+    h.update(E.cpu().numpy().astype("<f4").tobytes())
+    return h.hexdigest()
+
+
+def rho1(index: ExactIndex, positions: torch.Tensor | None = None, block: int = 2048) -> np.ndarray:
+    """Exact float64 ρ₁ of the given positions (all by default): distance to the nearest other row."""
+    V = index.V
+    pos = torch.arange(V) if positions is None else positions
+    out = np.empty(pos.numel(), dtype=np.float64)
+    E64 = index.E.double()
+    for s in range(0, pos.numel(), block):
+        p = pos[s : s + block].to(index.device)
+        nn = index.search(index.E[p], 1, exclude=p)[:, 0].to(index.device)
+        out[s : s + block] = torch.sqrt(((E64[p] - E64[nn]) ** 2).sum(1)).cpu().numpy()
+    return out
+
+
+def diameter(E: torch.Tensor, block: int = 2048) -> float:
+    """Exact float64 diameter: fp32 Gram pass, then float64 re-check of every pair within 2τ of the max."""
+    V, d = E.shape
+    E = E.to(torch.float32).contiguous()
+    sq64 = (E.double() ** 2).sum(1)
+    n32 = sq64.float()
+    R = math.sqrt(float(sq64.max()))
+    n = d + 2
+    tau = (n * U32 / (1 - n * U32)) * 4 * R * R * 1.01 + 4 * U32 * 4 * R * R
+    best = -math.inf
+    cand_i: list[torch.Tensor] = []
+    cand_j: list[torch.Tensor] = []
+    ET = (-2.0 * E).T.contiguous()
+    with exact_fp32_matmul():
+        for s in range(0, V, block):
+            e = min(s + block, V)
+            S = torch.addmm(n32, E[s:e], ET) + n32[s:e, None]  # fp32 squared distances
+            bmax = float(S.max())
+            best = max(best, bmax)
+            i, j = torch.nonzero(S.double() >= best - 2 * tau, as_tuple=True)
+            cand_i.append(i + s)
+            cand_j.append(j)
+    ii = torch.cat(cand_i)
+    jj = torch.cat(cand_j)
+    E64 = E.double()
+    D = ((E64[ii] - E64[jj]) ** 2).sum(1)
+    keep = D >= 0  # all; the threshold filter only bounds the work
+    return float(torch.sqrt(D[keep].max()))
+
+
+def scale_stats(E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | None = None) -> ScaleStats:
+    """ρ₁ summary and diameter of the rows of E (cached per matrix hash and metric)."""
+    key = _matrix_key(E, metric)
+    if key in _MEMO:
+        return _MEMO[key]
+    path = cache_dir() / "scale" / f"{key}.json"
+    if path.is_file():
+        try:
+            stats = ScaleStats(**json.loads(path.read_text()))
+            _MEMO[key] = stats
+            return stats
+        except (OSError, ValueError, TypeError):
+            pass
+    V = E.shape[0]
+    index = index or ExactIndex(E, E.device)
+    if V <= EXACT_LIMIT:
+        r = rho1(index)
+        sampled = False
+        diam = diameter(E)
+        diam_exact = True
+    else:
+        step = math.ceil(V / 20_000)
+        r = rho1(index, torch.arange(0, V, step))
+        sampled = True
+        E64 = E.double()
+        m = E64.mean(0)
+        diam = 2.0 * float(torch.linalg.vector_norm(E64 - m, dim=1).max())
+        diam = math.nextafter(diam, math.inf)
+        diam_exact = False
+    stats = ScaleStats(
+        median_rho1=float(np.median(r)),
+        min_rho1=float(r.min()),
+        max_rho1=float(r.max()),
+        diam=diam,
+        diam_exact=diam_exact,
+        rho1_sampled=sampled,
+    )
+    _MEMO[key] = stats
+    try:
+        atomic_write_text(path, json.dumps(asdict(stats), sort_keys=True))
+    except OSError as err:
+        logger.debug("could not write the scale cache: %s", err)
+    return stats

@@ -1,0 +1,1 @@
+"""Small utilities shared by the modules of hf-textdp (logging, atomic writes)."""

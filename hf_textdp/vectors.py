@@ -1,0 +1,157 @@
+"""Reading static word vectors: GloVe text (no header) and word2vec text (``V d`` header).
+
+Format rules are spec §1.3: the format is told apart by content, never by file name; gzip is
+detected by its magic bytes; ragged rows and non-numbers raise :class:`VectorFileError` naming the
+1-based line; words containing whitespace and later duplicates are dropped (and counted).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import VectorFileError
+
+
+__all__ = ["StaticVectors", "read_vectors"]
+
+_SPLIT = re.compile(r"[ \t]+")
+_INT = re.compile(r"^[0-9]+$")
+
+
+@dataclass(frozen=True)
+class StaticVectors:
+    """Kept words (ids 0, 1, 2, … in file order), their fp32 vectors and the load summary."""
+
+    words: list[str]
+    matrix: np.ndarray  # [V, d] float32
+    kind: str  # "glove" or "word2vec"
+    file_sha256: str
+    dropped_whitespace: int
+    dropped_duplicate: int
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def read_vectors(path: str | Path) -> StaticVectors:
+    """Parse a GloVe or word2vec text file (optionally gzip-compressed)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except OSError as err:
+            raise VectorFileError(f"model: {path.name} looks gzip-compressed but cannot be decompressed.") from err
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if b"\x00" in raw[:65536]:
+        raise VectorFileError(
+            f"model: {path.name} is not a UTF-8 text vector file (binary word2vec is not supported)."
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise VectorFileError(
+            f"model: {path.name} is not valid UTF-8 at byte {err.start} (binary word2vec is not supported)."
+        ) from err
+    lines = text.split("\n")
+    # (line number, fields) of non-blank lines
+    first: list[str] | None = None
+    first_no = 0
+    second: list[str] | None = None
+    for no, line in enumerate(lines, 1):
+        s = line.strip(" \t\r")
+        if not s:
+            continue
+        if first is None:
+            first, first_no = _SPLIT.split(s), no
+        else:
+            second = _SPLIT.split(s)
+            break
+    if first is None:
+        raise VectorFileError(f"model: {path.name} holds no vectors (the file is empty).")
+    header_v: int | None = None
+    if len(first) == 2 and _INT.match(first[0]) and _INT.match(first[1]) and int(first[0]) >= 1 and int(first[1]) >= 1:
+        d = int(first[1])
+        if second is not None and len(second) >= d + 1:
+            header_v = int(first[0])
+    if header_v is None:
+        d = len(first) - 1
+        if d < 1:
+            raise VectorFileError(
+                f"model: {path.name} line {first_no}: expected a word followed by at least one number."
+            )
+    kind = "word2vec" if header_v is not None else "glove"
+    words: list[str] = []
+    seen: set[str] = set()
+    numbers: list[str] = []
+    n_rows = 0
+    dropped_ws = 0
+    dropped_dup = 0
+    skip_header = header_v is not None
+    for no, line in enumerate(lines, 1):
+        s = line.strip(" \t\r")
+        if not s:
+            continue
+        if skip_header:
+            skip_header = False
+            continue
+        fields = _SPLIT.split(s)
+        n = len(fields)
+        if n < d + 1:
+            raise VectorFileError(
+                f"model: {path.name} line {no}: ragged row with {n - 1} values, expected {d} (d from line {first_no})."
+            )
+        if n > d + 1 and _is_float(fields[n - d - 1]):
+            raise VectorFileError(
+                f"model: {path.name} line {no}: ragged row with more than {d} values (d from line {first_no})."
+            )
+        n_rows += 1
+        word = " ".join(fields[: n - d])
+        if any(ch.isspace() for ch in word):
+            dropped_ws += 1
+            continue
+        if word in seen:
+            dropped_dup += 1
+            continue
+        seen.add(word)
+        words.append(word)
+        numbers.extend(fields[n - d :])
+    if header_v is not None and n_rows != header_v:
+        raise VectorFileError(
+            f"model: {path.name}: the word2vec header says {header_v} rows but the file has {n_rows}."
+        )
+    try:
+        mat64 = np.asarray(numbers, dtype=np.float64).reshape(len(words), d)
+    except ValueError:
+        # find the offending line for a precise message
+        for no, line in enumerate(lines, 1):
+            fields = _SPLIT.split(line.strip(" \t\r"))
+            if len(fields) >= d + 1 and not (kind == "word2vec" and no == first_no):
+                for f in fields[len(fields) - d :]:
+                    if not _is_float(f):
+                        raise VectorFileError(
+                            f"model: {path.name} line {no}: {f[:20]!r} is not a number."
+                        ) from None
+        raise VectorFileError(f"model: {path.name}: a value is not a number.") from None
+    if not np.isfinite(mat64).all():
+        bad = int(np.nonzero(~np.isfinite(mat64).all(1))[0][0])
+        raise VectorFileError(
+            f"model: {path.name}: the vector of kept word #{bad + 1} has a non-finite value (inf or nan)."
+        )
+    if len(words) < 2:
+        raise VectorFileError(f"model: {path.name} has {len(words)} usable word(s); at least 2 are needed.")
+    mat = mat64.astype(np.float32)
+    return StaticVectors(words, mat, kind, sha, dropped_ws, dropped_dup)
