@@ -272,7 +272,10 @@ class Privatizer:
             cls, pos = space.classify(row.ids)
             classes.append(cls)
             positions.append(torch.from_numpy(pos[cls == CANDIDATE]))
-        new_pos = self._release(positions, row_ids)
+        released = self._release(positions, row_ids)
+        if self._step is not None and self._step.RELEASES_VECTORS:
+            return self._vector_columns(rows, classes, positions, released)
+        new_pos = released
         cand = space.candidate_ids
         out_ids: list[np.ndarray] = []
         for row, cls, out in zip(rows, classes, new_pos):
@@ -311,6 +314,50 @@ class Privatizer:
             )
         return result
 
+    def _vector_columns(
+        self, rows: list[TokenizedRow], classes: list[np.ndarray], positions: list[torch.Tensor],
+        released: list[torch.Tensor],
+    ) -> dict[str, list[Any]]:
+        """``postprocess="vector"``: ``inputs_embeds`` per row (spec §7.5); no text, no ``input_ids``.
+
+        Privatized positions hold the noisy vector; structural positions hold the model's own embedding
+        (public); passthrough positions hold their own embedding where one exists (they are released
+        as they are anyway), zeros otherwise. ``attention_mask`` is unchanged.
+        """
+        space, claim = self._space, self._claim
+        assert space is not None and claim is not None
+        k = next((r.shape[1] for r in released if r.ndim == 2 and r.numel()), space.d)
+        full = space.E_full if space.E_full is not None else None
+        embeds: list[list[list[float]]] = []
+        for row, cls, rel in zip(rows, classes, released):
+            mat = torch.zeros((len(row.ids), k), dtype=torch.float32)
+            other = np.nonzero(cls != CANDIDATE)[0]
+            if full is not None and k == full.shape[1] and other.size:
+                ids = torch.from_numpy(row.ids[other])
+                ok = (ids >= 0) & (ids < full.shape[0])
+                mat[torch.from_numpy(other)[ok]] = full[ids[ok]].cpu()
+            cand_pos = torch.from_numpy(np.nonzero(cls == CANDIDATE)[0])
+            if cand_pos.numel():
+                mat[cand_pos] = rel.to(torch.float32)
+            embeds.append(mat.tolist())
+        dp_tokens = [int(p.numel()) for p in positions]
+        result: dict[str, list[Any]] = {"inputs_embeds": embeds}
+        if space.kind == "hf":
+            result["attention_mask"] = [[1] * len(r.ids) for r in rows]
+        result["dp_tokens"] = dp_tokens
+        result["dp_epsilon"] = [claim.row_epsilon(n) for n in dp_tokens]
+        if claim.delta_token > 0:
+            result["dp_delta"] = [claim.row_delta(n) for n in dp_tokens]
+        for cls, n in zip(classes, dp_tokens):
+            structural = int((cls == STRUCTURAL).sum())
+            self.totals.add_row(
+                dp_tokens=n, special=structural, padding=0, passthrough=int(len(cls) - structural - n),
+                epsilon=claim.row_epsilon(n), delta=claim.row_delta(n),
+            )
+        # the original text is not released in this mode: the text column becomes empty strings
+        result[self.text_column] = ["" for _ in rows]
+        return result
+
     @staticmethod
     def _decode_words(space: EmbeddingSpace, row: TokenizedRow, ids: np.ndarray) -> str:
         assert row.pieces is not None and row.seps is not None and space.words is not None
@@ -335,8 +382,6 @@ class Privatizer:
         zs = [mech.perturb(mech.inputs(space, positions[i]), g) for i, g in zip(active, gens)]
         sizes = [positions[i].numel() for i in active]
         res = self._step.apply(torch.cat(zs, 0), mech, space, gens, sizes)
-        if self._step.RELEASES_VECTORS:
-            raise NotImplementedError("vector release is handled by the vector post-processing step")
         res = res.cpu()
         for i, chunk in zip(active, torch.split(res, sizes)):
             out[i] = chunk

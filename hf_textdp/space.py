@@ -65,6 +65,7 @@ class EmbeddingSpace:
     excluded_padding: int = 0
     excluded_out_of_range: int = 0
     pad_id: int | None = None
+    E_full: torch.Tensor | None = field(default=None, repr=False)  # all rows (HF), for structural embeddings
     _index: ExactIndex | None = field(default=None, repr=False)
     _hash: str | None = field(default=None, repr=False)
     _word_to_id: dict[str, int] | None = field(default=None, repr=False)
@@ -310,6 +311,7 @@ def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: to
         excluded_padding=len((pads - special) & set(range(upper))),
         excluded_out_of_range=max(R - n_tok, 0),
         pad_id=tokenizer.pad_token_id,
+        E_full=E_full,
     )
 
 

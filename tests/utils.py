@@ -1,0 +1,115 @@
+"""Test helpers: tiny static-vector files, tiny HF models and tokenizers built in the test."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+
+
+WORDS = (
+    "the a an and or but if then movie film story actor actress plot scene music good bad great terrible "
+    "boring funny sad happy long short review service food waiter table price cheap expensive slow fast "
+    "phone battery screen camera love hate like dislike never always very quite rather really nice awful "
+    "hotel room bed clean dirty staff friendly rude doctor nurse patient pain medicine hospital visit"
+).split()
+
+
+def corpus(n_lines: int = 400, seed: int = 0) -> list[str]:
+    """Random sentences of common words and random pseudo-words (so tokenizers learn V ≈ 500–2,000)."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pseudo = ["".join(rng.choice(letters) for _ in range(rng.randint(3, 8))) for _ in range(600)]
+    lines = []
+    for _ in range(n_lines):
+        k = rng.randint(3, 14)
+        words = [rng.choice(WORDS) if rng.random() < 0.6 else rng.choice(pseudo) for _ in range(k)]
+        lines.append(" ".join(words) + rng.choice([".", "!", "?", ""]))
+    return lines
+
+
+def write_vectors(path: Path, words: list[str], matrix: np.ndarray, fmt: str = "glove") -> Path:
+    """Write a GloVe (no header) or word2vec text file."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    lines = []
+    if fmt == "word2vec":
+        lines.append(f"{len(words)} {matrix.shape[1]}")
+    for w, row in zip(words, matrix):
+        lines.append(w + " " + " ".join(repr(float(x)) for x in row))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def line_vocabulary(path: Path) -> Path:
+    """Fixture (A) of spec §11.3: words w0..w3 at 0, 1, 2, 3 (d = 1)."""
+    return write_vectors(path, ["w0", "w1", "w2", "w3"], np.array([[0.0], [1.0], [2.0], [3.0]]))
+
+
+def tiny_random_vocabulary(path: Path) -> Path:
+    """Fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2)) as fp32."""
+    E = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    return write_vectors(path, [f"w{i}" for i in range(8)], E)
+
+
+def build_tiny_bert(folder: Path, vocab_size: int = 800, hidden: int = 16, seed: int = 0) -> Path:
+    """A BERT WordPiece tokenizer trained on test text, and a random tiny BertModel (safetensors)."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    )
+    tok.train_from_iterator(corpus(2000, seed) + ["abcdefghijklmnopqrstuvwxyz 0123456789"], trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+    )
+    from tokenizers import decoders
+
+    tok.decoder = decoders.WordPiece()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(fast), hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=8192, pad_token_id=fast.pad_token_id,
+    )
+    model = BertModel(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_gpt2(folder: Path, vocab_size: int = 600, hidden: int = 16, seed: int = 1) -> Path:
+    """A GPT-2 byte-level BPE tokenizer trained on test text, and a random tiny GPT2Model."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2Model, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus(2000, seed), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>")
+    torch.manual_seed(seed)
+    eos = fast.eos_token_id
+    config = GPT2Config(
+        vocab_size=len(fast), n_embd=hidden, n_layer=1, n_head=2, n_positions=8192, bos_token_id=eos, eos_token_id=eos
+    )
+    model = GPT2Model(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
