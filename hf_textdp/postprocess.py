@@ -3,31 +3,54 @@
 A step is ``apply(z, mechanism, space, generators, sizes)``: it sees the noisy vectors, public data
 and fresh randomness from each row's generator (``sizes[r]`` vectors belong to row r, in order), and
 **never the original token** — that is why every step preserves the mechanism's guarantee (§7.1).
+
+Steps: ``nearest`` (§7.2), ``top2`` (§7.3), ``rank`` (§7.4, the fix of arXiv:2411.13784 §6), ``vector``
+(§7.5), ``backproject`` (§7.6, projected mechanisms) and the unsafe ``nearest_excluding_input`` (§7.7),
+which reads the input and therefore lives apart: it subclasses :class:`UnsafePostprocessStep`, runs
+only through ``apply_unsafe(..., input_positions)``, and turns the claim into :func:`unsafe_claim`.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import math
+import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
+from .accounting import Claim
 from .errors import InvalidParameterError, UnknownOptionError, UnknownPostprocessError
+from .validation import check_bool, check_choice, check_float, check_open_unit
 
 
 if TYPE_CHECKING:
     from .mechanisms.base import AdditiveMechanism
+    from .search import ExactIndex
     from .space import EmbeddingSpace
 
 
 __all__ = [
     "PostprocessStep",
+    "UnsafePostprocessStep",
+    "ProjectedMechanism",
     "Nearest",
+    "Top2",
+    "Rank",
+    "Vector",
+    "Backproject",
+    "NearestExcludingInput",
     "register_postprocess",
     "get_postprocess_class",
     "list_postprocess",
     "postprocess_option_names",
+    "unsafe_claim",
+    "truncated_geometric_ranks",
+    "rank_select",
+    "median_rho1_subset",
 ]
 
 
@@ -43,16 +66,29 @@ class PostprocessStep(abc.ABC):
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
             raise UnknownOptionError(
-                f"options {unknown} are not accepted by postprocess {self.name!r}. Its options: {sorted(self.OPTIONS)}."
+                f"options {unknown} are not accepted by postprocess {self.name!r}. "
+                f"Its options: {sorted(self.OPTIONS)}."
             )
         self.options: dict[str, Any] = {**self.OPTIONS, **options}
         self._validate()
 
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: B027 - an optional hook, not an abstract method
         """Check ``self.options``."""
 
     def parameters(self) -> dict[str, Any]:
         return dict(self.options)
+
+    def check_mechanism(self, mechanism: AdditiveMechanism) -> None:
+        """Raise :class:`InvalidParameterError` if this step does not apply to ``mechanism``.
+
+        A step applies when the mechanism lists it in ``POSTPROCESS``; steps with further needs (a
+        projection) check those too.
+        """
+        allowed = list(getattr(mechanism, "POSTPROCESS", ()))
+        if self.name not in allowed:
+            raise InvalidParameterError(
+                f"postprocess={self.name!r} is not available for mechanism {mechanism.name!r}. Allowed: {allowed}."
+            )
 
     @abc.abstractmethod
     def apply(
@@ -82,6 +118,436 @@ class Nearest(PostprocessStep):
         return mechanism.search_index(space).search(z, 1)[:, 0]
 
 
+# --------------------------------------------------------------------------- shared helpers
+@runtime_checkable
+class ProjectedMechanism(Protocol):
+    """A mechanism whose noise lives in R^m after a public projection Φ ∈ R^{m×d} (``privemb``, §5)."""
+
+    def projection_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
+        """Φ ``[m, d]`` fp32."""
+        ...
+
+
+def _projection(mechanism: AdditiveMechanism, space: EmbeddingSpace, what: str) -> torch.Tensor:
+    if not isinstance(mechanism, ProjectedMechanism):
+        raise InvalidParameterError(
+            f"{what} needs a projected mechanism (one whose noise lives in R^m after a public projection, such as "
+            f"'privemb'); mechanism {mechanism.name!r} has none. Allowed postprocess for it: "
+            f"{list(mechanism.POSTPROCESS)}."
+        )
+    return mechanism.projection_matrix(space)
+
+
+def backproject_vectors(y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """x̂ = Φᵀy (the transpose, not the pseudo-inverse; spec §7.6), computed in float64, returned fp32 ``[N, d]``."""
+    return (y.double() @ phi.to(y.device, torch.float64)).float()
+
+
+def _row_uniforms(generators: Sequence[torch.Generator], sizes: Sequence[int]) -> torch.Tensor:
+    """One U[0, 1) float64 draw per vector, row by row from each row's generator (one call per row)."""
+    if len(generators) != len(sizes):
+        raise InvalidParameterError(
+            f"generators and sizes must have equal lengths, got {len(generators)} and {len(sizes)}."
+        )
+    parts = [
+        torch.rand(int(n), dtype=torch.float64, generator=g, device=g.device).cpu()
+        for g, n in zip(generators, sizes, strict=True)
+    ]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64)
+
+
+def _check_sizes(z: torch.Tensor, sizes: Sequence[int]) -> None:
+    if int(sum(int(n) for n in sizes)) != z.shape[0]:
+        raise InvalidParameterError(f"sizes must add up to the number of vectors {z.shape[0]}, got {sum(sizes)}.")
+
+
+# --------------------------------------------------------------------------- §7.3 top2
+class Top2(PostprocessStep):
+    """Output the nearest candidate with probability ``top2_p``, else the second nearest (spec §7.3).
+
+    n₁, n₂ are the first two candidates in the order (‖z − φ(y)‖₂, id) over all of C, by the exact
+    search of spec §1.5 with k = 2. One ``torch.rand`` float64 draw per vector comes from its row's
+    generator after the mechanism's draws. This is seed 002's "randomly output the first or second
+    nearest neighbour", without its exclusion of the input (that is ``nearest_excluding_input``).
+
+    Args:
+        top2_p (`float`, *optional*, defaults to `0.5`): probability in [0, 1] of outputting n₁.
+    """
+
+    name = "top2"
+    OPTIONS = {"top2_p": 0.5}
+
+    def _validate(self) -> None:
+        self.options["top2_p"] = check_open_unit(self.options["top2_p"], "top2_p", closed_low=True, closed_high=True)
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        self.check_mechanism(mechanism)
+        _check_sizes(z, sizes)
+        nn = mechanism.search_index(space).search(z, 2).cpu()
+        u = _row_uniforms(generators, sizes)
+        return torch.where(u < self.options["top2_p"], nn[:, 0], nn[:, 1])
+
+
+# --------------------------------------------------------------------------- §7.4 rank
+def truncated_geometric_ranks(u: torch.Tensor, lam: float, V: int) -> torch.Tensor:
+    """Exact inverse CDF of P(r) ∝ exp(−λr), r = 0…V−1 (spec §7.4 step 2).
+
+    ``r = ⌊−log1p(u·expm1(−λV))/λ⌋``, clamped to [0, V − 1]: r = ⌊X⌋ with X of density ∝ e^{−λx} on
+    [0, V). λ = +∞ gives r = 0; λ = 0 gives the uniform law.
+
+    Args:
+        u (`torch.Tensor`): float64 uniforms in [0, 1).
+        lam (`float`): λ = c·ε ≥ 0.
+        V (`int`): number of candidates.
+
+    Returns:
+        `torch.Tensor`: int64 ranks, same shape as ``u``.
+
+    Example:
+
+    >>> truncated_geometric_ranks(torch.tensor([0.0, 0.3, 0.5, 0.9, 0.99, 0.999999], dtype=torch.float64), 0.5, 10)
+    tensor([0, 0, 1, 4, 8, 9])
+    """
+    u = u.to(torch.float64)
+    if lam == 0.0:
+        r = torch.floor(u * V)
+    else:
+        em = math.expm1(-lam * V)  # −1 when λ = ∞
+        r = torch.floor(-torch.log1p(u * em) / lam)
+    return r.clamp(min=0, max=V - 1).to(torch.int64)
+
+
+_F64_CACHE: weakref.WeakKeyDictionary[ExactIndex, tuple[torch.Tensor, torch.Tensor]] = weakref.WeakKeyDictionary()
+
+
+def _float64_rows(index: ExactIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    cached = _F64_CACHE.get(index)
+    if cached is None:
+        E64 = index.E.double()
+        cached = (E64, (E64 * E64).sum(1))
+        _F64_CACHE[index] = cached
+    return cached
+
+
+def rank_select(
+    matrix: torch.Tensor | ExactIndex, pivots: torch.Tensor, ranks: torch.Tensor, *, block_entries: int = 2**22
+) -> torch.Tensor:
+    """The candidate of rank ``ranks[i]`` from pivot ``pivots[i]`` in the order (δ, id) (spec §7.4 step 3).
+
+    δ_y = ‖φ(p) − φ(y)‖₂² in float64 by ``‖p‖² + ‖y‖² − 2p·y`` (chunked over tokens, O(V) memory per
+    token, no sort, no V × V), where values within the Gram formula's rounding bound of 0 are recomputed
+    by differences so that duplicate rows are exactly at 0. The pivot has rank 0. For rank r:
+    t = kthvalue(δ, r + 1), n_less = #{δ < t}, and among the candidates with δ = t in increasing id the
+    (r − n_less + 1)-th is returned.
+
+    Args:
+        matrix (`torch.Tensor` `[V, k]` or `ExactIndex`): the rows ``nearest`` searched.
+        pivots (`torch.Tensor`): int64 positions ``[N]``.
+        ranks (`torch.Tensor`): int64 ranks ``[N]`` in [0, V − 1].
+
+    Returns:
+        `torch.Tensor`: int64 positions ``[N]`` on CPU.
+    """
+    from .search import ExactIndex
+
+    if isinstance(matrix, ExactIndex):
+        E64, sq = _float64_rows(matrix)
+    else:
+        E64 = matrix.to(torch.float32).double()
+        sq = (E64 * E64).sum(1)
+    V, k = E64.shape
+    dev = E64.device
+    pivots = pivots.to(torch.int64).cpu()
+    ranks = ranks.to(torch.int64).cpu()
+    out = pivots.clone()
+    todo = torch.nonzero(ranks > 0).squeeze(1)
+    if todo.numel() == 0:
+        return out
+    tol_factor = 4.0 * (k + 2) * 2.0**-53
+    step = max(1, block_entries // V)
+    for b0 in range(0, todo.numel(), step):
+        rows = todo[b0 : b0 + step]
+        p = pivots[rows].to(dev)
+        r = ranks[rows].to(dev)
+        n = rows.numel()
+        D = sq[p][:, None] + sq[None, :] - 2.0 * (E64[p] @ E64.T)
+        # Gram-formula values near 0 (duplicates, near-duplicates): recompute by differences
+        near = torch.nonzero(D <= tol_factor * (sq[p][:, None] + sq[None, :]))
+        if near.numel():
+            a, c = near[:, 0], near[:, 1]
+            D[a, c] = ((E64[p[a]] - E64[c]) ** 2).sum(1)
+        ar = torch.arange(n, device=dev)
+        D[ar, p] = -math.inf
+        t = torch.empty(n, dtype=torch.float64, device=dev)
+        for rv in torch.unique(r).tolist():  # few distinct ranks per block: batched O(V) selections
+            sel = torch.nonzero(r == rv).squeeze(1)
+            t[sel] = torch.kthvalue(D[sel], int(rv) + 1, dim=1).values
+        n_less = (D < t[:, None]).sum(1)
+        eq = D == t[:, None]
+        target = (r - n_less + 1)[:, None]  # 1-based among the ties, in increasing id
+        hit = eq & (torch.cumsum(eq.to(torch.int64), dim=1) == target)
+        out[rows] = torch.argmax(hit.to(torch.int8), dim=1).cpu()
+    return out
+
+
+_RHO_CACHE: weakref.WeakKeyDictionary[ExactIndex, float] = weakref.WeakKeyDictionary()
+RANK_SUBSET = 4096
+
+
+def median_rho1_subset(index: ExactIndex) -> float:
+    """ρ̃₁: the median of exact float64 ρ₁ over the fixed subset S of spec §7.4 (cached per index).
+
+    S is every position when V ≤ 4096, else positions ⌊k·V/4096⌋ for k = 0…4095. ρ₁(y) is the distance
+    from y to its nearest other row of the searched matrix (§1.5 with the row itself excluded). It
+    depends on the public matrix only.
+    """
+    cached = _RHO_CACHE.get(index)
+    if cached is not None:
+        return cached
+    from .scale import rho1
+
+    V = index.V
+    if V <= RANK_SUBSET:
+        positions = torch.arange(V, dtype=torch.int64)
+    else:
+        positions = (torch.arange(RANK_SUBSET, dtype=torch.int64) * V) // RANK_SUBSET
+    value = float(np.median(rho1(index, positions)))
+    _RHO_CACHE[index] = value
+    return value
+
+
+class Rank(PostprocessStep):
+    """Seed 003's fix (arXiv:2411.13784): sample a rank around the nearest candidate (spec §7.4).
+
+    p = nearest(z) is the pivot; every candidate is ranked by its distance to p (p has rank 0) and the
+    candidate of rank r is output with probability ∝ exp(−c·ε·r), r = 0…V−1. It reads only z, the
+    public matrix, public ε and c, and fresh randomness (one float64 uniform per vector from its
+    row's generator), so it is post-processing. Sampling is the exact inverse CDF of the truncated
+    geometric law, O(V) per token.
+
+    Args:
+        rank_c (`float` or `"auto"`, *optional*, defaults to `"auto"`): c > 0, in units of distance;
+            ``"auto"`` sets c = ρ̃₁/100 with ρ̃₁ from :func:`median_rho1_subset` on the space that
+            ``nearest`` searches (public, cached), so λ = c·ε = ε·ρ̃₁/100.
+    """
+
+    name = "rank"
+    OPTIONS = {"rank_c": "auto"}
+
+    def _validate(self) -> None:
+        c = self.options["rank_c"]
+        if isinstance(c, str):
+            if c != "auto":
+                raise InvalidParameterError(f"rank_c must be 'auto' or a finite float > 0, got {c!r}.")
+            return
+        try:
+            self.options["rank_c"] = check_float(c, "rank_c", minimum=0.0)
+        except InvalidParameterError as err:
+            raise type(err)(f"rank_c must be 'auto' or a finite float > 0, got {c!r}.") from None
+
+    def rank_constant(self, mechanism: AdditiveMechanism, space: EmbeddingSpace) -> float:
+        """c: the ``rank_c`` value, or ρ̃₁/100 of the searched space for ``"auto"``."""
+        c = self.options["rank_c"]
+        if c == "auto":
+            return median_rho1_subset(mechanism.search_index(space)) / 100.0
+        return float(c)
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        self.check_mechanism(mechanism)
+        _check_sizes(z, sizes)
+        index = mechanism.search_index(space)
+        pivots = index.search(z, 1)[:, 0].cpu()
+        lam = self.rank_constant(mechanism, space) * mechanism.epsilon
+        ranks = truncated_geometric_ranks(_row_uniforms(generators, sizes), lam, index.V)
+        return rank_select(index, pivots, ranks)
+
+
+# --------------------------------------------------------------------------- §7.5, §7.6 vectors
+class Vector(PostprocessStep):
+    """Release the noisy vector itself as float32 (spec §7.5; ``inputs_embeds`` when k = d).
+
+    Args:
+        vector_space (`str`, *optional*, defaults to `"native"`): ``"native"`` releases z as the
+            mechanism produced it (R^m for ``privemb``); ``"input"`` (projected mechanisms only) releases
+            x̂ = Φᵀz ∈ R^d, usable as ``inputs_embeds`` (spec §7.6).
+    """
+
+    name = "vector"
+    OPTIONS = {"vector_space": "native"}
+    RELEASES_VECTORS = True
+    VECTOR_SPACES: ClassVar[tuple[str, ...]] = ("native", "input")
+
+    def _validate(self) -> None:
+        check_choice(self.options["vector_space"], "vector_space", self.VECTOR_SPACES)
+
+    def check_mechanism(self, mechanism: AdditiveMechanism) -> None:
+        super().check_mechanism(mechanism)
+        if self.options["vector_space"] == "input" and not isinstance(mechanism, ProjectedMechanism):
+            raise InvalidParameterError(
+                f"postprocess='vector' with vector_space='input' needs a projected mechanism (such as 'privemb'); "
+                f"mechanism {mechanism.name!r} already releases vectors in the input space. "
+                f"Allowed vector_space for it: ['native']."
+            )
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        self.check_mechanism(mechanism)
+        if self.options["vector_space"] == "input":
+            phi = _projection(mechanism, space, "vector_space='input'")
+            return backproject_vectors(z, phi)
+        return z.to(torch.float32).clone()
+
+
+class Backproject(PostprocessStep):
+    """Map y ∈ R^m back with x̂ = Φᵀy, then output the nearest raw row of E (spec §7.6).
+
+    The transpose, not the pseudo-inverse: E_Φ[ΦᵀΦ] = I_d, so x̂ is an unbiased estimate of the input
+    row, while Φ⁺ ≈ (m/d)·Φᵀ shrinks it towards small-norm rows. Projected mechanisms only.
+    """
+
+    name = "backproject"
+
+    def check_mechanism(self, mechanism: AdditiveMechanism) -> None:
+        super().check_mechanism(mechanism)
+        if not isinstance(mechanism, ProjectedMechanism):
+            raise InvalidParameterError(
+                f"postprocess='backproject' needs a projected mechanism (such as 'privemb'); mechanism "
+                f"{mechanism.name!r} has no projection. Allowed: {list(mechanism.POSTPROCESS)}."
+            )
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        self.check_mechanism(mechanism)
+        phi = _projection(mechanism, space, "postprocess='backproject'")
+        return mechanism.input_index(space).search(backproject_vectors(z, phi), 1)[:, 0]
+
+
+# --------------------------------------------------------------------------- §7.7 unsafe
+UNSAFE_WARNING = (
+    "postprocess='nearest_excluding_input' reads the original token (seed 002's mapping): it is not "
+    "post-processing and the output has NO privacy guarantee; dp_epsilon is null (spec §7.7)."
+)
+UNSAFE_NOT_COVERED = "no guarantee: the unsafe step makes the loss unbounded"
+
+
+class UnsafePostprocessStep(PostprocessStep):
+    """A step that reads the original tokens and so voids every guarantee (spec §7.7).
+
+    It is run only through :meth:`apply_unsafe`, which receives the input positions; :meth:`apply`
+    refuses. The privatizer wraps the mechanism's claim with :func:`unsafe_claim`.
+    """
+
+    UNSAFE = True
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        raise InvalidParameterError(
+            f"postprocess={self.name!r} reads the original tokens; it runs only through "
+            "apply_unsafe(z, mechanism, space, generators, sizes, input_positions)."
+        )
+
+    @abc.abstractmethod
+    def apply_unsafe(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+        input_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """Like ``apply``, given the candidate positions ``[N]`` of the original tokens."""
+
+
+class NearestExcludingInput(UnsafePostprocessStep):
+    """Seed 002's mapping: the nearest candidate other than the input itself (spec §7.7). **No guarantee.**
+
+    P[M(w) = w] = 0 while P[M(w') = w] > 0, so no ε bounds the loss; on a two-token vocabulary it
+    reveals the input exactly. Exists only to reproduce seed 002, behind ``unsafe=True``.
+
+    Args:
+        unsafe (`bool`, defaults to `False`): must be ``True``, acknowledging that there is no guarantee.
+    """
+
+    name = "nearest_excluding_input"
+    OPTIONS = {"unsafe": False}
+
+    def _validate(self) -> None:
+        if check_bool(self.options["unsafe"], "unsafe") is not True:
+            raise InvalidParameterError(
+                "postprocess='nearest_excluding_input' reads the original token and has no privacy guarantee "
+                "(spec §7.7); it is only available with options={'unsafe': True}, got unsafe=False."
+            )
+
+    def apply_unsafe(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+        input_positions: torch.Tensor,
+    ) -> torch.Tensor:
+        self.check_mechanism(mechanism)
+        if input_positions.shape != (z.shape[0],):
+            raise InvalidParameterError(
+                f"input_positions must have shape [{z.shape[0]}], got {tuple(input_positions.shape)}."
+            )
+        return mechanism.search_index(space).search(z, 1, exclude=input_positions.to(torch.int64))[:, 0]
+
+
+def unsafe_claim(claim: Claim) -> Claim:
+    """The claim of a mechanism run with an unsafe step: ``guarantee="none"`` (spec §10.1, §7.7).
+
+    No ε exists, so ``epsilon_token`` is ``None`` (rows get a null ``dp_epsilon``) and ``certified`` is
+    false. ``pair_bound`` keeps the mechanism's nominal bound, which the audit shows to be violated.
+    """
+    return dataclasses.replace(
+        claim,
+        guarantee="none",
+        metric=None,
+        epsilon_token=None,
+        delta_token=0.0,
+        delta_per_projection=None,
+        certified=False,
+        warnings=(*claim.warnings, UNSAFE_WARNING),
+        not_covered=(*claim.not_covered, UNSAFE_NOT_COVERED),
+    )
+
+
+# --------------------------------------------------------------------------- registry
 _REGISTRY: dict[str, type[PostprocessStep]] = {}
 
 
@@ -113,3 +579,6 @@ def postprocess_option_names() -> set[str]:
 
 
 register_postprocess("nearest", Nearest)
+for _cls in (Top2, Rank, Vector, Backproject, NearestExcludingInput):
+    register_postprocess(_cls.name, _cls)
+del _cls

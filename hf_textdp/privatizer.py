@@ -22,7 +22,7 @@ from .accounting import Claim, Totals, build_report
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
-from .postprocess import PostprocessStep
+from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import row_generator, validate_seed
 from .scale import scale_stats
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
@@ -139,6 +139,8 @@ class Privatizer:
         mech, step = self.config.build()
         mech.setup(space)
         self._claim = mech.claim(space)
+        if step is not None and step.UNSAFE:  # spec §7.7: the step reads the input, no guarantee is left
+            self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":
             warn_once(
                 logger,
@@ -381,7 +383,11 @@ class Privatizer:
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
         zs = [mech.perturb(mech.inputs(space, positions[i]), g) for i, g in zip(active, gens)]
         sizes = [positions[i].numel() for i in active]
-        res = self._step.apply(torch.cat(zs, 0), mech, space, gens, sizes)
+        if isinstance(self._step, UnsafePostprocessStep):  # spec §7.7: the only path that sees the inputs
+            inputs = torch.cat([positions[i] for i in active])
+            res = self._step.apply_unsafe(torch.cat(zs, 0), mech, space, gens, sizes, inputs)
+        else:
+            res = self._step.apply(torch.cat(zs, 0), mech, space, gens, sizes)
         res = res.cpu()
         for i, chunk in zip(active, torch.split(res, sizes)):
             out[i] = chunk

@@ -25,6 +25,7 @@ Memory is O(B·chunk) per call: never V × V.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
@@ -36,6 +37,17 @@ from .errors import InvalidParameterError, NumericalRangeError
 
 
 __all__ = ["ExactIndex", "exact_fp32_matmul"]
+
+
+def _single_thread_after_fork() -> None:
+    # torch's OpenMP pool does not survive fork(): a forked child (datasets ``num_proc``, DataLoader
+    # workers) that runs a multi-threaded GEMM deadlocks. Each forked worker is one process per core
+    # anyway, so it uses one intra-op thread.
+    torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_single_thread_after_fork)
 
 U32 = 2.0**-24
 U64 = 2.0**-53

@@ -64,7 +64,7 @@ def build_tiny_bert(folder: Path, vocab_size: int = 800, hidden: int = 16, seed:
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     )
-    tok.train_from_iterator(corpus(2000, seed) + ["abcdefghijklmnopqrstuvwxyz 0123456789"], trainer)
+    tok.train_from_iterator(corpus(2000, seed) + ["abcdefghijklmnopqrstuvwxyz 0123456789 [ ] < > | ! ? . , ; : ' \" - _ ( ) / # @ &"], trainer)
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]

@@ -57,5 +57,22 @@ def _register_builtins() -> None:
     for cls in (Madlib,):
         register_mechanism(cls.name, cls)
 
+    from .privemb import Privemb
+
+    register_mechanism(Privemb.name, Privemb)
+
+    from .laplace import Gaussian, Laplace
+    from .truncated_laplace import TruncatedLaplace
+
+    for dp in (Laplace, Gaussian, TruncatedLaplace):
+        register_mechanism(dp.name, dp)
+
+    from .mahalanobis import Mahalanobis
+    from .santext import Santext, SantextPlus
+    from .tem import Tem
+
+    for sel in (Tem, Santext, SantextPlus, Mahalanobis):
+        register_mechanism(sel.name, sel)
+
 
 _register_builtins()

@@ -7,6 +7,10 @@ drawn as a sum of d Exp(1) variables over ε (exact for integer d, and generator
 
 Guarantee: ε·d metric DP in the Euclidean distance between rows of E, δ = 0; per token, pure
 ε_tok-DP with ε_tok = ε·diam (spec §2.3).
+
+With ``bound`` set to a transform T of spec §8 (computed from the public matrix only), madlib perturbs
+T(φ(w)) and searches the rows of T(E): the guarantee is then metric DP in the distance between
+transformed rows, and d and diam are those of the transformed space (spec §2.1).
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..accounting import Claim
+from ..bounding import BOUNDS, Transform, fit_transform
+from ..errors import InvalidParameterError
 from ..scale import scale_stats
+from ..search import ExactIndex
 from ..validation import check_choice
 from .base import AdditiveMechanism
 
@@ -29,14 +36,16 @@ if TYPE_CHECKING:
 __all__ = ["Madlib", "sample_madlib_noise"]
 
 
-def sample_madlib_noise(n: int, d: int, epsilon: float, g: torch.Generator, device: torch.device | str = "cpu"
-                        ) -> torch.Tensor:
+def sample_madlib_noise(
+    n: int, d: int, epsilon: float, g: torch.Generator, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """``[n, d]`` float64 draws of density ∝ exp(−ε‖z‖) (spec §2.2: draw 1 Gaussian, draw 2 exponentials)."""
     G = torch.randn((n, d), dtype=torch.float64, generator=g, device=device)
     X = torch.empty((n, d), dtype=torch.float64, device=device).exponential_(1.0, generator=g)
     r = X.sum(dim=1, keepdim=True) / epsilon  # Gamma(d, scale 1/ε)
     u = G / torch.linalg.vector_norm(G, dim=1, keepdim=True)
-    return r * u
+    z: torch.Tensor = r * u
+    return z
 
 
 class Madlib(AdditiveMechanism):
@@ -44,29 +53,68 @@ class Madlib(AdditiveMechanism):
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance in the embedding space.
-        bound (`str`, *optional*, defaults to `"none"`): sensitivity bounding transform (spec §8);
-            madlib's guarantee is metric and needs none.
+        bound (`str`, *optional*, defaults to `"none"`): sensitivity bounding transform (spec §8,
+            default parameters: C = median row norm, JL with ξ = 0.9 and seed 0); madlib's guarantee
+            is metric and needs none. With a bound, the metric is the distance between T(E) rows.
     """
 
     name = "madlib"
     OPTIONS = {"bound": "none"}
-    BOUNDS: tuple[str, ...] = ("none",)
+    BOUNDS: tuple[str, ...] = ("none", *BOUNDS)
+
+    _bounded: tuple[str, Transform, torch.Tensor, ExactIndex] | None = None
 
     def _validate(self) -> None:
         check_choice(self.options["bound"], "bound", self.BOUNDS)
 
+    # ---------------------------------------------------------------- bound (spec §2.1, §8)
+    def _transformed(self, space: EmbeddingSpace) -> tuple[Transform, torch.Tensor, ExactIndex] | None:
+        """(T, T(E) as fp32, its index) for ``space``, or ``None`` without a bound (cached per space)."""
+        if self.options["bound"] == "none":
+            return None
+        if self._bounded is None or self._bounded[0] != space.space_hash:
+            T = fit_transform(space.E, self.options["bound"], ids=space.candidate_ids)
+            rows = T.apply(space.E).to(torch.float32).contiguous()
+            self._bounded = (space.space_hash, T, rows, ExactIndex(rows, space.device))
+        return self._bounded[1:]
+
+    def setup(self, space: EmbeddingSpace) -> None:
+        self._transformed(space)
+
+    def search_index(self, space: EmbeddingSpace) -> ExactIndex:
+        bounded = self._transformed(space)
+        return space.index if bounded is None else bounded[2]
+
+    def scale_metric_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
+        bounded = self._transformed(space)
+        return space.E if bounded is None else bounded[1]
+
+    def transform_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x in float64, through T (then rounded to fp32, as the rows of T(E)) when a bound is set (spec §2.1)."""
+        if self.options["bound"] == "none":
+            return x.double()
+        if self._bounded is None:
+            raise InvalidParameterError(
+                f"mechanism 'madlib' with bound={self.options['bound']!r} has not been set up for a space; "
+                "call mechanism.setup(space) first."
+            )
+        # rounded to fp32 like the searched rows T(E), so the metric is exactly that of the rows diam is taken over
+        return self._bounded[1].apply(x).float().double()
+
     def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        xt = self.transform_input(x)
         if math.isinf(self.epsilon):
-            return x.to(torch.float32).clone()
-        n, d = x.shape
+            return xt.float()
+        n, d = xt.shape
         if n == 0:
-            return x.to(torch.float32).clone()
+            return xt.float()
         z = sample_madlib_noise(n, d, self.epsilon, g, x.device)
-        return (x.double() + z).float()
+        return (xt + z).float()
 
     def claim(self, space: EmbeddingSpace) -> Claim:
-        stats = scale_stats(space.E, index=space.index)
-        E64 = space.E.double()
+        index = self.search_index(space)
+        stats = scale_stats(index.E, index=index)
+        E64 = index.E.double()
 
         def pair_bound(a: int, b: int) -> float:
             return self.epsilon * float(torch.linalg.vector_norm(E64[a] - E64[b]))
@@ -83,10 +131,14 @@ class Madlib(AdditiveMechanism):
         )
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        d = space.d
+        index = self.search_index(space)
+        d = index.d
         eps = self.epsilon
-        stats = scale_stats(space.E, index=space.index)
+        stats = scale_stats(index.E, index=index)
+        bounded = self._transformed(space)
         return {
+            "bound": self.options["bound"],
+            **({"transform": bounded[0].parameters()} if bounded is not None else {}),
             "diam_exact": stats.diam_exact,
             "noise": {
                 "radius_mean": d / eps,

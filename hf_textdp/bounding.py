@@ -1,0 +1,510 @@
+"""Sensitivity bounding: transforms T of the embedding rows and their sensitivities (spec §8).
+
+The additive DP mechanisms (``laplace``, ``gaussian``, ``truncated_laplace``; spec §3, §4) perturb
+``T(φ(w))`` and calibrate their noise to a sensitivity of T over the candidate set C. Seed 002
+(sensitivity bounding for embeddings) proposes the transforms; spec §8.1 checks each:
+
+- ``clip``: ``T(x) = x·min(1, C/‖x‖₂)`` (seed 001), C = ``clip_norm`` or the median row norm;
+  stated Δ₁ = 2C√d, Δ₂ = Δ∞ = 2C (‖v‖₁ ≤ √d‖v‖₂, ‖v‖∞ ≤ ‖v‖₂).
+- ``vocab_exact``: ``T(x) = x``; the exact sensitivities over the raw candidates (§8.3).
+- ``observed_range``: ``clamp(x, −v_max, v_max)``, v_max = max |E_wk| over C; stated 2d·v_max,
+  2√d·v_max, 2·v_max (the identity on candidates, so the exact values are ``vocab_exact``'s).
+- ``minmax``: ``(x_k − lo_k)/(hi_k − lo_k)`` per column; stated d, √d, 1; affine and invertible.
+- ``unit``: ``x/‖x‖₂``; stated Δ₁ = 2√d (not seed 002's 2: u and −u with u = (1, …, 1)/√d are at
+  L1 distance 2√d), Δ₂ = Δ∞ = 2.
+- ``jl``: ``A·x`` with a public Rademacher matrix ``A ∈ {±1/√k}^{k×d}`` (Johnson–Lindenstrauss);
+  seed 002's Δ ≤ d'(b − a) assumes a range bound that a linear map of unbounded vectors does not
+  give, so only the exact value (§8.3) is used.
+
+Soundness (spec §8.1): every parameter (C, v_max, lo/hi, the JL matrix) is computed from the
+public matrix E over C, never from the text being privatized; this module only ever sees E.
+
+Exact sensitivities (spec §8.3) are computed in row blocks (memory O(block·V), never V × V):
+Δ∞ column-wise; Δ₂ by a float64 Gram pass with error below η₂ = (d+3)·u₆₄·4·max‖x‖², then a
+float64 recomputation by differences of every pair within 2η₂ of the maximum; Δ₁ by ``torch.cdist``
+(p = 1) with error below η₁ = (d+3)·u·2·max‖x‖₁ (u the unit roundoff of the pass: float64 on CPU,
+float32 on CUDA), then the same recomputation. The results do not depend on the block size. They
+are cached per (matrix hash, transform parameters), in memory and on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from .errors import InvalidParameterError
+from .scale import cache_dir
+from .utils.io import atomic_write_text
+from .utils.logging import get_logger
+from .validation import check_choice, check_float, check_int, check_open_unit
+
+
+__all__ = [
+    "BOUNDS",
+    "EXACT_ONLY_BOUNDS",
+    "SENSITIVITY_KINDS",
+    "DEFAULT_JL_XI",
+    "DEFAULT_JL_SEED",
+    "Sensitivity",
+    "Transform",
+    "check_bound_options",
+    "fit_transform",
+    "jl_dimension",
+    "jl_matrix",
+    "exact_sensitivity",
+    "candidate_sensitivity",
+]
+
+logger = get_logger(__name__)
+
+BOUNDS: tuple[str, ...] = ("clip", "vocab_exact", "observed_range", "minmax", "unit", "jl")
+# bounds whose sensitivity is always the exact one (spec §3.1 `sensitivity`: "ignored (always exact)")
+EXACT_ONLY_BOUNDS: tuple[str, ...] = ("vocab_exact", "jl")
+SENSITIVITY_KINDS: tuple[str, ...] = ("bound", "exact")
+DEFAULT_JL_XI = 0.9
+DEFAULT_JL_SEED = 0
+
+U32 = 2.0**-24
+U64 = 2.0**-53
+_PAIR_BATCH = 8192
+_BLOCK_ENTRIES = 1 << 22  # entries of one block of pairwise values (32 MiB in float64)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """L1, L2 and L∞ sensitivities of a transform over the candidates (spec §8.2, §8.3).
+
+    Attributes:
+        l1 (`float`): Δ₁ = max over candidate pairs of ‖T(x) − T(x')‖₁ (or a stated upper bound).
+        l2 (`float`): Δ₂, the same in the L2 norm.
+        linf (`float`): Δ∞, the same in the L∞ norm.
+        exact (`bool`): whether these are the exact maxima (§8.3) or the stated bounds (§8.2).
+    """
+
+    l1: float
+    l2: float
+    linf: float
+    exact: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- validation
+def check_bound_options(
+    bound: Any,
+    *,
+    clip_norm: Any = None,
+    jl_k: Any = None,
+    jl_xi: Any = None,
+    jl_seed: Any = None,
+    allowed: tuple[str, ...] = BOUNDS,
+) -> None:
+    """Validate ``bound`` and the options that belong to it (spec §3.1, §8.2).
+
+    ``clip_norm`` is accepted only with ``bound="clip"``, ``jl_k``/``jl_xi``/``jl_seed`` only with
+    ``bound="jl"`` (``None`` means "not given").
+
+    Raises:
+        InvalidParameterError: naming the option, its value and what is allowed.
+
+    Example:
+
+    >>> check_bound_options("unit", clip_norm=1.0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    hf_textdp.errors.InvalidParameterError: clip_norm is only accepted with bound='clip', got bound='unit' (...).
+    """
+    check_choice(bound, "bound", allowed)
+    if clip_norm is not None:
+        if bound != "clip":
+            raise InvalidParameterError(
+                f"clip_norm is only accepted with bound='clip', got bound={bound!r} (clip_norm={clip_norm!r})."
+            )
+        check_float(clip_norm, "clip_norm", minimum=0.0)
+    for name, value in (("jl_k", jl_k), ("jl_xi", jl_xi), ("jl_seed", jl_seed)):
+        if value is not None and bound != "jl":
+            raise InvalidParameterError(
+                f"{name} is only accepted with bound='jl', got bound={bound!r} ({name}={value!r})."
+            )
+    if jl_k is not None:
+        check_int(jl_k, "jl_k", minimum=1)
+    if jl_xi is not None:
+        check_open_unit(jl_xi, "jl_xi")
+    if jl_seed is not None:
+        check_int(jl_seed, "jl_seed", minimum=0)
+
+
+# --------------------------------------------------------------------------- JL
+def jl_dimension(V: int, xi: float = DEFAULT_JL_XI) -> int:
+    """k = ⌈8·ln V / (ξ² − 2ξ³/3)⌉ (spec §8.2; 255 for MiniLM's V = 30,517 at ξ = 0.9).
+
+    Example:
+
+    >>> jl_dimension(30517), jl_dimension(30517, 0.5)
+    (255, 496)
+    """
+    return math.ceil(8.0 * math.log(V) / (xi**2 - 2.0 * xi**3 / 3.0))
+
+
+def jl_matrix(k: int, d: int, seed: int = DEFAULT_JL_SEED) -> npt.NDArray[np.float32]:
+    """The public JL matrix ``A ∈ {±1/√k}^{k×d}`` as float32 (spec §8.2; never from the noise seed)."""
+    signs = np.random.default_rng(seed).integers(0, 2, size=(k, d)) * 2 - 1
+    matrix: npt.NDArray[np.float32] = (signs / math.sqrt(k)).astype(np.float32)
+    return matrix
+
+
+# --------------------------------------------------------------------------- transforms
+@dataclass(frozen=True, eq=False)
+class Transform:
+    """A fitted sensitivity-bounding transform T (spec §8.2); build it with :func:`fit_transform`.
+
+    Attributes:
+        bound (`str`): one of :data:`BOUNDS`.
+        d_in (`int`), d_out (`int`): input and output dimensions (``d_out = jl_k`` for ``jl``).
+        key (`str`): hex SHA-256 of the matrix and the parameters (the cache key).
+        clip_norm, v_max, lo, hi, matrix: the public parameters of the bound that uses them.
+    """
+
+    bound: str
+    d_in: int
+    d_out: int
+    key: str
+    clip_norm: float | None = None
+    clip_norm_source: str | None = None
+    v_max: float | None = None
+    lo: npt.NDArray[np.float64] | None = field(default=None, repr=False)
+    hi: npt.NDArray[np.float64] | None = field(default=None, repr=False)
+    matrix: npt.NDArray[np.float32] | None = field(default=None, repr=False)
+    jl_xi: float | None = None
+    jl_seed: int | None = None
+
+    @property
+    def invertible(self) -> bool:
+        """Whether T⁻¹ exists on all of R^d (only ``minmax``: ``match_space="raw"`` maps back)."""
+        return self.bound in ("minmax", "vocab_exact")
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """T(x) in float64 for ``x`` of shape ``[n, d_in]`` (any float dtype)."""
+        x = x.to(torch.float64)
+        if self.bound == "vocab_exact":
+            return x.clone()
+        if self.bound == "clip":
+            assert self.clip_norm is not None
+            norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+            # T(0) = 0: a row with norm ≤ C is multiplied by exactly 1 (unchanged bit for bit)
+            factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
+            return x * factor
+        if self.bound == "observed_range":
+            assert self.v_max is not None
+            return x.clamp(-self.v_max, self.v_max)
+        if self.bound == "minmax":
+            lo, span = self._lo_span(x.device)
+            scaled: torch.Tensor = (x - lo) / span
+            return scaled
+        if self.bound == "unit":
+            unit: torch.Tensor = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
+            return unit
+        assert self.bound == "jl" and self.matrix is not None
+        A = torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64)
+        projected: torch.Tensor = x @ A.T
+        return projected
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        """T⁻¹(y) in float64 (``minmax`` and ``vocab_exact`` only)."""
+        y = y.to(torch.float64)
+        if self.bound == "vocab_exact":
+            return y.clone()
+        if self.bound != "minmax":
+            raise InvalidParameterError(f"bound={self.bound!r} is not invertible; only 'minmax' maps back.")
+        lo, span = self._lo_span(y.device)
+        return y * span + lo
+
+    def _lo_span(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.lo is not None and self.hi is not None
+        lo = torch.from_numpy(self.lo).to(device)
+        return lo, torch.from_numpy(self.hi).to(device) - lo
+
+    def stated(self) -> Sensitivity | None:
+        """The closed-form sensitivities of spec §8.2, or ``None`` for ``vocab_exact``/``jl``."""
+        d = self.d_out
+        if self.bound == "clip":
+            assert self.clip_norm is not None
+            C = self.clip_norm
+            return Sensitivity(l1=2.0 * C * math.sqrt(d), l2=2.0 * C, linf=2.0 * C, exact=False)
+        if self.bound == "observed_range":
+            assert self.v_max is not None
+            v = self.v_max
+            return Sensitivity(l1=2.0 * d * v, l2=2.0 * math.sqrt(d) * v, linf=2.0 * v, exact=False)
+        if self.bound == "minmax":
+            return Sensitivity(l1=float(d), l2=math.sqrt(d), linf=1.0, exact=False)
+        if self.bound == "unit":
+            return Sensitivity(l1=2.0 * math.sqrt(d), l2=2.0, linf=2.0, exact=False)
+        return None
+
+    def parameters(self) -> dict[str, Any]:
+        """Public transform parameters for the report (hashes for the vectors and matrices)."""
+        out: dict[str, Any] = {"bound": self.bound, "d": self.d_out}
+        if self.bound == "clip":
+            out["clip_norm"] = self.clip_norm
+            out["clip_norm_source"] = self.clip_norm_source
+        elif self.bound == "observed_range":
+            out["v_max"] = self.v_max
+        elif self.bound == "minmax":
+            assert self.lo is not None and self.hi is not None
+            out["lo_hi_sha256"] = hashlib.sha256(
+                self.lo.astype("<f8").tobytes() + self.hi.astype("<f8").tobytes()
+            ).hexdigest()
+        elif self.bound == "jl":
+            assert self.matrix is not None
+            out["jl_k"] = self.d_out
+            out["jl_xi"] = self.jl_xi
+            out["jl_seed"] = self.jl_seed
+            out["jl_sha256"] = hashlib.sha256(self.matrix.astype("<f4").tobytes()).hexdigest()
+        return out
+
+
+def _matrix_digest(E: torch.Tensor) -> str:
+    h = hashlib.sha256(b"hf_textdp/bound/v1\x00")
+    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
+    h.update(E.detach().cpu().numpy().astype("<f4").tobytes())
+    return h.hexdigest()
+
+
+_TRANSFORMS: dict[str, Transform] = {}
+
+
+def fit_transform(
+    E: torch.Tensor,
+    bound: str,
+    *,
+    clip_norm: float | None = None,
+    jl_k: int | None = None,
+    jl_xi: float | None = None,
+    jl_seed: int | None = None,
+    ids: torch.Tensor | None = None,
+) -> Transform:
+    """Fit the transform ``bound`` to the public candidate rows E (spec §8.2), float64 throughout.
+
+    Args:
+        E (`torch.Tensor` of shape `[V, d]`): the candidate rows (fp32).
+        bound (`str`): one of :data:`BOUNDS`.
+        clip_norm (`float`, *optional*): C for ``clip``; defaults to the median row norm (``numpy.median``).
+        jl_k (`int`, *optional*): output dimension for ``jl``; defaults to :func:`jl_dimension` of V, ``jl_xi``.
+        jl_xi (`float`, *optional*, defaults to `0.9`): ξ of the JL dimension formula.
+        jl_seed (`int`, *optional*, defaults to `0`): seed of the public JL matrix.
+        ids (`torch.Tensor`, *optional*): candidate ids, to name a zero row in the ``unit`` error.
+
+    Returns:
+        `Transform`, cached per (matrix hash, parameters).
+
+    Raises:
+        InvalidParameterError: an option given with the wrong bound, a constant column (``minmax``) or
+            a zero row (``unit``).
+
+    Example:
+
+    >>> import torch
+    >>> T = fit_transform(torch.tensor([[3.0, 4.0], [0.0, 2.0], [0.0, 1.0]]), "clip")
+    >>> T.clip_norm, T.apply(torch.tensor([[3.0, 4.0]])).tolist()
+    (2.0, [[1.2000000000000002, 1.6]])
+    """
+    check_bound_options(bound, clip_norm=clip_norm, jl_k=jl_k, jl_xi=jl_xi, jl_seed=jl_seed)
+    if E.ndim != 2 or E.shape[0] < 1:
+        raise InvalidParameterError(f"E must be a 2-D matrix with at least one row, got shape {tuple(E.shape)}.")
+    V, d = int(E.shape[0]), int(E.shape[1])
+    params = {"bound": bound, "clip_norm": clip_norm, "jl_k": jl_k, "jl_xi": jl_xi, "jl_seed": jl_seed}
+    key = hashlib.sha256((_matrix_digest(E) + json.dumps(params, sort_keys=True)).encode("utf-8")).hexdigest()
+    cached = _TRANSFORMS.get(key)
+    if cached is not None:
+        return cached
+    E64 = E.detach().cpu().to(torch.float64).numpy()
+    if bound == "clip":
+        if clip_norm is None:
+            C, source = float(np.median(np.linalg.norm(E64, axis=1))), "median"
+            if not C > 0:
+                raise InvalidParameterError(
+                    "clip_norm: the median candidate row norm is 0; pass clip_norm= (a finite float > 0)."
+                )
+        else:
+            C, source = float(clip_norm), "given"
+        T = Transform(bound, d, d, key, clip_norm=C, clip_norm_source=source)
+    elif bound == "vocab_exact":
+        T = Transform(bound, d, d, key)
+    elif bound == "observed_range":
+        T = Transform(bound, d, d, key, v_max=float(np.abs(E64).max()))
+    elif bound == "minmax":
+        lo, hi = E64.min(axis=0), E64.max(axis=0)
+        constant = np.nonzero(hi == lo)[0]
+        if constant.size:
+            raise InvalidParameterError(
+                f"bound='minmax': column {int(constant[0])} of the candidate matrix is constant "
+                f"({constant.size} constant column(s)), so (x − lo)/(hi − lo) is undefined; use another bound."
+            )
+        T = Transform(bound, d, d, key, lo=lo, hi=hi)
+    elif bound == "unit":
+        zero = np.nonzero(~(np.linalg.norm(E64, axis=1) > 0))[0]
+        if zero.size:
+            p = int(zero[0])
+            who = f"id {int(ids[p])}" if ids is not None else f"position {p}"
+            raise InvalidParameterError(
+                f"bound='unit': the candidate row of token {who} has norm 0, so x/‖x‖ is undefined; use another bound."
+            )
+        T = Transform(bound, d, d, key)
+    else:
+        xi = DEFAULT_JL_XI if jl_xi is None else float(jl_xi)
+        seed = DEFAULT_JL_SEED if jl_seed is None else int(jl_seed)
+        k = jl_dimension(V, xi) if jl_k is None else int(jl_k)
+        T = Transform(bound, d, k, key, matrix=jl_matrix(k, d, seed), jl_xi=xi, jl_seed=seed)
+    _TRANSFORMS[key] = T
+    return T
+
+
+# --------------------------------------------------------------------------- exact sensitivities
+def _block_rows(V: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        return max(1, int(chunk_size))
+    return max(1, min(V, _BLOCK_ENTRIES // max(V, 1)))
+
+
+def _max_pair(
+    X: torch.Tensor,
+    c: int,
+    approx: Any,
+    eta: float,
+    exact: Any,
+) -> float:
+    """max over pairs i ≤ j of ``exact(X[i] − X[j])`` from approximate blocks with error below ``eta``.
+
+    Every pair whose approximation is within 2η of the largest approximation is recomputed by
+    ``exact``; the true maximiser is always among them (its approximation is ≥ max − 2η).
+    """
+    V = X.shape[0]
+    best = -math.inf
+    kept_i: list[torch.Tensor] = []
+    kept_j: list[torch.Tensor] = []
+    kept_v: list[torch.Tensor] = []
+    n_kept = 0
+    for s in range(0, V, c):
+        e = min(s + c, V)
+        D = approx(s, e)  # [e − s, V − s]: pairs (s + a, s + b)
+        best = max(best, float(D.max()))
+        a, b = torch.nonzero(D >= best - 2.0 * eta, as_tuple=True)
+        kept_i.append(a + s)
+        kept_j.append(b + s)
+        kept_v.append(D[a, b].to(torch.float64))
+        n_kept += int(a.numel())
+        if n_kept > 4 * _PAIR_BATCH:  # prune what the running maximum has overtaken
+            vi, vj, vv = torch.cat(kept_i), torch.cat(kept_j), torch.cat(kept_v)
+            keep = vv >= best - 2.0 * eta
+            kept_i, kept_j, kept_v = [vi[keep]], [vj[keep]], [vv[keep]]
+            n_kept = int(keep.sum())
+    vi, vj, vv = torch.cat(kept_i), torch.cat(kept_j), torch.cat(kept_v)
+    keep = vv >= best - 2.0 * eta
+    vi, vj = vi[keep], vj[keep]
+    out = 0.0
+    for s in range(0, int(vi.numel()), _PAIR_BATCH):
+        diff = X[vi[s : s + _PAIR_BATCH]] - X[vj[s : s + _PAIR_BATCH]]
+        out = max(out, float(exact(diff).max()))
+    return out
+
+
+def exact_sensitivity(
+    X: torch.Tensor, *, chunk_size: int | None = None, l1_dtype: torch.dtype | None = None
+) -> Sensitivity:
+    """Exact Δ₁, Δ₂, Δ∞ over all pairs of rows of ``X`` (spec §8.3), uncached.
+
+    Args:
+        X (`torch.Tensor` of shape `[V, k]`): transformed candidate rows (converted to float64).
+        chunk_size (`int`, *optional*): rows per block (default: about 4M pairwise entries per block).
+        l1_dtype (`torch.dtype`, *optional*): precision of the Δ₁ filter pass (``torch.float32`` or
+            ``torch.float64``); defaults to float32 on CUDA and float64 on CPU. The result is the same.
+
+    Returns:
+        `Sensitivity` with ``exact=True``; equal to a float64 brute force by differences, whatever
+        ``chunk_size`` is.
+
+    Example:
+
+    >>> import torch
+    >>> s = exact_sensitivity(torch.tensor([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]]))
+    >>> s.l1, s.l2, s.linf
+    (7.0, 5.0, 4.0)
+    """
+    X = X.detach().to(torch.float64).contiguous()
+    V, k = int(X.shape[0]), int(X.shape[1])
+    if V < 2 or k == 0:
+        return Sensitivity(l1=0.0, l2=0.0, linf=0.0, exact=True)
+    c = _block_rows(V, chunk_size)
+    # Δ∞: max over columns of (max − min), one float64 subtraction, equal to the pairwise brute force
+    linf = float((X.max(dim=0).values - X.min(dim=0).values).max())
+
+    # Δ₂: float64 Gram blocks; |error| < η₂ = (d + 3)·u₆₄·4·max‖x‖² (spec §8.3)
+    sq = (X * X).sum(dim=1)
+    eta2 = (k + 3) * U64 * 4.0 * float(sq.max())
+
+    def gram(s: int, e: int) -> torch.Tensor:
+        return sq[s:e, None] + sq[None, s:] - 2.0 * (X[s:e] @ X[s:].T)
+
+    l2 = math.sqrt(_max_pair(X, c, gram, eta2, lambda diff: (diff * diff).sum(dim=1)))
+
+    # Δ₁: cdist(p = 1) blocks; float32 on CUDA (fast), float64 on CPU (faster there, tighter bound)
+    lowp = (l1_dtype or (torch.float32 if X.device.type == "cuda" else torch.float64)) == torch.float32
+    u = U32 if lowp else U64
+    Xc = X.float() if lowp else X
+    eta1 = (k + 3) * u * 2.0 * float(X.abs().sum(dim=1).max())
+
+    def l1_block(s: int, e: int) -> torch.Tensor:
+        return torch.cdist(Xc[s:e], Xc[s:], p=1.0)
+
+    l1 = _max_pair(X, c, l1_block, eta1, lambda diff: diff.abs().sum(dim=1))
+    return Sensitivity(l1=l1, l2=l2, linf=linf, exact=True)
+
+
+_SENS: dict[str, Sensitivity] = {}
+
+
+def candidate_sensitivity(
+    E: torch.Tensor, transform: Transform, kind: str = "bound", *, chunk_size: int | None = None
+) -> Sensitivity:
+    """The sensitivity a mechanism calibrates to: stated (§8.2) or exact over T(E) (§8.3).
+
+    ``kind="bound"`` gives the closed form of §8.2, except for ``vocab_exact`` and ``jl``, which are
+    always exact. Exact values are cached per ``transform.key`` in memory and on disk
+    (``$HF_TEXTDP_CACHE/sensitivity``); they depend on the public matrix only.
+
+    Args:
+        E (`torch.Tensor`): the candidate rows the transform was fitted to.
+        transform (`Transform`): from :func:`fit_transform` on E.
+        kind (`str`, defaults to `"bound"`): ``"bound"`` or ``"exact"``.
+    """
+    check_choice(kind, "sensitivity", SENSITIVITY_KINDS)
+    if kind == "bound":
+        stated = transform.stated()
+        if stated is not None:
+            return stated
+    key = transform.key
+    if key in _SENS:
+        return _SENS[key]
+    path = cache_dir() / "sensitivity" / f"{key}.json"
+    if path.is_file():
+        try:
+            sens = Sensitivity(**json.loads(path.read_text(encoding="utf-8")))
+            _SENS[key] = sens
+            return sens
+        except (OSError, ValueError, TypeError):
+            pass
+    sens = exact_sensitivity(transform.apply(E), chunk_size=chunk_size)
+    _SENS[key] = sens
+    try:
+        atomic_write_text(path, json.dumps(sens.to_dict(), sort_keys=True))
+    except OSError as err:
+        logger.debug("could not write the sensitivity cache: %s", err)
+    return sens

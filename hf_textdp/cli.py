@@ -1,0 +1,292 @@
+"""``hf-textdp``: the command-line front end (DESIGN §4). It holds no logic: it parses arguments,
+calls the public API, and prints one line per :class:`HfTextDPError` (exit 2), no traceback
+unless ``--debug``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import HfTextDPError, InvalidParameterError
+
+
+__all__ = ["main"]
+
+
+def _parse_value(text: str) -> Any:
+    """``-o KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, null, lists), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _options(pairs: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise InvalidParameterError(f"-o/--option expects KEY=VALUE, got {item!r}.")
+        key, value = item.split("=", 1)
+        out[key.strip()] = _parse_value(value)
+    return out
+
+
+def _read_seed(args: argparse.Namespace) -> int | None:
+    if args.seed is not None and args.seed_file is not None:
+        raise InvalidParameterError("--seed and --seed-file are mutually exclusive; give one of them.")
+    if args.seed_file is not None:
+        text = Path(args.seed_file).read_text().strip()
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise InvalidParameterError("--seed-file must hold one integer (decimal or 0x hex).") from None
+    if args.seed is not None:
+        try:
+            return int(args.seed, 0)
+        except ValueError:
+            raise InvalidParameterError("--seed must be an integer (decimal or 0x hex).") from None
+    return None
+
+
+def _config_from_args(args: argparse.Namespace) -> Any:
+    from .config import PrivatizerConfig
+
+    base: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        base = PrivatizerConfig.from_pretrained(args.config).to_dict()
+    for key in ("mechanism", "model", "postprocess", "delta", "device"):
+        value = getattr(args, key, None)
+        if value is not None:
+            base[key] = value
+    if getattr(args, "epsilon", None) is not None:
+        base["epsilon"] = args.epsilon
+    if "epsilon" not in base:
+        raise InvalidParameterError("--epsilon is required (or a --config that holds one).")
+    opts = dict(base.get("options") or {})
+    opts.update(_options(getattr(args, "option", None)))
+    base["options"] = opts
+    if getattr(args, "keep_original", False):
+        base["keep_original"] = True
+    return PrivatizerConfig(**base)
+
+
+# --------------------------------------------------------------------------- subcommands
+class PrivatizeCommand:
+    name = "privatize"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("privatize", help="privatize a dataset file or folder")
+        p.add_argument("input", help=".jsonl/.csv/.parquet file, dataset folder, or hub id")
+        p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
+        _add_config_args(p, epsilon_required=False)
+        p.add_argument("--config", help="a privatizer_config.json (or folder holding one)")
+        p.add_argument("--text-column", default="text")
+        p.add_argument("--id-column", default=None)
+        p.add_argument("--split", default=None)
+        p.add_argument("--seed", default=None, help="secret seed (prefer --seed-file; never publish it)")
+        p.add_argument("--seed-file", default=None, help="file holding the secret seed")
+        p.add_argument("--num-proc", type=int, default=None)
+        p.add_argument("--batch-size", type=int, default=1000)
+        p.add_argument("--streaming", action="store_true")
+        p.add_argument("--engine", choices=["local", "ray"], default="local")
+        p.add_argument("--keep-original", action="store_true")
+        p.add_argument("--overwrite", action="store_true")
+        p.add_argument("--resume", action="store_true")
+        p.set_defaults(command=PrivatizeCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .pipeline import privatize_dataset, report_path_for
+
+        config = _config_from_args(args)
+        seed = _read_seed(args)
+        if args.engine == "ray":
+            raise InvalidParameterError("--engine ray needs the Ray integration (hf_textdp.ray), not installed here.")
+        privatize_dataset(
+            args.input,
+            config,
+            text_column=args.text_column,
+            split=args.split,
+            num_proc=args.num_proc,
+            seed=seed,
+            id_column=args.id_column,
+            output_dir=args.output,
+            streaming=args.streaming,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            batch_size=args.batch_size,
+        )
+        report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
+        totals = report["totals"]
+        eps_row = totals["max_row_dp_epsilon"]
+        print(
+            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
+            f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
+            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}); report: "
+            f"{report_path_for(Path(args.output))}"
+        )
+        return 0
+
+
+class ReportCommand:
+    name = "report"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("report", help="print the privacy report of a saved output")
+        p.add_argument("output")
+        p.set_defaults(command=ReportCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .accounting import privacy_report
+        from .utils.io import dumps_json
+
+        sys.stdout.write(dumps_json(privacy_report(Path(args.output))))
+        return 0
+
+
+class CalibrateCommand:
+    name = "calibrate"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("calibrate", help="find epsilon for a target replacement rate (public matrix only)")
+        p.add_argument("--target-rate", type=float, default=None)
+        p.add_argument("--mechanism", default="madlib")
+        p.add_argument("--model", default=None)
+        p.add_argument("--postprocess", default=None)
+        p.add_argument("--delta", type=float, default=None)
+        p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE")
+        p.add_argument("--epsilons", default=None, help="comma-separated epsilons to tabulate")
+        p.set_defaults(command=CalibrateCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .calibrate import calibrate
+        from .space import DEFAULT_MODEL
+        from .utils.io import dumps_json
+
+        kwargs: dict[str, Any] = {
+            "target_rate": args.target_rate,
+            "mechanism": args.mechanism,
+            "model": args.model or DEFAULT_MODEL,
+            "options": _options(args.option),
+        }
+        if args.epsilons:
+            kwargs["epsilons"] = [float(x) for x in args.epsilons.split(",")]
+        result = calibrate(**kwargs)
+        sys.stdout.write(dumps_json(result.to_dict()))
+        return 0
+
+
+class AuditCommand:
+    name = "audit"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("audit", help="empirical privacy-loss audit of a mechanism (spec §11.3)")
+        _add_config_args(p, epsilon_required=True)
+        p.add_argument("--n-select", type=int, default=4000)
+        p.add_argument("--n-estimate", type=int, default=20000)
+        p.add_argument("--seed", default=None)
+        p.set_defaults(command=AuditCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .audit import audit
+        from .space import load_space
+        from .utils.io import dumps_json
+
+        config = _config_from_args(args)
+        space = load_space(config.model, config.device)
+        seed = int(args.seed, 0) if args.seed is not None else None
+        result = audit(config, space, n_select=args.n_select, n_estimate=args.n_estimate, seed=seed)
+        sys.stdout.write(dumps_json(result.to_dict() if hasattr(result, "to_dict") else result.__dict__))
+        return 0 if result.passed else 1
+
+
+class EnvCommand:
+    name = "env"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("env", help="print versions for bug reports")
+        p.set_defaults(command=EnvCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        import platform
+
+        from .version import __version__
+
+        info = {"hf-textdp": __version__, "python": platform.python_version(), "platform": platform.platform()}
+        for mod in ("torch", "transformers", "tokenizers", "datasets", "numpy", "scipy", "huggingface_hub"):
+            try:
+                info[mod] = __import__(mod).__version__
+            except ImportError:
+                info[mod] = "not installed"
+        for k, v in info.items():
+            print(f"- {k}: {v}")
+        return 0
+
+
+def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> None:
+    p.add_argument("--epsilon", type=float, required=epsilon_required, default=None)
+    p.add_argument("--mechanism", default=None)
+    p.add_argument("--delta", type=float, default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--postprocess", default=None)
+    p.add_argument("--device", default=None)
+    p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism/post-processing option")
+
+
+COMMANDS = [PrivatizeCommand, CalibrateCommand, ReportCommand, AuditCommand, EnvCommand]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2 (argparse's convention too)
+        sys.stderr.write(f"hf-textdp: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hf-textdp", description="Differentially private text at the subword-token level.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+    for cmd in COMMANDS:
+        cmd.register_subcommand(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "command", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        code: int = args.command.run(args)
+        return code
+    except HfTextDPError as err:
+        if args.debug:
+            raise
+        sys.stderr.write(f"hf-textdp: error: {' '.join(str(err).split())}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("hf-textdp: interrupted\n")
+        return 130
+    except Exception as err:  # noqa: BLE001 - one line unless --debug
+        if args.debug:
+            raise
+        sys.stderr.write(f"hf-textdp: error: {type(err).__name__}: {' '.join(str(err).split())[:500]}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

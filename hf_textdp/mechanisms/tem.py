@@ -1,0 +1,378 @@
+"""tem: the Truncated Exponential Mechanism (Carvalho et al. 2021, arXiv:2107.07928; spec §6).
+
+For a candidate w, TEM outputs y ∈ C with probability (spec §6.3, the paper's Algorithm 2)
+
+    P[TEM(w) = y] = exp((ε/2)·f(w, y)) / Σ_{y'∈C} exp((ε/2)·f(w, y')),   f(w, y) = −min(d(w, y), γ),
+
+where d is the Euclidean distance between rows of the public matrix E and γ the truncation
+threshold of the paper's Theorem 3, taken with equality (spec §6.2):
+
+    γ = max(0, (2/ε)·(log1p(−β) + ln(V − 1) − ln β)).
+
+Guarantee: ε·d metric DP (pure, δ = 0), because t ↦ min(t, γ) is 1-Lipschitz; per token the loss
+between any two candidates is at most ε·min(d(w, w'), γ), so ε_tok = ε·min(diam, γ) (spec §6.5,
+§10.1). The ½ in the exponent (a Gumbel of scale 2/ε in the paper) is what makes the factor ε.
+
+Sampling is exact and never builds a V × V matrix: a Gumbel-max over C, chunked (spec §6.4,
+``sampler="dense"``, normative for seeded outputs), or the paper's list form with one ⊥ element per
+row that stands for every candidate outside the γ-ball and is resolved uniformly (Algorithm 3,
+``sampler="list"``). Memory is O(B·chunk_size) for B tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from ..accounting import Claim
+from ..errors import InvalidParameterError
+from ..scale import scale_stats
+from ..search import exact_fp32_matmul
+from ..validation import check_choice, check_float, check_int, check_open_unit
+from .base import SelectionMechanism
+
+
+if TYPE_CHECKING:
+    from ..space import EmbeddingSpace
+
+
+__all__ = ["Tem", "tem_gamma", "tem_beta_for_gamma", "chunk_distances", "gumbel_max_dense", "gumbel_max_list"]
+
+
+def tem_gamma(*, epsilon: float, beta: float, V: int) -> float:
+    """Truncation threshold γ of TEM (seed 004 Theorem 3 with equality; spec §6.2), in float64.
+
+    Args:
+        epsilon (`float`): ε > 0.
+        beta (`float`): β_TEM ∈ (0, 1), the utility failure probability (not PrivEmb's β).
+        V (`int`): the number of candidates |C| ≥ 2.
+
+    Returns:
+        `float`: ``max(0, (2/ε)·(log1p(−β) + ln(V − 1) − ln β))``; the clamp applies when
+        (1 − β)(V − 1) < β, and γ = 0 makes the output uniform over C.
+
+    Example:
+
+    >>> round(tem_gamma(epsilon=2.0, beta=0.2, V=5), 10)  # ln 16
+    2.7725887222
+    """
+    return max(0.0, (2.0 / epsilon) * (math.log1p(-beta) + math.log(V - 1) - math.log(beta)))
+
+
+def tem_beta_for_gamma(*, epsilon: float, gamma: float, V: int) -> float:
+    """The β_TEM that a given γ implies: 1 / (1 + e^{εγ/2}/(V − 1)) (Theorem 3's bound on P[outside]).
+
+    Example:
+
+    >>> round(tem_beta_for_gamma(epsilon=2.0, gamma=math.log(16.0), V=5), 12)
+    0.2
+    """
+    t = epsilon * gamma / 2.0 - math.log(V - 1)
+    if t > 700.0:  # e^t overflows; β underflows to e^{-t}
+        return math.exp(-t)
+    return 1.0 / (1.0 + math.exp(t))
+
+
+def chunk_distances(x: torch.Tensor, x_sq: torch.Tensor, n32: torch.Tensor, em2t: torch.Tensor) -> torch.Tensor:
+    """fp32 distances ``[B, c]`` via ‖x‖² + ‖e‖² − 2x·eᵀ, clamped at 0, square-rooted (spec §6.4).
+
+    Args:
+        x (`torch.Tensor` `[B, d]` fp32): the inputs' rows.
+        x_sq (`torch.Tensor` `[B]` fp32): their squared norms (rounded from float64).
+        n32 (`torch.Tensor` `[c]` fp32): the chunk's squared norms (rounded from float64).
+        em2t (`torch.Tensor` `[d, c]` fp32): −2·Eᵀ for the chunk (exact in fp32).
+
+    Call it inside :func:`~hf_textdp.search.exact_fp32_matmul` (no TF32 / bf16).
+    """
+    D = torch.addmm(n32, x, em2t)
+    D.add_(x_sq[:, None]).clamp_(min=0.0).sqrt_()
+    return D
+
+
+def _neg_log_neg_log(u: torch.Tensor) -> torch.Tensor:
+    """In place: u ↦ log(−log u), so that ``s − result`` adds a standard Gumbel (u = 0 gives +inf)."""
+    return u.log_().neg_().log_()
+
+
+def gumbel_max_dense(
+    x: torch.Tensor,
+    n32: torch.Tensor,
+    em2t: torch.Tensor,
+    *,
+    scale: float,
+    gamma: float,
+    chunk_size: int,
+    g: torch.Generator,
+) -> torch.Tensor:
+    """Exact chunked Gumbel-max sample of softmax(−scale·min(d(x, ·), γ)) over the columns (spec §6.4).
+
+    For each chunk of columns (in increasing order): fp32 distances, float64 scores
+    ``−scale·min(d, γ)``, plus a standard Gumbel ``−log(−log u)`` from float64 uniforms drawn as one
+    ``torch.rand(B, c)`` per chunk from ``g``; the row maximum takes the first index on ties, and a later
+    chunk wins only on a strictly larger value, so the result equals the unchunked argmax.
+
+    Args:
+        x (`torch.Tensor` `[B, d]` fp32): the inputs' rows (one dataset row's tokens, in order).
+        n32 (`torch.Tensor` `[V']` fp32), em2t (`torch.Tensor` `[d, V']` fp32): the target columns'
+            squared norms and −2·Eᵀ (``ExactIndex.n32`` / ``ExactIndex.Em2T`` for all of C).
+        scale (`float`): the factor of the exponent, ε/2 for TEM and SanText.
+        gamma (`float`): truncation threshold (``math.inf`` for none).
+        chunk_size (`int`): columns per chunk; part of the seeded-reproducibility contract.
+        g (`torch.Generator`): the row's generator, on ``x``'s device.
+
+    Returns:
+        `torch.Tensor` `[B]` int64: column indices, on ``x``'s device. Memory O(B·chunk_size).
+    """
+    B = x.shape[0]
+    V = n32.shape[0]
+    dev = x.device
+    x_sq = (x.double() ** 2).sum(1).float()
+    best = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
+    arg = torch.zeros(B, dtype=torch.int64, device=dev)
+    with exact_fp32_matmul():
+        for c0 in range(0, V, chunk_size):
+            c1 = min(c0 + chunk_size, V)
+            s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
+            if gamma < math.inf:
+                s.clamp_(max=gamma)
+            s.mul_(-scale)
+            u = torch.rand((B, c1 - c0), dtype=torch.float64, generator=g, device=dev)
+            s.sub_(_neg_log_neg_log(u))
+            del u
+            m, j = s.max(dim=1)  # first index on ties
+            upd = m > best  # a later chunk wins only on a strictly larger value
+            best = torch.where(upd, m, best)
+            arg = torch.where(upd, j + c0, arg)
+    return arg
+
+
+def gumbel_max_list(
+    x: torch.Tensor,
+    n32: torch.Tensor,
+    em2t: torch.Tensor,
+    *,
+    scale: float,
+    gamma: float,
+    chunk_size: int,
+    g: torch.Generator,
+    bottom_log_weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    bottom_rank: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """TEM's list form with the ⊥ element (seed 004 Algorithm 3; spec §6.4 ``sampler="list"``).
+
+    Gumbel-max over the scores ``−scale·d`` of the columns inside the γ-ball L_w and one ⊥ per row with
+    score ``−scale·γ + ln n_out`` (absent when n_out = 0); if ⊥ wins, the k-th column (in increasing
+    order) outside the ball is returned, k = ⌊u·n_out⌋ for a float64 uniform u. Equal in law to
+    :func:`gumbel_max_dense`; a different random stream. Draws: one ``rand(B, c)`` per chunk, then
+    ``rand(B)`` for ⊥'s Gumbel, then ``rand(B)`` for k. The complement of L_w is never stored: the chunks
+    holding a winning ⊥'s k-th outside column are recomputed with the same call, and their outside
+    counts are checked against the first pass.
+
+    Args:
+        bottom_log_weight (`callable`, *optional*): ``n_out ↦ ln n_out`` (float64 tensor); a hook for tests.
+        bottom_rank (`callable`, *optional*): ``(u, n_out) ↦ k``; a hook for tests.
+
+    Returns:
+        `torch.Tensor` `[B]` int64: column indices, on ``x``'s device.
+    """
+    B = x.shape[0]
+    V = n32.shape[0]
+    dev = x.device
+    x_sq = (x.double() ** 2).sum(1).float()
+    best = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
+    arg = torch.zeros(B, dtype=torch.int64, device=dev)
+    starts = list(range(0, V, chunk_size))
+    out_counts = torch.zeros((B, len(starts)), dtype=torch.int64, device=dev)
+    with exact_fp32_matmul():
+        for ci, c0 in enumerate(starts):
+            c1 = min(c0 + chunk_size, V)
+            dist = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1])
+            outside = dist > gamma
+            out_counts[:, ci] = outside.sum(1)
+            s = dist.double().mul_(-scale)
+            s.masked_fill_(outside, -math.inf)
+            u = torch.rand((B, c1 - c0), dtype=torch.float64, generator=g, device=dev)
+            s.sub_(_neg_log_neg_log(u))
+            m, j = s.max(dim=1)
+            upd = m > best
+            best = torch.where(upd, m, best)
+            arg = torch.where(upd, j + c0, arg)
+        n_out = out_counts.sum(1)
+        n_out64 = n_out.double()
+        log_w = torch.log(n_out64) if bottom_log_weight is None else bottom_log_weight(n_out64)
+        u_b = torch.rand(B, dtype=torch.float64, generator=g, device=dev)
+        s_b = (-scale * gamma) + log_w - _neg_log_neg_log(u_b)
+        s_b = torch.where(n_out > 0, s_b, torch.full_like(s_b, -math.inf))
+        won = s_b > best
+        u_k = torch.rand(B, dtype=torch.float64, generator=g, device=dev)
+        if bottom_rank is None:
+            k = torch.floor(u_k * n_out64).to(torch.int64)
+            k = torch.minimum(k, (n_out - 1).clamp(min=0))
+        else:
+            k = bottom_rank(u_k, n_out)
+        rows = torch.nonzero(won).squeeze(1)
+        if rows.numel():
+            cum = torch.cumsum(out_counts, 1)  # outside columns up to and including each chunk
+            kr = k[rows]
+            chunk_of = (cum[rows] <= kr[:, None]).sum(1)  # first chunk whose cumulative count exceeds k
+            before = torch.where(chunk_of > 0, cum[rows, (chunk_of - 1).clamp(min=0)], torch.zeros_like(kr))
+            for ci in torch.unique(chunk_of).tolist():
+                c0 = starts[ci]
+                c1 = min(c0 + chunk_size, V)
+                dist = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1])  # same call as the first pass
+                sel = chunk_of == ci
+                rr = rows[sel]
+                outside = dist[rr] > gamma
+                if not bool((outside.sum(1) == out_counts[rr, ci]).all()):
+                    raise AssertionError("tem list sampler: recomputed distances differ from the first pass")
+                target = (kr[sel] - before[sel])[:, None]
+                j = torch.argmax((torch.cumsum(outside.to(torch.int64), 1) > target).to(torch.int8), dim=1)
+                arg[rr] = j + c0
+    return arg
+
+
+class Tem(SelectionMechanism):
+    """Truncated Exponential Mechanism over the model's candidate set (spec §6).
+
+    Args:
+        epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
+        beta (`float`, *optional*, defaults to `0.001`): β_TEM ∈ (0, 1), the probability that the
+            output lies outside the γ-ball of the input (Theorem 3); sets γ (spec §6.2).
+        gamma (`float`, *optional*, defaults to `None`): an explicit threshold γ ≥ 0 instead of β
+            (giving both ``gamma`` and a non-default ``beta`` raises).
+        sampler (`str`, *optional*, defaults to `"dense"`): ``"dense"`` (chunked Gumbel-max over C,
+            normative for seeded outputs) or ``"list"`` (the paper's ⊥ form; same law, other stream).
+        chunk_size (`int`, *optional*, defaults to `4096`): candidates per chunk; with a seed, outputs
+            are reproducible for equal ``chunk_size``, device type and torch version.
+
+    Raises:
+        InvalidParameterError: a value outside the allowed range (the message names it).
+
+    Example:
+
+    >>> mech = Tem(epsilon=2.0, beta=0.2)
+    >>> round(mech.gamma_for(5), 10)
+    2.7725887222
+    >>> Tem(epsilon=2.0, sampler="exact")
+    Traceback (most recent call last):
+    ...
+    hf_textdp.errors.InvalidParameterError: sampler must be one of ['dense', 'list'], got 'exact'.
+    """
+
+    name = "tem"
+    OPTIONS = {"beta": 0.001, "gamma": None, "sampler": "dense", "chunk_size": 4096}
+    SAMPLERS: ClassVar[tuple[str, ...]] = ("dense", "list")
+    #: factor of ε in the exponent (the paper's Gumbel scale 2/ε); 1.0 would only give 2ε·d metric DP.
+    EXPONENT_FACTOR: ClassVar[float] = 0.5
+
+    beta: float | None
+    gamma: float | None
+    sampler: str
+    chunk_size: int
+
+    def _validate(self) -> None:
+        opts = self.options
+        self.beta = check_open_unit(opts["beta"], "beta")
+        self.gamma = None if opts["gamma"] is None else check_float(opts["gamma"], "gamma", minimum=0.0, strict=False)
+        if self.gamma is not None and self.beta != self.OPTIONS["beta"]:
+            raise InvalidParameterError(
+                f"gamma and beta: give one of them, got gamma={opts['gamma']!r} and beta={opts['beta']!r} "
+                f"(beta sets gamma; leave beta at its default {self.OPTIONS['beta']} when gamma is given)."
+            )
+        self.sampler = check_choice(opts["sampler"], "sampler", self.SAMPLERS)
+        self.chunk_size = check_int(opts["chunk_size"], "chunk_size", minimum=1)
+        opts.update(beta=self.beta, gamma=self.gamma, chunk_size=self.chunk_size)
+
+    # ---------------------------------------------------------------- the law
+    def gamma_for(self, V: int) -> float:
+        """γ for a candidate set of size V: the ``gamma`` option, or :func:`tem_gamma` from β."""
+        if self.gamma is not None:
+            return self.gamma
+        assert self.beta is not None
+        return tem_gamma(epsilon=self.epsilon, beta=self.beta, V=V)
+
+    def score_scale(self) -> float:
+        """The factor multiplying −min(d, γ) in the exponent: ε/2 (spec §6.3)."""
+        return self.EXPONENT_FACTOR * self.epsilon
+
+    def bottom_log_weight(self, n_out: torch.Tensor) -> torch.Tensor:
+        """ln n_out: ⊥ carries the total weight n_out·e^{−εγ/2} of the candidates outside the ball."""
+        return torch.log(n_out)
+
+    def bottom_rank(self, u: torch.Tensor, n_out: torch.Tensor) -> torch.Tensor:
+        """Which outside candidate ⊥ resolves to: k = ⌊u·n_out⌋, uniform over the n_out of them."""
+        k = torch.floor(u * n_out.double()).to(torch.int64)
+        return torch.minimum(k, (n_out - 1).clamp(min=0))
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """Output positions ``[n]`` for input positions ``[n]`` (one row's tokens, in order; spec §6.4)."""
+        dev = space.E.device
+        positions = positions.to(dev, torch.int64)
+        if positions.numel() == 0 or math.isinf(self.epsilon):  # ε = ∞ only in test mode: no noise
+            return positions.clone()
+        index = space.index
+        x = space.E[positions]
+        gamma = self.gamma_for(space.V)
+        if self.sampler == "list":
+            return gumbel_max_list(
+                x,
+                index.n32,
+                index.Em2T,
+                scale=self.score_scale(),
+                gamma=gamma,
+                chunk_size=self.chunk_size,
+                g=g,
+                bottom_log_weight=self.bottom_log_weight,
+                bottom_rank=self.bottom_rank,
+            )
+        return gumbel_max_dense(
+            x, index.n32, index.Em2T, scale=self.score_scale(), gamma=gamma, chunk_size=self.chunk_size, g=g
+        )
+
+    # ---------------------------------------------------------------- accounting
+    def claim(self, space: EmbeddingSpace) -> Claim:
+        """ε·d metric DP; ε_tok = ε·min(diam, γ) and pair bound ε·min(d(w, w'), γ) (spec §6.5, §10.1)."""
+        stats = scale_stats(space.E, index=space.index)
+        gamma = self.gamma_for(space.V)
+        eps = self.epsilon
+        E64 = space.E.double()
+
+        def pair_bound(a: int, b: int) -> float:
+            return _times(eps, min(float(torch.linalg.vector_norm(E64[a] - E64[b])), gamma))
+
+        return Claim(
+            guarantee="metric_dp",
+            metric="euclidean",
+            epsilon=eps,
+            delta=None,
+            epsilon_token=_times(eps, min(stats.diam, gamma)),
+            delta_token=0.0,
+            certified=True,
+            pair_bound=pair_bound,
+        )
+
+    def details(self, space: EmbeddingSpace) -> dict[str, Any]:
+        gamma = self.gamma_for(space.V)
+        if self.gamma is None:
+            beta_tem = self.beta
+        else:  # the utility level the given γ implies (Theorem 3)
+            beta_tem = tem_beta_for_gamma(epsilon=self.epsilon, gamma=gamma, V=space.V)
+        stats = scale_stats(space.E, index=space.index)
+        return {
+            "metric_dp": {"epsilon": self.epsilon, "metric": "euclidean"},
+            "gamma": gamma,
+            "gamma_source": "beta" if self.gamma is None else "gamma",
+            "beta_tem": beta_tem,
+            "truncates": bool(gamma < stats.diam),
+            "diam_exact": stats.diam_exact,
+        }
+
+
+def _times(eps: float, dist: float) -> float:
+    """ε·dist, with ∞·0 (test mode, ε = ∞) read as ∞ rather than NaN."""
+    out = eps * dist
+    return math.inf if math.isnan(out) else out

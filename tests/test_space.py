@@ -1,0 +1,122 @@
+"""Embedding spaces: HF models (fast path = full load), static vectors, candidate sets (spec §1.3, §1.4)."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from hf_textdp.errors import ModelNotFoundError, VectorFileError
+from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL, load_space, load_hf_embeddings
+from tests.utils import write_vectors
+
+
+def test_tiny_bert_candidate_set(tiny_bert):
+    space = load_space(tiny_bert)
+    tok = space.tokenizer
+    assert 500 <= space.V <= 2000 and space.d == 16
+    cand = set(space.candidate_ids.tolist())
+    assert not cand & set(tok.all_special_ids)
+    assert max(cand) < len(tok)
+    assert torch.all(space.candidate_ids[1:] > space.candidate_ids[:-1])
+    cls, _ = space.classify(np.array([tok.cls_token_id, tok.unk_token_id, tok.pad_token_id, 10**7]))
+    assert cls.tolist() == [STRUCTURAL, PASSTHROUGH, STRUCTURAL, PASSTHROUGH]
+
+
+def test_padded_matrix_rows_are_never_candidates(tmp_path):
+    """Rows ≥ len(tokenizer) (matrices padded to a multiple of 64) are not candidates (spec §1.4)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from tests.utils import build_tiny_bert
+
+    folder = build_tiny_bert(tmp_path / "bert", vocab_size=300)
+    tok = AutoTokenizer.from_pretrained(folder)
+    padded = ((len(tok) + 63) // 64) * 64 + 64
+    model = BertModel(BertConfig(vocab_size=padded, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32))
+    model.save_pretrained(folder)
+    space = load_space(str(folder))
+    assert space.n_rows == padded
+    assert int(space.candidate_ids.max()) < len(tok)
+    assert space.excluded_out_of_range == padded - len(tok)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-lm-head"])
+def test_fast_path_equals_full_model_load(tmp_path, tied):
+    """Reading the safetensors tensor directly gives E_full bit for bit (spec §1.3)."""
+    from transformers import AutoModel, GPT2Config, GPT2LMHeadModel
+
+    from tests.utils import build_tiny_gpt2
+
+    folder = build_tiny_gpt2(tmp_path / "gpt2")
+    if tied:
+        cfg = GPT2Config.from_pretrained(folder)
+        cfg.tie_word_embeddings = True
+        torch.manual_seed(5)
+        GPT2LMHeadModel(cfg).save_pretrained(folder)
+    fast = load_hf_embeddings(folder)
+    full = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach().float()
+    assert fast.dtype == torch.float32
+    assert torch.equal(fast, full)
+
+
+def test_glove_and_word2vec_told_apart_by_content(tmp_path):
+    E = np.array([[0.5, 1.0], [2.0, -1.0], [3.0, 3.0]], dtype=np.float32)
+    g = write_vectors(tmp_path / "vectors.w2v", ["a", "b", "c"], E, fmt="glove")  # misleading name
+    w = write_vectors(tmp_path / "vectors.glove.txt", ["a", "b", "c"], E, fmt="word2vec")
+    sg, sw = load_space(str(g)), load_space(str(w))
+    assert sg.kind == "glove" and sw.kind == "word2vec"
+    assert torch.equal(sg.E, sw.E) and sg.words == sw.words == ["a", "b", "c"]
+
+
+def test_gzip_bom_crlf_blank_lines_duplicates_and_whitespace_words(tmp_path):
+    text = "\ufeffa 1 2\r\n\r\nb 3 4\r\na 9 9\r\nnew\u00a0york 5 5\r\nc 0 1\r\n"
+    p = tmp_path / "vec.gz"
+    p.write_bytes(gzip.compress(text.encode("utf-8")))
+    space = load_space(str(p))
+    assert space.words == ["a", "b", "c"]  # duplicate 'a' and the NBSP word dropped
+    assert space.E.tolist() == [[1.0, 2.0], [3.0, 4.0], [0.0, 1.0]]
+    assert len(space.file_sha256 or "") == 64
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("a 1 2\nb 3\n", r"line 2: ragged row with 1 values, expected 2"),
+        ("a 1 2\nb 3 x\n", r"line 2: 'x' is not a number"),
+        ("a 1 2\nb 3 4 5\n", r"line 2: ragged row with more than 2 values"),
+        ("a 1 2\nb 3 inf\n", r"non-finite"),
+        ("3 2\na 1 2\nb 3 4\n", r"header says 3 rows but the file has 2"),
+        ("", r"empty"),
+        ("a 1 2\n", r"at least 2 are needed"),
+    ],
+    ids=["short-row", "non-number", "long-row", "infinite", "w2v-count", "empty", "one-word"],
+)
+def test_malformed_vector_files_raise(tmp_path, content, match):
+    p = tmp_path / "bad.txt"
+    p.write_text(content)
+    with pytest.raises(VectorFileError, match=match):
+        load_space(str(p))
+
+
+def test_binary_file_raises(tmp_path):
+    p = tmp_path / "vectors.bin"
+    p.write_bytes(b"2 2\nab\x00\x01\x02\x03\xff\xfe")
+    with pytest.raises(VectorFileError, match="binary word2vec is not supported"):
+        load_space(str(p))
+
+
+def test_unresolvable_model_names_what_was_tried():
+    with pytest.raises(ModelNotFoundError, match=r"model='nobody/nothing-here' cannot be resolved offline") as info:
+        load_space("nobody/nothing-here")
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_static_space_all_words_are_candidates(tmp_path):
+    p = write_vectors(tmp_path / "v.txt", ["x", "y", "z"], np.eye(3))
+    space = load_space(str(p))
+    cls, pos = space.classify(np.array([0, 1, 2, -1]))
+    assert cls.tolist() == [CANDIDATE, CANDIDATE, CANDIDATE, PASSTHROUGH]
+    assert pos.tolist() == [0, 1, 2, -1]
