@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from .accounting import privacy_report
+from .audit import audit
+from .calibrate import calibrate
+from .collators import DataCollatorForInputsEmbeds, DataCollatorWithPrivatization
 from .config import PrivatizerConfig
 from .errors import HfTextDPError
 from .pipeline import privatize_dataset
 from .privatizer import Privatizer
-from .version import __version__
+from .tokenizer import PrivateTokenizer
+from .version import __version__ as __version__
 
 
 __all__ = [
@@ -15,6 +19,10 @@ __all__ = [
     "Privatizer",
     "privatize_dataset",
     "privacy_report",
+    "calibrate",
+    "audit",
+    "PrivateTokenizer",
+    "DataCollatorWithPrivatization",
+    "DataCollatorForInputsEmbeds",
     "HfTextDPError",
-    "__version__",
 ]

@@ -88,7 +88,13 @@ class Totals:
     max_row_dp_delta: float | None = None
 
     def add_row(
-        self, *, dp_tokens: int, special: int, padding: int, passthrough: int, epsilon: float | None,
+        self,
+        *,
+        dp_tokens: int,
+        special: int,
+        padding: int,
+        passthrough: int,
+        epsilon: float | None,
         delta: float | None,
     ) -> None:
         self.rows += 1

@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
 from .mechanisms import get_mechanism_class
-from .mechanisms.base import Mechanism
+from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
 from .space import DEFAULT_MODEL, parse_device
 from .utils.io import atomic_write_text, dumps_json
@@ -51,10 +51,10 @@ class PrivatizerConfig:
     >>> cfg = PrivatizerConfig(mechanism="madlib", epsilon=100.0)
     >>> cfg.to_dict()["epsilon"]
     100.0
-    >>> PrivatizerConfig(epsilon=-1)
+    >>> PrivatizerConfig(epsilon=-1)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    hf_textdp.errors.InvalidParameterError: epsilon must be a finite float > 0 (infinity only with options={'test_mode': True}), got -1.
+    hf_textdp.errors.InvalidParameterError: epsilon must be a finite float > 0 ..., got -1.
     """
 
     epsilon: float
@@ -133,6 +133,8 @@ class PrivatizerConfig:
             **mech_opts,
         )
         step = step_cls(**step_opts) if mech.kind == "additive" else None
+        if step is not None and isinstance(mech, AdditiveMechanism):
+            step.check_mechanism(mech)
         return mech, step
 
     # ---------------------------------------------------------------- serialisation
@@ -169,8 +171,9 @@ class PrivatizerConfig:
         return path
 
     @classmethod
-    def from_pretrained(cls, path_or_repo_id: str | Path, *, strict: bool = True, **hub_kwargs: Any
-                        ) -> PrivatizerConfig:
+    def from_pretrained(
+        cls, path_or_repo_id: str | Path, *, strict: bool = True, **hub_kwargs: Any
+    ) -> PrivatizerConfig:
         """Load from a folder holding ``privatizer_config.json``, that file itself, or a hub repo id."""
         p = Path(path_or_repo_id).expanduser()
         if p.is_dir():

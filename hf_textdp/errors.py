@@ -17,6 +17,7 @@ builtin meaning fits, the class inherits from it too, so ``except FileNotFoundEr
         ├── ColumnNotFoundError (+KeyError)  the text or id column does not exist
         ├── NumericalRangeError              noise overflowed (epsilon far too small)
         ├── OutputExistsError (+FileExistsError)  the output exists and ``overwrite`` is off
+        ├── ResumeError                      ``resume`` cannot continue the partial run it found
         └── MissingExtraError (+ImportError) an optional dependency is not installed
 
 Messages name the parameter (or the row index and column), the value, and what is allowed. They
@@ -40,6 +41,7 @@ __all__ = [
     "ColumnNotFoundError",
     "NumericalRangeError",
     "OutputExistsError",
+    "ResumeError",
     "MissingExtraError",
 ]
 
@@ -103,6 +105,10 @@ class OutputExistsError(HfTextDPError, FileExistsError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class ResumeError(HfTextDPError):
+    """``resume=True`` found a partial run made with another config, input or shard size."""
 
 
 class MissingExtraError(HfTextDPError, ImportError):

@@ -75,7 +75,8 @@ class EmbeddingSpace:
     def __post_init__(self) -> None:
         if self.candidate_ids.numel() < 2:
             raise InvalidParameterError(
-                f"model: {self.model_id} leaves {self.candidate_ids.numel()} candidate token(s); at least 2 are needed."
+                f"model: {self.model_id} leaves {self.candidate_ids.numel()} candidate token(s); "
+                "at least 2 are needed."
             )
         size = max(self.vocab_size, self.n_rows, int(self.candidate_ids.max()) + 1)
         cls = np.full(size, PASSTHROUGH, dtype=np.int8)  # ids without a row or unknown: passthrough
@@ -219,7 +220,7 @@ def _embedding_param_name(config: Any) -> tuple[str, str]:
     from transformers import AutoModel
 
     with torch.device("meta"):
-        model = AutoModel.from_config(config)
+        model = AutoModel.from_config(config)  # type: ignore[no-untyped-call]
     weight = model.get_input_embeddings().weight
     for name, p in model.named_parameters(remove_duplicate=False):
         if p is weight:
@@ -242,7 +243,8 @@ def _read_safetensors_tensor(folder: Path, names: list[str]) -> torch.Tensor | N
     for f, n in files:
         with safe_open(str(f), framework="pt") as sf:
             if n in sf.keys():
-                return sf.get_tensor(n)
+                tensor: torch.Tensor = sf.get_tensor(n)
+                return tensor
     return None
 
 

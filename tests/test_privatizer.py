@@ -35,12 +35,14 @@ def test_specials_unchanged_and_uncounted(model):
     texts = corpus(20, seed=3) + ["", "   "]
     out = _columns(priv, texts)
     tok = priv.space.tokenizer
-    for text, ids_out, n in zip(texts, out["input_ids"], out["dp_tokens"]):
+    for text, ids_out, n in zip(texts, out["input_ids"], out["dp_tokens"], strict=False):
         ids_in = tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
         assert len(ids_out) == len(ids_in)
         cls, _ = priv.space.classify(np.array(ids_in))
         structural = cls == STRUCTURAL
-        assert [i for i, s in zip(ids_out, structural) if s] == [i for i, s in zip(ids_in, structural) if s]
+        assert [i for i, s in zip(ids_out, structural, strict=False) if s] == [
+            i for i, s in zip(ids_in, structural, strict=False) if s
+        ]
         assert n == int((cls == CANDIDATE).sum())
     assert out["attention_mask"] == [[1] * len(i) for i in out["input_ids"]]
     assert out["text"][-2] == ""  # an empty string privatizes to an empty string
@@ -87,10 +89,16 @@ def test_batch_size_invariance_with_seed(model, batch_size):
     texts = corpus(40, seed=4)
     ds = datasets.Dataset.from_dict({"text": texts})
     cfg = PrivatizerConfig(epsilon=3.0, model=model)
-    ref = ds.map(Privatizer(cfg, seed=2**63 + 5), batched=True, with_indices=True, batch_size=40,
-                 load_from_cache_file=False)
-    got = ds.map(Privatizer(cfg, seed=2**63 + 5), batched=True, with_indices=True, batch_size=batch_size,
-                 load_from_cache_file=False)
+    ref = ds.map(
+        Privatizer(cfg, seed=2**63 + 5), batched=True, with_indices=True, batch_size=40, load_from_cache_file=False
+    )
+    got = ds.map(
+        Privatizer(cfg, seed=2**63 + 5),
+        batched=True,
+        with_indices=True,
+        batch_size=batch_size,
+        load_from_cache_file=False,
+    )
     for col in ("text", "input_ids", "dp_tokens", "dp_epsilon"):
         assert got[col] == ref[col]
 
@@ -102,10 +110,12 @@ def test_num_proc_invariance_with_seed(tiny_bert):
     texts = corpus(60, seed=5)
     ds = datasets.Dataset.from_dict({"text": texts})
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
-    one = ds.map(Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=1,
-                 load_from_cache_file=False)
-    two = ds.map(Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=2,
-                 load_from_cache_file=False)
+    one = ds.map(
+        Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=1, load_from_cache_file=False
+    )
+    two = ds.map(
+        Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=2, load_from_cache_file=False
+    )
     for col in ("text", "input_ids", "dp_tokens", "dp_epsilon"):
         assert one[col] == two[col]
 
@@ -158,7 +168,7 @@ def test_huge_epsilon_keeps_every_token(model):
     texts = corpus(100, seed=9)
     out = _columns(priv, texts)
     tok = priv.space.tokenizer
-    for text, ids in zip(texts, out["input_ids"]):
+    for text, ids in zip(texts, out["input_ids"], strict=False):
         assert ids == tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
 
 
@@ -169,7 +179,7 @@ def test_global_rng_untouched(tiny_bert):
     t_state, np_state, py_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
     a = Privatizer(cfg, seed=3).privatize(texts)
     assert torch.equal(torch.get_rng_state(), t_state)
-    assert all(np.array_equal(x, y) for x, y in zip(np.random.get_state()[1:2], np_state[1:2]))
+    assert all(np.array_equal(x, y) for x, y in zip(np.random.get_state()[1:2], np_state[1:2], strict=False))
     assert random.getstate() == py_state
     torch.manual_seed(1)
     assert Privatizer(cfg, seed=3).privatize(texts) == a

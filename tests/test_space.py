@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hf_textdp.errors import ModelNotFoundError, VectorFileError
-from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL, load_space, load_hf_embeddings
+from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL, load_hf_embeddings, load_space
 from tests.utils import write_vectors
 
 
@@ -34,8 +34,9 @@ def test_padded_matrix_rows_are_never_candidates(tmp_path):
     folder = build_tiny_bert(tmp_path / "bert", vocab_size=300)
     tok = AutoTokenizer.from_pretrained(folder)
     padded = ((len(tok) + 63) // 64) * 64 + 64
-    model = BertModel(BertConfig(vocab_size=padded, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=32))
+    model = BertModel(
+        BertConfig(vocab_size=padded, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    )
     model.save_pretrained(folder)
     space = load_space(str(folder))
     assert space.n_rows == padded

@@ -35,7 +35,7 @@ def write_vectors(path: Path, words: list[str], matrix: np.ndarray, fmt: str = "
     lines = []
     if fmt == "word2vec":
         lines.append(f"{len(words)} {matrix.shape[1]}")
-    for w, row in zip(words, matrix):
+    for w, row in zip(words, matrix, strict=False):
         lines.append(w + " " + " ".join(repr(float(x)) for x in row))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -64,22 +64,36 @@ def build_tiny_bert(folder: Path, vocab_size: int = 800, hidden: int = 16, seed:
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     )
-    tok.train_from_iterator(corpus(2000, seed) + ["abcdefghijklmnopqrstuvwxyz 0123456789 [ ] < > | ! ? . , ; : ' \" - _ ( ) / # @ &"], trainer)
+    tok.train_from_iterator(
+        corpus(2000, seed) + ["abcdefghijklmnopqrstuvwxyz 0123456789 [ ] < > | ! ? . , ; : ' \" - _ ( ) / # @ &"],
+        trainer,
+    )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     from tokenizers import decoders
 
     tok.decoder = decoders.WordPiece()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
         mask_token="[MASK]",
     )
     torch.manual_seed(seed)
     config = BertConfig(
-        vocab_size=len(fast), hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=8192, pad_token_id=fast.pad_token_id,
+        vocab_size=len(fast),
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=8192,
+        pad_token_id=fast.pad_token_id,
     )
     model = BertModel(config)
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,8 +115,9 @@ def build_tiny_gpt2(folder: Path, vocab_size: int = 600, hidden: int = 16, seed:
         vocab_size=vocab_size, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(corpus(2000, seed), trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
     torch.manual_seed(seed)
     eos = fast.eos_token_id
     config = GPT2Config(

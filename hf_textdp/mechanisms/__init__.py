@@ -6,8 +6,8 @@ its tests. :func:`register_mechanism` refuses to overwrite a name unless ``force
 
 from __future__ import annotations
 
-from .base import AdditiveMechanism, Mechanism, SelectionMechanism
 from ..errors import InvalidParameterError, ParameterTypeError, UnknownMechanismError
+from .base import AdditiveMechanism, Mechanism, SelectionMechanism
 
 
 __all__ = [

@@ -56,17 +56,16 @@ class Mechanism(abc.ABC):
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
             raise UnknownOptionError(
-                f"options {unknown} are not accepted by mechanism {self.name!r}. "
-                f"Its options: {sorted(self.OPTIONS)}."
+                f"options {unknown} are not accepted by mechanism {self.name!r}. Its options: {sorted(self.OPTIONS)}."
             )
         self.options: dict[str, Any] = {**self.OPTIONS, **options}
         self._validate()
 
     # ---------------------------------------------------------------- hooks
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: B027 - optional hook
         """Check ``self.options`` (raise :class:`InvalidParameterError` naming the option)."""
 
-    def setup(self, space: EmbeddingSpace) -> None:
+    def setup(self, space: EmbeddingSpace) -> None:  # noqa: B027 - optional hook
         """Compute the public, data-independent constants this mechanism needs for ``space``."""
 
     @abc.abstractmethod
@@ -97,7 +96,7 @@ class AdditiveMechanism(Mechanism):
     """Adds noise to each token's vector: ``perturb(x, g) -> z`` (spec §2–§5)."""
 
     kind = "additive"
-    POSTPROCESS = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
+    POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
 
     def inputs(self, space: EmbeddingSpace, positions: torch.Tensor) -> torch.Tensor:
         """The vectors to perturb for candidate ``positions`` (rows of E)."""
@@ -120,7 +119,8 @@ class SelectionMechanism(Mechanism):
     """Samples an output candidate for each token directly (spec §6, §9)."""
 
     kind = "selection"
-    POSTPROCESS = ("nearest",)  # "nearest" here means: release the sampled candidate as it is
+    # "nearest" here means: release the sampled candidate as it is
+    POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest",)
 
     @abc.abstractmethod
     def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:

@@ -326,7 +326,7 @@ class Privemb(AdditiveMechanism):
     USES_DELTA = True
     DEFAULT_DELTA = 1e-6
     # AdditiveMechanism's literal makes mypy infer a 5-tuple; the declared type (Mechanism) is tuple[str, ...]
-    POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest", "vector", "backproject")  # type: ignore[assignment]
+    POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest", "vector", "backproject")
 
     def _validate(self) -> None:
         self.options["beta"] = check_open_unit(self.options["beta"], "beta")

