@@ -92,21 +92,52 @@ class PrivatizeCommand:
         p.add_argument("--seed-file", default=None, help="file holding the secret seed")
         p.add_argument("--num-proc", type=int, default=None)
         p.add_argument("--batch-size", type=int, default=1000)
+        p.add_argument(
+            "--shard-size", type=int, default=None, help="rows per shard, the unit of --resume (default 10000)"
+        )
         p.add_argument("--streaming", action="store_true")
         p.add_argument("--engine", choices=["local", "ray"], default="local")
         p.add_argument("--keep-original", action="store_true")
-        p.add_argument("--overwrite", action="store_true")
-        p.add_argument("--resume", action="store_true")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing output (or partial run)")
+        p.add_argument("--resume", action="store_true", help="continue a killed run from its finished shards")
         p.set_defaults(command=PrivatizeCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .pipeline import privatize_dataset, report_path_for
+        from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset, report_path_for
 
         config = _config_from_args(args)
-        seed = _read_seed(args)
-        if args.engine == "ray":
-            raise InvalidParameterError("--engine ray needs the Ray integration (hf_textdp.ray), not installed here.")
+        try:
+            seed = _read_seed(args)
+        except OSError as err:
+            raise InvalidParameterError(f"--seed-file {args.seed_file!r} cannot be read ({err.strerror}).") from None
+        if args.engine == "ray":  # Ray Data reads, privatizes and writes parquet; see docs/large_corpora.md
+            from .ray import privatize_ray_files
+
+            if args.resume:
+                raise InvalidParameterError(
+                    "--resume is not available with --engine ray: Ray Data retries lost work within a run; rerun "
+                    "with --overwrite."
+                )
+            report = privatize_ray_files(
+                args.input,
+                args.output,
+                config,
+                text_column=args.text_column,
+                id_column=args.id_column,
+                seed=seed,
+                split=args.split or "",
+                batch_size=args.batch_size,
+                concurrency=args.num_proc,
+                overwrite=args.overwrite,
+            )
+            totals = report["totals"]
+            print(
+                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
+                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}); "
+                f"report: {report_path_for(Path(args.output))}"
+            )
+            return 0
         privatize_dataset(
             args.input,
             config,
@@ -120,6 +151,7 @@ class PrivatizeCommand:
             resume=args.resume,
             overwrite=args.overwrite,
             batch_size=args.batch_size,
+            shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
         )
         report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
         totals = report["totals"]
@@ -246,7 +278,78 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
     p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism/post-processing option")
 
 
-COMMANDS = [PrivatizeCommand, CalibrateCommand, ReportCommand, AuditCommand, EnvCommand]
+class EvaluateCommand:
+    name = "evaluate"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("evaluate", help="run a SentEval recipe: privatize, encode, classify, plot")
+        p.add_argument("recipe", help="a recipes/*.yaml file")
+        p.add_argument("--output", default=None, help="results folder (default results/<recipe name>)")
+        p.add_argument("--no-resume", action="store_true", help="recompute results that already exist")
+        p.set_defaults(command=EvaluateCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .evaluation.recipe import run_recipe_file
+
+        root = Path(args.output or "results")
+        folder, written = run_recipe_file(
+            args.recipe, root, resume=not args.no_resume, progress=lambda m: print(m, flush=True)
+        )
+        print(f"wrote {len(written)} result files and plots in {folder}; summary {root / 'README.md'}")
+        return 0
+
+
+class CardCommand:
+    name = "card"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("card", help="render a card for a privatized output or a recipe's results folder")
+        p.add_argument("path", help="a privatized output (with its privacy report) or a results folder")
+        p.add_argument("--output", default=None, help="where to write the card (default: print it)")
+        p.set_defaults(command=CardCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .cards import render_card
+
+        card = render_card(args.path)
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(str(card), encoding="utf-8")
+            print(f"wrote {args.output}")
+        else:
+            sys.stdout.write(str(card) + "\n")
+        return 0
+
+
+class PushCommand:
+    name = "push"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser("push", help="publish a privatized output, a config or recipe results to the Hub")
+        p.add_argument("path", help="privatized output, privatizer_config.json (or its folder), or results folder")
+        p.add_argument("repo_id")
+        p.add_argument("--private", action="store_true")
+        p.add_argument("--token", default=None)
+        p.set_defaults(command=PushCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from .hub import push_to_hub
+
+        url = push_to_hub(args.path, args.repo_id, private=args.private, token=args.token)
+        print(f"pushed {args.path} to {url}")
+        return 0
+
+
+COMMANDS = [
+    PrivatizeCommand, CalibrateCommand, ReportCommand, AuditCommand, EnvCommand,
+    EvaluateCommand, CardCommand, PushCommand,
+]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -31,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import functools
 import numpy as np
 import torch
 
@@ -42,7 +42,8 @@ from .tokenizer import EncodedBatch, PrivateEncoder, check_row_id
 from .utils.logging import get_logger, warn_once
 
 
-__all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
+# PrivacyAccountingCallback (a transformers.TrainerCallback) is built on first access, see __getattr__ below
+__all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]  # noqa: F822
 
 logger = get_logger(__name__)
 # the per-epoch line is "hf_textdp: epoch E: ..." (spec §10.3): the library root logger's name is the prefix
@@ -183,8 +184,11 @@ class DataCollatorWithPrivatization:
 
         if isinstance(tokenizer, PrivateTokenizer):
             tokenizer = tokenizer.tokenizer
-        for name, value in (("text_column", text_column), ("text_pair_column", text_pair_column),
-                            ("id_column", id_column)):
+        for name, value in (
+            ("text_column", text_column),
+            ("text_pair_column", text_pair_column),
+            ("id_column", id_column),
+        ):
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidParameterError(f"{name} must be a non-empty str, got {value!r}.")
         if return_tensors not in ("pt", "np"):
@@ -442,12 +446,17 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
         full = space.E_full
         assert full is not None and enc.vectors is not None
         ids = torch.tensor(enc.data["input_ids"], dtype=torch.int64)
+        n_rows, length = ids.shape
         ok = (ids >= 0) & (ids < full.shape[0])
-        embeds = full[torch.where(ok, ids, 0)].to(torch.float32)
-        embeds[~ok] = 0.0
-        for j, (pos, vec) in enumerate(zip(enc.released, enc.vectors)):
-            if pos.size:
-                embeds[j, torch.from_numpy(pos)] = vec.to(torch.float32)
+        # index_select/index_copy_, not advanced indexing: fewer passes and no thread-pool round trip per row
+        embeds = full.index_select(0, torch.where(ok, ids, 0).reshape(-1)).to(torch.float32)
+        if not bool(ok.all()):
+            embeds[~ok.reshape(-1)] = 0.0
+        flat = [torch.from_numpy(pos + j * length) for j, pos in enumerate(enc.released) if pos.size]
+        if flat:
+            vecs = torch.cat([v for v in enc.vectors if v.numel()]).to(torch.float32)
+            embeds.index_copy_(0, torch.cat(flat), vecs)
+        embeds = embeds.reshape(n_rows, length, -1)
         batch: dict[str, Any] = {"inputs_embeds": embeds}
         for k, v in enc.data.items():
             if k != "input_ids":
@@ -476,7 +485,8 @@ def _callback_class() -> type:
 
         Example:
 
-        >>> trainer = Trainer(..., data_collator=collator, callbacks=[PrivacyAccountingCallback(collator)])  # doctest: +SKIP
+        >>> callbacks = [PrivacyAccountingCallback(collator)]                     # doctest: +SKIP
+        >>> trainer = Trainer(..., data_collator=collator, callbacks=callbacks)   # doctest: +SKIP
         """
 
         def __init__(self, collator: DataCollatorWithPrivatization) -> None:

@@ -1,17 +1,39 @@
-"""``privatize_dataset``: load, map with a :class:`Privatizer`, save atomically with the report.
+"""``privatize_dataset``: load, map with a :class:`Privatizer`, save atomically with the report, resume.
 
-A saved output is the data (a .jsonl/.csv/.parquet file or a ``save_to_disk`` folder) plus its
-privacy report (``OUTPUT.privacy_report.json`` beside a file, ``privacy_report.json`` inside a
-folder). Writes go to a temporary sibling that is renamed into place, so an interrupted run leaves
-either no output or a complete one. A saved dataset gets a fresh random fingerprint: the in-process
-fingerprint is derived from the seed and must not be published (spec §10.5).
+A saved output is the data (a .jsonl/.csv/.parquet file or a ``save_to_disk`` folder) plus its privacy
+report (``OUTPUT.privacy_report.json`` beside a file, ``privacy_report.json`` inside a folder).
+
+**Shards.** With an output, each split is privatized in shards of ``shard_size`` rows (row ids stay the
+rows' indices in their split, so a seeded output does not depend on the shard size). Every shard is
+written atomically (temporary sibling, ``fsync``, rename) into a hidden work folder beside the output::
+
+    .OUTPUT.partial/
+        manifest.json             what the job is: hashes of the config and of the input, sizes
+        lock                      held by the running process; the kernel drops it when the process dies
+        split-000/shard-00000.arrow, shard-00001.arrow, ...
+
+When every shard is there, the data and the report are written inside the work folder and renamed into
+place, then the work folder is removed. A run killed at any point (SIGKILL included) leaves either no
+output, only the work folder, or the complete output. ``resume=True`` reuses the finished shards when the
+manifest matches this run and computes only the missing ones; ``overwrite=True`` discards them.
+
+**Nothing secret in the work folder or the output** (spec §10.5). The manifest holds no text and nothing
+derived from the seed: not the seed, and not a hash of it, salted or not (a hash of a small seed is
+inverted by trying seeds). It records only *whether* a seed was used. ``resume`` therefore cannot check
+that the seed is the same one: resuming a seeded run with another seed still privatizes every row exactly
+once, but the output is then neither run's reproducible output. A saved dataset gets a fresh random
+fingerprint, because the in-process fingerprint is a hash of the seeded :class:`Privatizer`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import secrets
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +41,50 @@ import numpy as np
 
 from .accounting import Totals
 from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, OutputExistsError, ParameterTypeError
+from .errors import (
+    ColumnNotFoundError,
+    HfTextDPError,
+    InvalidParameterError,
+    OutputExistsError,
+    ParameterTypeError,
+    ResumeError,
+)
 from .privatizer import Privatizer
-from .space import STRUCTURAL, EmbeddingSpace
-from .utils.io import atomic_path, atomic_write_text, dumps_json
+from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from .tokens import make_tokens
+from .utils.io import (
+    atomic_path,
+    atomic_write_arrow,
+    atomic_write_text,
+    dumps_json,
+    fsync_tree,
+    release_lock,
+    try_lock,
+)
 from .utils.logging import get_logger
+from .validation import check_bool
 
 
-__all__ = ["privatize_dataset", "report_path_for", "load_source", "save_output", "FILE_FORMATS"]
+__all__ = [
+    "privatize_dataset",
+    "report_path_for",
+    "work_dir_for",
+    "load_source",
+    "save_output",
+    "dataset_report",
+    "FILE_FORMATS",
+    "DEFAULT_SHARD_SIZE",
+]
 
 logger = get_logger(__name__)
 
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 REPORT_NAME = "privacy_report.json"
+DEFAULT_SHARD_SIZE = 10_000
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "hf_textdp/shards/v1"
+LOCK_NAME = "lock"
+_CARD_FIELDS = ("description", "citation", "homepage", "license")
 
 
 def report_path_for(output: str | os.PathLike[str]) -> Path:
@@ -42,13 +95,20 @@ def report_path_for(output: str | os.PathLike[str]) -> Path:
     return output / REPORT_NAME
 
 
+def work_dir_for(output: str | os.PathLike[str]) -> Path:
+    """The hidden work folder of a sharded run writing ``output``: ``.OUTPUT.partial`` beside it."""
+    output = Path(output)
+    return output.with_name(f".{output.name}.partial")
+
+
 # --------------------------------------------------------------------------- loading
 def load_source(source: Any, *, split: str | None = None, streaming: bool = False) -> Any:
     """Load ``source`` (Dataset, DatasetDict, IterableDataset, file, folder or hub id)."""
     import datasets
 
-    if isinstance(source, (datasets.Dataset, datasets.DatasetDict, datasets.IterableDataset,
-                           datasets.IterableDatasetDict)):
+    if isinstance(
+        source, (datasets.Dataset, datasets.DatasetDict, datasets.IterableDataset, datasets.IterableDatasetDict)
+    ):
         ds = source
     elif isinstance(source, (str, os.PathLike)):
         p = Path(source).expanduser()
@@ -63,8 +123,11 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
             if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
                 ds = datasets.load_from_disk(str(p))
                 if streaming:
-                    ds = ds.to_iterable_dataset() if isinstance(ds, datasets.Dataset) else datasets.IterableDatasetDict(
-                        {k: v.to_iterable_dataset() for k, v in ds.items()})
+                    ds = (
+                        ds.to_iterable_dataset()
+                        if isinstance(ds, datasets.Dataset)
+                        else datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in ds.items()})
+                    )
             else:
                 ds = datasets.load_dataset(str(p), streaming=streaming)
         else:
@@ -77,8 +140,7 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
                 ) from err
     else:
         raise ParameterTypeError(
-            "source must be a Dataset, DatasetDict, IterableDataset, a path or a hub id, "
-            f"got {type(source).__name__}."
+            f"source must be a Dataset, DatasetDict, IterableDataset, a path or a hub id, got {type(source).__name__}."
         )
     if split is not None and isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         if split not in ds:
@@ -96,13 +158,13 @@ def _columns(ds: Any) -> list[str]:
 
 # --------------------------------------------------------------------------- totals from outputs
 def totals_from_columns(space: EmbeddingSpace, batches: Iterable[dict[str, list[Any]]], epsilon_token: Any) -> Totals:
-    """Recompute the report totals from released columns (works after num_proc or a cache hit)."""
+    """Recompute the report totals from released columns (works after num_proc, a cache hit or a resume)."""
     totals = Totals()
     pad = space.pad_id
     for batch in batches:
         eps_col = batch.get("dp_epsilon")
         delta_col = batch.get("dp_delta")
-        for j, (ids, n) in enumerate(zip(batch["input_ids"], batch["dp_tokens"])):
+        for j, (ids, n) in enumerate(zip(batch["input_ids"], batch["dp_tokens"], strict=True)):
             arr = np.asarray(ids, dtype=np.int64)
             cls, _ = space.classify(arr)
             structural = cls == STRUCTURAL
@@ -118,20 +180,87 @@ def totals_from_columns(space: EmbeddingSpace, batches: Iterable[dict[str, list[
     return totals
 
 
-# --------------------------------------------------------------------------- saving
-def _check_output(output: Path, source: Any, overwrite: bool) -> None:
-    if isinstance(source, (str, os.PathLike)):
-        src = Path(source).expanduser()
-        if src.exists() and src.resolve() == output.resolve():
-            raise OutputExistsError(f"output {str(output)!r} is the input itself; refusing to overwrite the input.")
-    if output.exists() and not overwrite:
-        raise OutputExistsError(f"output {str(output)!r} already exists; pass overwrite=True (--overwrite) to replace it.")
+def _totals_from_source(priv: Privatizer, source: Any, released: Any) -> Totals:
+    """Totals of a ``postprocess="vector"`` output (no ``input_ids``): classify the input's tokens again.
+
+    Only token classes are read from the input (as the privatizer did); no text leaves this function.
+    """
+    space = priv.space
+    tokens = make_tokens(space)
+    totals = Totals()
+    rows_in = source.select_columns([priv.text_column]).iter(batch_size=1000)
+    cols = [c for c in ("dp_tokens", "dp_epsilon", "dp_delta") if c in released.column_names]
+    rows_out = released.select_columns(cols).iter(batch_size=1000)
+    for batch_in, batch_out in zip(rows_in, rows_out, strict=True):
+        for j, row in enumerate(tokens.encode(batch_in[priv.text_column])):
+            cls, _ = space.classify(row.ids)
+            structural = int((cls == STRUCTURAL).sum())
+            n = int((cls == CANDIDATE).sum())
+            totals.add_row(
+                dp_tokens=n,
+                special=structural,
+                padding=0,
+                passthrough=int(cls.size - structural - n),
+                epsilon=batch_out["dp_epsilon"][j] if "dp_epsilon" in batch_out else None,
+                delta=batch_out["dp_delta"][j] if "dp_delta" in batch_out else None,
+            )
+    return totals
 
 
-def save_output(ds: Any, output: Path, report: dict[str, Any]) -> None:
-    """Write ``ds`` to ``output`` (format from the extension, else a ``save_to_disk`` folder) atomically."""
+def dataset_report(
+    ds: Any, privatizers: dict[str, Privatizer], sources: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The report of a privatized Dataset/DatasetDict, totals recomputed from its columns.
+
+    ``sources`` (split name → input Dataset) is needed only for ``postprocess="vector"`` outputs, which have
+    no ``input_ids`` to count token classes from.
+    """
     import datasets
 
+    parts = dict(ds.items()) if isinstance(ds, datasets.DatasetDict) else {next(iter(privatizers)): ds}
+    totals = Totals()
+    priv = next(iter(privatizers.values()))
+    for name, part in parts.items():
+        p = privatizers.get(name, priv)
+        if "input_ids" not in part.column_names and sources is not None and name in sources:
+            totals.merge(_totals_from_source(p, sources[name], part))
+            continue
+        cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in part.column_names]
+        batches = part.select_columns(cols).iter(batch_size=1000)
+        totals.merge(totals_from_columns(p.space, batches, p.claim.epsilon_token))
+    return priv.build_report(totals)
+
+
+# --------------------------------------------------------------------------- saving
+def _check_not_input(output: Path, paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse an output that is an input path, or a folder that holds one (replacing it would delete it)."""
+    out = output.expanduser().resolve()
+    for path in paths:
+        p = Path(path).expanduser()
+        if not p.exists():
+            continue
+        p = p.resolve()
+        if p == out or out in p.parents:
+            what = "is the input itself" if p == out else f"contains the input {str(p)!r}"
+            raise OutputExistsError(f"output {str(output)!r} {what}; refusing to overwrite the input.")
+
+
+def _input_paths(source: Any, parts: dict[str, Any]) -> list[str]:
+    paths: list[str] = [str(source)] if isinstance(source, (str, os.PathLike)) else []
+    for part in parts.values():
+        paths.extend(f["filename"] for f in getattr(part, "cache_files", None) or [])
+    return paths
+
+
+def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path | None = None) -> None:
+    """Write ``ds`` and its report to ``output`` (format from the extension, else a ``save_to_disk`` folder).
+
+    Both are written under ``tmp_root`` (default: beside ``output``) and renamed into place, the report
+    first, so an output that exists is complete and has its report.
+    """
+    import datasets
+
+    output = Path(output)
     fmt = FILE_FORMATS.get(output.suffix.lower())
     if fmt is not None:
         if isinstance(ds, datasets.DatasetDict):
@@ -139,29 +268,292 @@ def save_output(ds: Any, output: Path, report: dict[str, Any]) -> None:
                 f"output {str(output)!r}: a DatasetDict with splits {sorted(ds)} needs a folder output (no extension) "
                 "or split=."
             )
-        with atomic_path(output, is_dir=False) as tmp:
+        with atomic_path(output, is_dir=False, tmp_root=tmp_root) as tmp:
             if fmt == "json":
                 ds.to_json(str(tmp), lines=True, force_ascii=False)
             elif fmt == "csv":
                 ds.to_csv(str(tmp), index=False)
             else:
                 ds.to_parquet(str(tmp))
-        atomic_write_text(report_path_for(output), dumps_json(report))
+            report_tmp = tmp.with_name(report_path_for(output).name)
+            report_tmp.write_text(dumps_json(report), encoding="utf-8")
+            fsync_tree(report_tmp)
+            os.replace(report_tmp, report_path_for(output))
         return
     # The in-process fingerprint is derived from the (secret) seed: publish a random one instead.
     if isinstance(ds, datasets.DatasetDict):
         ds = datasets.DatasetDict({k: _refingerprint(v) for k, v in ds.items()})
     else:
         ds = _refingerprint(ds)
-    with atomic_path(output, is_dir=True) as tmp:
+    with atomic_path(output, is_dir=True, tmp_root=tmp_root) as tmp:
         ds.save_to_disk(str(tmp))
-        atomic_write_text(tmp / REPORT_NAME, dumps_json(report))
+        (tmp / REPORT_NAME).write_text(dumps_json(report), encoding="utf-8")
 
 
 def _refingerprint(ds: Any) -> Any:
     ds = ds.flatten_indices() if getattr(ds, "_indices", None) is not None else ds
     ds._fingerprint = secrets.token_hex(16)
     return ds
+
+
+# --------------------------------------------------------------------------- sharded runs
+class _Shifted:
+    """``Privatizer.__call__`` with the shard's first row added to ``datasets``' 0-based indices.
+
+    Row r of a split keeps row id r whatever shard it falls in, so its noise (spec §1.6) is the same as in
+    a single ``Dataset.map``. Picklable for ``num_proc`` workers; hashes as the privatizer plus the offset.
+    """
+
+    def __init__(self, priv: Privatizer, offset: int) -> None:
+        self.priv = priv
+        self.offset = offset
+
+    def __call__(self, batch: dict[str, list[Any]], indices: Sequence[int]) -> dict[str, list[Any]]:
+        return self.priv(batch, [self.offset + int(i) for i in indices])
+
+
+@dataclass
+class _Split:
+    name: str
+    data: Any  # datasets.Dataset
+    priv: Privatizer
+    folder: str
+
+    def ranges(self, shard_size: int) -> list[tuple[int, int]]:
+        n = len(self.data)
+        return [(a, min(a + shard_size, n)) for a in range(0, n, shard_size)] or [(0, 0)]
+
+
+def _sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def _shard_rows(path: Path) -> int | None:
+    """Rows of a finished shard file, or None when it is missing or unreadable."""
+    import pyarrow as pa
+
+    if not path.is_file():
+        return None
+    try:
+        with pa.memory_map(str(path)) as source:
+            return int(pa.ipc.open_stream(source).read_all().num_rows)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+class _ShardedRun:
+    """One ``privatize_dataset(..., output_dir=...)`` call over in-memory or memory-mapped splits."""
+
+    def __init__(
+        self,
+        splits: list[_Split],
+        output: Path,
+        config: PrivatizerConfig,
+        *,
+        is_dict: bool,
+        text_column: str,
+        id_column: str | None,
+        shard_size: int,
+        batch_size: int,
+        num_proc: int | None,
+    ) -> None:
+        self.splits = splits
+        self.output = output
+        self.work = work_dir_for(output)
+        self.config = config
+        self.is_dict = is_dict
+        self.text_column = text_column
+        self.id_column = id_column
+        self.shard_size = shard_size
+        self.batch_size = batch_size
+        self.num_proc = num_proc
+        self._lock: int | None = None
+
+    # ---------------------------------------------------------------- the manifest
+    def manifest(self) -> dict[str, Any]:
+        """What this run is, with no text and nothing derived from the seed (only whether there is one)."""
+        priv = self.splits[0].priv
+        inputs = [
+            {
+                "split": s.name,
+                "rows": len(s.data),
+                "columns": s.data.column_names,
+                "fingerprint": getattr(s.data, "_fingerprint", None),
+            }
+            for s in self.splits
+        ]
+        return {
+            "format": MANIFEST_FORMAT,
+            "config_sha256": _sha256_json(self.config.to_dict()),
+            "space_sha256": priv.space.space_hash,
+            "text_column": self.text_column,
+            "id_column": self.id_column,
+            "seeded": priv.seed is not None,
+            "shard_size": self.shard_size,
+            "input_sha256": _sha256_json(inputs),
+            "splits": [
+                {"name": s.name, "folder": s.folder, "rows": len(s.data), "shards": len(s.ranges(self.shard_size))}
+                for s in self.splits
+            ],
+        }
+
+    @staticmethod
+    def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        reasons = {
+            "format": "it was written in another work-folder format",
+            "config_sha256": "its PrivatizerConfig differs from this run's",
+            "space_sha256": "its model's embedding matrix differs from this run's",
+            "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
+            "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
+            "seeded": "it was "
+            + ("seeded" if old.get("seeded") else "unseeded")
+            + " and this run is "
+            + ("seeded" if new["seeded"] else "unseeded"),
+            "shard_size": f"its shard_size was {old.get('shard_size')!r}, this run's is {new['shard_size']!r}",
+            "input_sha256": "its input differs from this run's (rows, columns, files or splits)",
+            "splits": "its splits differ from this run's",
+        }
+        for key, reason in reasons.items():
+            if old.get(key) != new[key]:
+                return reason
+        return None
+
+    def _shard_path(self, split: _Split, k: int) -> Path:
+        return self.work / split.folder / f"shard-{k:05d}.arrow"
+
+    def _finished(self) -> int:
+        return sum(1 for _ in self.work.glob("split-*/shard-*.arrow")) if self.work.is_dir() else 0
+
+    # ---------------------------------------------------------------- the work folder
+    def open(self, *, resume: bool, overwrite: bool) -> None:
+        """Create or take over the work folder, locked; write the manifest."""
+        new = self.manifest()
+        self.work.parent.mkdir(parents=True, exist_ok=True)
+        self.work.mkdir(exist_ok=True)
+        self._lock = try_lock(self.work / LOCK_NAME)
+        if self._lock is None:
+            raise OutputExistsError(
+                f"output {str(self.output)!r}: another run is writing it (its work folder {str(self.work)!r} is "
+                "locked); wait for it to finish or stop it."
+            )
+        try:
+            self._take_over(new, resume=resume, overwrite=overwrite)
+        except BaseException:
+            release_lock(self._lock)
+            self._lock = None
+            raise
+
+    def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
+        old = self._read_manifest()
+        if old is not None:
+            reason = self._mismatch(old, new)
+            if resume and reason is None:
+                logger.info("resuming %s: %d finished shard(s) in %s", self.output, self._finished(), self.work)
+                return
+            if resume and not overwrite:
+                raise ResumeError(
+                    f"resume=True cannot continue the partial run in {str(self.work)!r}: {reason}. Pass "
+                    "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
+                )
+            if not resume and not overwrite:
+                raise OutputExistsError(
+                    f"output {str(self.output)!r}: a partial run exists in {str(self.work)!r} "
+                    f"({self._finished()} finished shard(s)); pass resume=True (--resume) to continue it or "
+                    "overwrite=True (--overwrite) to start over."
+                )
+            logger.warning("discarding the partial run in %s (overwrite=True)", self.work)
+        for child in self.work.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        atomic_write_text(self.work / MANIFEST_NAME, dumps_json(new))
+
+    def _read_manifest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.work / MANIFEST_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def close(self, *, keep: bool) -> None:
+        """Release the lock; remove the work folder unless ``keep`` and it holds finished shards to resume."""
+        try:
+            if not keep or self._finished() == 0:
+                shutil.rmtree(self.work, ignore_errors=True)
+        finally:
+            release_lock(self._lock)
+            self._lock = None
+
+    # ---------------------------------------------------------------- the work
+    def compute(self) -> None:
+        """Privatize every shard that is not finished yet, writing each atomically."""
+        reused = written = 0
+        for split in self.splits:
+            ranges = split.ranges(self.shard_size)
+            for k, (a, b) in enumerate(ranges):
+                path = self._shard_path(split, k)
+                if _shard_rows(path) == b - a:
+                    reused += 1
+                    continue
+                atomic_write_arrow(path, self._privatize(split, a, b, k, len(ranges)))
+                written += 1
+        logger.info("%s: %d shard(s) privatized, %d reused", self.output, written, reused)
+
+    def _privatize(self, split: _Split, a: int, b: int, k: int, n_shards: int) -> Any:
+        data = split.data if (a, b) == (0, len(split.data)) else split.data.select(range(a, b))
+        label = split.name or "rows"
+        res = data.map(
+            _Shifted(split.priv, a),
+            batched=True,
+            with_indices=True,
+            batch_size=self.batch_size,
+            num_proc=self.num_proc if self.num_proc and b - a > 1 else None,
+            keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
+            load_from_cache_file=False,
+            desc=f"Privatizing {label} shard {k + 1}/{n_shards} ({self.config.mechanism}, "
+            f"epsilon={self.config.epsilon:g})",
+        )
+        if len(res) != b - a:  # pragma: no cover - an invariant of Dataset.map
+            raise RuntimeError(f"shard {k} of split {split.name!r}: {len(res)} rows out for {b - a} in.")
+        if getattr(res, "_indices", None) is not None:
+            res = res.flatten_indices(keep_in_memory=True)
+        # The map's schema metadata carries its in-process fingerprint, a hash of the seeded privatizer:
+        # keep only the features.
+        return res.data.table.replace_schema_metadata(res.features.arrow_schema.metadata)
+
+    def _load(self, *, in_memory: bool) -> dict[str, Any]:
+        import datasets
+
+        out: dict[str, Any] = {}
+        for split in self.splits:
+            shards = [
+                datasets.Dataset.from_file(str(self._shard_path(split, k)), in_memory=in_memory)
+                for k in range(len(split.ranges(self.shard_size)))
+            ]
+            ds = shards[0] if len(shards) == 1 else datasets.concatenate_datasets(shards)
+            for key in _CARD_FIELDS:  # the input's card fields (never row text) carry over
+                setattr(ds.info, key, getattr(split.data.info, key, None) or getattr(ds.info, key))
+            out[split.name] = ds
+        return out
+
+    def assemble(self) -> tuple[Any, dict[str, Any]]:
+        """Write the output and its report atomically; return (the dataset to hand back, the report)."""
+        import datasets
+
+        parts = self._load(in_memory=False)
+        out: Any = datasets.DatasetDict(parts) if self.is_dict else parts[self.splits[0].name]
+        privatizers = {s.name: s.priv for s in self.splits}
+        report = dataset_report(out, privatizers, {s.name: s.data for s in self.splits})
+        save_output(out, self.output, report, tmp_root=self.work)
+        if FILE_FORMATS.get(self.output.suffix.lower()) is None:
+            return datasets.load_from_disk(str(self.output)), report
+        # A file output cannot be memory-mapped back with its types (CSV has no lists): hand back the
+        # shards, read into memory before the work folder goes.
+        mem = self._load(in_memory=True)
+        return (datasets.DatasetDict(mem) if self.is_dict else mem[self.splits[0].name]), report
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -179,6 +571,7 @@ def privatize_dataset(
     resume: bool = False,
     overwrite: bool = False,
     batch_size: int = 1000,
+    shard_size: int = DEFAULT_SHARD_SIZE,
 ) -> Any:
     """Privatize the ``text_column`` of a dataset; optionally save it with its privacy report.
 
@@ -191,17 +584,32 @@ def privatize_dataset(
         num_proc (`int`, *optional*): worker processes for ``Dataset.map``.
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
         id_column (`str`, *optional*): int column used as the row id instead of the index.
-        output_dir (`str`, *optional*): where to save (file by extension, else a folder).
+        output_dir (`str`, *optional*): where to save (file by extension, else a folder). Refused when it
+            exists (unless ``overwrite``) or when it is, or contains, the input.
         streaming (`bool`, defaults to `False`): stream the source (``IterableDataset``).
-        resume (`bool`, defaults to `False`): continue a sharded output (see the CLI's ``--resume``).
-        overwrite (`bool`, defaults to `False`): replace an existing output.
+        resume (`bool`, defaults to `False`): continue a killed run from its finished shards (the same
+            config, input, shard size and, to reproduce a clean run, the same seed: the seed is not stored,
+            so it cannot be checked).
+        overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run).
         batch_size (`int`, defaults to `1000`): rows per ``map`` batch (outputs do not depend on it).
+        shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume``
+            (outputs do not depend on it).
 
     Returns:
         The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
         and the columns ``input_ids``, ``attention_mask``, ``dp_tokens``, ``dp_epsilon`` (``dp_delta``).
-        The report is available as ``hf_textdp.privacy_report(output_dir)`` or in ``ds.info.description``
-        is left untouched.
+        With a folder output it is the saved dataset (memory-mapped); with a file output, the same rows in
+        memory. The report is ``hf_textdp.privacy_report(output_dir)``.
+
+    Raises:
+        OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``).
+        ResumeError: ``resume=True`` found a partial run of another config or input.
+        ColumnNotFoundError, InvalidRowError, InvalidParameterError: bad columns, rows or parameters.
+
+    Example:
+
+    >>> ds = privatize_dataset("reviews.jsonl", PrivatizerConfig(epsilon=10.0), seed=secrets.randbits(64),
+    ...                        output_dir="reviews.private.jsonl")      # doctest: +SKIP
     """
     import datasets
 
@@ -211,13 +619,29 @@ def privatize_dataset(
         raise InvalidParameterError(f"num_proc must be an int >= 1 or None, got {num_proc!r}.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
+    for name, value in (("streaming", streaming), ("resume", resume), ("overwrite", overwrite)):
+        check_bool(value, name)
     output = Path(output_dir).expanduser() if output_dir is not None else None
-    if output is not None and not resume:
-        _check_output(output, source, overwrite)
+    if output is not None:
+        _check_not_input(output, _input_paths(source, {}))
+        if output.exists() and not overwrite and not (resume and streaming):
+            raise OutputExistsError(
+                f"output {str(output)!r} already exists"
+                + (" (a finished run: there is nothing to resume)" if resume else "")
+                + "; pass overwrite=True (--overwrite) to replace it."
+            )
     ds = load_source(source, split=split, streaming=streaming)
     is_dict = isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict))
-    parts = dict(ds.items()) if is_dict else {split or "": ds}
-    results: dict[str, Any] = {}
+    parts: dict[str, Any] = dict(ds.items()) if is_dict else {split or "": ds}
+    if output is not None:
+        _check_not_input(output, _input_paths(source, parts))
+        if is_dict and output.suffix.lower() in FILE_FORMATS:
+            raise InvalidParameterError(
+                f"output {str(output)!r}: a dataset with splits {sorted(parts)} needs a folder output (no "
+                "extension) or split=."
+            )
     privatizers: dict[str, Privatizer] = {}
     for name, part in parts.items():
         cols = _columns(part)
@@ -229,43 +653,62 @@ def privatize_dataset(
             raise ColumnNotFoundError(
                 f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
             )
-        priv = Privatizer(config, seed=seed, text_column=text_column, id_column=id_column, split=name)
-        privatizers[name] = priv
-        kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
-        if isinstance(part, datasets.Dataset):
-            kwargs["num_proc"] = num_proc
-            kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
-        results[name] = part.map(priv, **kwargs)
-    out: Any
-    if is_dict:
-        out = (datasets.DatasetDict if isinstance(ds, datasets.DatasetDict) else datasets.IterableDatasetDict)(results)
-    else:
-        out = results[split or ""]
-    if output is not None:
-        if isinstance(out, (datasets.IterableDataset, datasets.IterableDatasetDict)):
+        privatizers[name] = Privatizer(config, seed=seed, text_column=text_column, id_column=id_column, split=name)
+    iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
+
+    if output is None or iterable:
+        results: dict[str, Any] = {}
+        for name, part in parts.items():
+            kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
+            if isinstance(part, datasets.Dataset):
+                kwargs["num_proc"] = num_proc
+                kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
+            results[name] = part.map(privatizers[name], **kwargs)
+        out: Any
+        if is_dict:
+            kind = datasets.DatasetDict if isinstance(ds, datasets.DatasetDict) else datasets.IterableDatasetDict
+            out = kind(results)
+        else:
+            out = results[split or ""]
+        if output is not None:
             from .streaming import save_streaming
 
-            save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite)
-            return out
-        report = dataset_report(out, privatizers)
-        save_output(out, output, report)
-        logger.info(
-            "privatized %d rows (%s, epsilon=%g per token) into %s",
-            report["totals"]["rows"], config.mechanism, config.epsilon, output,
-        )
-    return out
+            save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite, shard_size=shard_size)
+        return out
 
-
-def dataset_report(ds: Any, privatizers: dict[str, Privatizer]) -> dict[str, Any]:
-    """The report of a privatized Dataset/DatasetDict, totals recomputed from its columns."""
-    import datasets
-
-    parts = dict(ds.items()) if isinstance(ds, datasets.DatasetDict) else {next(iter(privatizers)): ds}
-    totals = Totals()
-    priv = next(iter(privatizers.values()))
-    for name, part in parts.items():
-        p = privatizers.get(name, priv)
-        cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in part.column_names]
-        batches = part.select_columns(cols).iter(batch_size=1000)
-        totals.merge(totals_from_columns(p.space, batches, p.claim.epsilon_token))
-    return priv.build_report(totals)
+    for priv in privatizers.values():
+        priv.space  # noqa: B018 - load the model now: a bad model fails before anything is written
+    splits = [_Split(name, part, privatizers[name], f"split-{i:03d}") for i, (name, part) in enumerate(parts.items())]
+    run = _ShardedRun(
+        splits,
+        output,
+        config,
+        is_dict=is_dict,
+        text_column=text_column,
+        id_column=id_column,
+        shard_size=shard_size,
+        batch_size=batch_size,
+        num_proc=num_proc,
+    )
+    run.open(resume=resume, overwrite=overwrite)
+    keep = True
+    try:
+        run.compute()
+        result, report = run.assemble()
+        keep = False
+    except HfTextDPError:
+        # A bad row or parameter fails again at the same place on resume, and fixing the input changes
+        # its fingerprint: the finished shards could never be reused.
+        keep = False
+        raise
+    finally:  # anything else (KeyboardInterrupt, a full disk, ...) keeps the finished shards for resume
+        run.close(keep=keep)
+    totals = report["totals"]
+    logger.info(
+        "privatized %d rows (%s, epsilon=%g per token) into %s",
+        totals["rows"],
+        config.mechanism,
+        config.epsilon,
+        output,
+    )
+    return result

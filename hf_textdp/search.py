@@ -3,32 +3,43 @@
 ``ExactIndex(matrix).search(Q, k)`` returns, for each query row, the ``k`` positions with the
 smallest *exact* squared distance ``‖q − e_c‖²`` (real arithmetic on the fp32 values), ties to the
 lowest position. This equals float64 brute force whenever that brute force is itself exact, and is
-the exact answer when it is not (spec §1.5, cases N4/N5).
+the exact answer when it is not (spec §1.5, cases N4/N5). The result never depends on the chunk size,
+the query block, the thread count, the device or which filter ran.
 
 Algorithm (filter and verify):
 
-1. fp32 scores ``s̃_c = fl(‖e_c‖² − 2 q·e_c)`` by one ``addmm`` per chunk of positions, with TF32
-   and bf16 reduced-precision matmuls off. For every chunk keep the ``t = k + 3`` smallest scores.
-2. Error bound: an fp32 dot product of length d errs by at most γ_d‖q‖‖e‖; rounding ``‖e‖²`` and the
-   final addition add at most u(‖e‖² + |s|)(1 + γ_d). So ``|s̃_c − s_c| ≤ 0.51·η`` with
-   ``η = 2(d+3)u(R² + 2‖q‖R)`` (u = 2⁻²⁴, R = max row norm) for d ≤ 80,000. Every true top-k
-   position therefore has ``s̃ ≤ m + 2η``, m being the k-th smallest fp32 score.
-3. Candidates ``K = {c : s̃_c ≤ m + 2η}``. If a chunk's t-th kept score is itself ≤ m + 2η, the chunk
-   may hold more candidates than were kept: that query is rescanned over all positions.
-4. Re-check: float64 distances ``D_c = Σ (q_j − e_cj)²`` with error ≤ (d+2)u₆₄·D; if the top-k
-   intervals ``[D ± 2(d+3)u₆₄D]`` are disjoint from each other and from the rest, they decide;
-   otherwise exact rational arithmetic (``fractions.Fraction``) decides.
+1. **Filter.** Scores of every position by one matrix product per chunk of positions, in one of two
+   precisions, each with a proven bound on its error (below). Positions are grouped in blocks of
+   ``G`` (64) strided positions; one vectorised pass takes every block's best score, the k-th best
+   block score bounds the k-th best score, and only blocks that can hold a winner are read again.
+   So the work beyond the product is one pass over the scores plus O(candidates).
 
-Memory is O(B·chunk) per call: never V × V.
+   * ``fp32`` (spec §1.5's reference, and always on CUDA): ``s̃_c = fl(‖e_c‖² − 2 q·e_c)`` by
+     ``addmm`` with TF32 and reduced-precision reductions off; ``|s̃_c − s_c| ≤ 0.51·η`` with
+     ``η = 2(d+3)u(R² + 2‖q‖R)``, u = 2⁻²⁴, R = max row norm; candidates ``s̃_c ≤ m + 2η``.
+   * ``bf16`` (CPUs whose bf16 matrix product is fast, e.g. AMX): a bf16 product with fp32
+     accumulation of an augmented matrix, ``P̃_c ≈ t_c = q·e_c − ‖e_c‖²/2`` (the nearest position has
+     the largest t), with the bound of :func:`bf16_filter_bound` (proof there). When the filter keeps
+     too many candidates for a query (near-duplicate clusters), that query is filtered again in fp32.
+
+2. **Verify.** Float64 distances ``D_c = Σ (q_j − e_cj)²`` of the candidates, error ≤ (d+2)u₆₄·D;
+   if the top-k intervals ``[D ± 2(d+3)u₆₄D]`` are disjoint from each other and from the rest they
+   decide; otherwise exact rational arithmetic (``fractions.Fraction``) decides.
+
+Memory is O(query_block·chunk + V·d): never V × V.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 import torch
@@ -36,7 +47,7 @@ import torch
 from .errors import InvalidParameterError, NumericalRangeError
 
 
-__all__ = ["ExactIndex", "exact_fp32_matmul"]
+__all__ = ["ExactIndex", "exact_fp32_matmul", "bf16_filter_bound", "bf16_filter_available", "FILTERS"]
 
 
 def _single_thread_after_fork() -> None:
@@ -51,6 +62,26 @@ if hasattr(os, "register_at_fork"):
 
 U32 = 2.0**-24
 U64 = 2.0**-53
+UBF16 = 2.0**-8  # unit roundoff of bfloat16 (8-bit significand, round to nearest even)
+
+#: positions per block of the block-extremum pass (strided: block j of a chunk of L positions holds
+#: positions j, j + L/G, j + 2L/G, …, so the pass is a vectorised reduction over rows of memory)
+BLOCK = 64
+#: the filter choices; "auto" takes bf16 where it is available and fast, else fp32
+FILTERS = ("auto", "bf16", "fp32")
+FilterName = Literal["auto", "bf16", "fp32"]
+#: a query whose bf16 filter keeps more candidates than this is filtered again in fp32
+BF16_MAX_CANDIDATES = 256
+#: bytes of scores per (query block × chunk) tile when the chunk size is automatic
+_TILE_BYTES = 32 * 2**20
+#: queries with ‖q‖R + R² above this skip the bf16 filter (scores stay far from the padding rows'
+#: −1e30 and from fp32 overflow); the fp32 filter takes them
+_BF16_MAX_MAGNITUDE = 2.0**60
+_PAD_NU = 1.0e30  # half squared norm of the padding rows: their bf16 score is −1e30, never a candidate
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
 
 
 @contextmanager
@@ -59,45 +90,287 @@ def exact_fp32_matmul() -> Iterator[None]:
     prev_prec = torch.get_float32_matmul_precision()
     prev_cuda = torch.backends.cuda.matmul.allow_tf32
     prev_cudnn = torch.backends.cudnn.allow_tf32
+    prev_bf16_red = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    new_api = []  # torch >= 2.9: per-backend fp32 precision, which overrides the global setting
+    for obj in (getattr(torch.backends.mkldnn, "matmul", None), getattr(torch.backends.cuda, "matmul", None)):
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            new_api.append((obj, obj.fp32_precision))
     try:
         torch.set_float32_matmul_precision("highest")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        for obj, _ in new_api:
+            obj.fp32_precision = "ieee"
         yield
     finally:
+        for obj, prev in new_api:
+            obj.fp32_precision = prev
         torch.set_float32_matmul_precision(prev_prec)
         torch.backends.cuda.matmul.allow_tf32 = prev_cuda
         torch.backends.cudnn.allow_tf32 = prev_cudnn
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = prev_bf16_red
 
 
 def _exact_sqdist(q: np.ndarray, e: np.ndarray) -> Fraction:
     return sum(((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(q, e)), Fraction(0))
 
 
+# --------------------------------------------------------------------------- the bf16 filter bound
+@dataclass(frozen=True)
+class _Bf16Constants:
+    """Per-matrix constants of the bf16 filter bound (float64, rounded up where they bound)."""
+
+    rho: float  # max_c ‖e_c − bf16(e_c)‖
+    e_hat: float  # max_c ‖bf16(e_c)‖
+    nu_max: float  # max_c ‖e_c‖²/2 (float64)
+    terms_max: float  # max_c |h_c| + |l_c| (the two bf16 parts of ‖e_c‖²/2)
+    n_terms: int  # d + 2 non-zero products per score
+
+
+def bf16_filter_bound(
+    q_hat_norm: torch.Tensor, q_res_norm: torch.Tensor, *, rho: float, e_hat: float, nu_max: float,
+    terms_max: float, n_terms: int,
+) -> torch.Tensor:
+    """Per-query bound β with |t_c − Ã_c| ≤ β for every position c (float64, one value per query).
+
+    **Setting.** q, e_c are the fp32 query and row; t_c = q·e_c − ν_c with ν_c = ‖e_c‖²/2, so that
+    ‖q − e_c‖² = ‖q‖² − 2t_c and the nearest positions are those with the largest t. Write
+    q = q̂ + r_q and e_c = ê_c + r_c with q̂ = bf16(q), ê_c = bf16(e_c) (round to nearest); r_q and r_c
+    are exact fp32 numbers (the low bits). ν64_c is ν_c in float64, split as h_c = bf16(ν64_c) and
+    l_c = bf16(ν64_c − h_c). The filter multiplies the bf16 rows [q̂, 1, 1] and [ê_c, −h_c, −l_c] with
+    fp32 accumulation: Ã_c ≈ A_c = q̂·ê_c − h_c − l_c, and stores P̃_c = bf16(Ã_c).
+
+    **Claim.** |t_c − Ã_c| ≤ β_in + β_acc + β_ν + β_abs =: β, where
+
+    * β_in = ‖q̂‖·ρ + ‖r_q‖·(Ê + ρ), with ρ = max_c‖r_c‖, Ê = max_c‖ê_c‖. Proof: q·e_c − q̂·ê_c =
+      q̂·r_c + r_q·ê_c + r_q·r_c exactly; apply Cauchy–Schwarz to each term. (This is spec §1.5's
+      input-rounding bound ((1 + u_in)² − 1)·Σ|q_j||e_cj| made sharper with the actual residuals.)
+    * β_acc = γ_n·(‖q̂‖·Ê + max_c(|h_c| + |l_c|)), γ_n = n·u/(1 − n·u), u = 2⁻²⁴, n = d + 2. Proof: a
+      product of two bf16 numbers (8-bit significands) has at most 16 significant bits, so it is exact
+      in fp32; n exact terms summed in fp32 in any order, with or without FMA, err by at most
+      γ_n·Σ|terms| (Higham, Accuracy and Stability, eq. 3.5), and Σ|q̂_j ê_cj| ≤ ‖q̂‖‖ê_c‖.
+    * β_ν = (u_bf16² + (d + 2)·u₆₄)·ν_max·1.01: |ν_c − ν64_c| ≤ (d+1)u₆₄ν_c (float64 sum of d squares
+      of fp32 numbers, each square exact) and |ν64_c − h_c − l_c| ≤ u_bf16·|ν64_c − h_c| ≤ u_bf16²·ν64_c.
+    * β_abs = 2⁻¹⁰⁰·(1 + ‖q̂‖ + Ê): covers underflow (products or residuals below 2⁻¹²⁶, flushed or
+      gradual), which the relative bounds above do not; every such effect is below n·2⁻¹²⁶·(…).
+
+    The stored score adds one rounding to bf16: |P̃_c − Ã_c| ≤ u_bf16·|Ã_c| (u_bf16 = 2⁻⁸), so
+    lo(P̃_c) ≤ Ã_c ≤ hi(P̃_c) with lo(x) = x/(1 + u), hi(x) = x/(1 − u) for x ≥ 0 and the reverse for
+    x < 0 (both increasing). See :meth:`ExactIndex._bf16_threshold` for how the candidates follow.
+
+    The model assumed of the library (checked at run time by :func:`bf16_filter_available` on a
+    test product before the filter is ever used): bf16 inputs, products exact, fp32 accumulation, one
+    round-to-nearest of the result to bf16 — what oneDNN's AMX and AVX512-BF16 kernels do.
+    """
+    u = U32
+    n = n_terms
+    gamma_n = n * u / (1.0 - n * u)
+    beta_in = q_hat_norm * rho + q_res_norm * (e_hat + rho)
+    beta_acc = gamma_n * (q_hat_norm * e_hat + terms_max)
+    beta_nu = (UBF16 * UBF16 + (n + 1) * U64) * nu_max * 1.01
+    beta_abs = 2.0**-100 * (1.0 + q_hat_norm + e_hat)
+    beta: torch.Tensor = (beta_in + beta_acc + beta_nu + beta_abs) * (1.0 + 2.0**-20)
+    return beta
+
+
+def _bf16_lo(x: torch.Tensor) -> torch.Tensor:
+    """Smallest Ã consistent with the stored bf16 value x (|x − Ã| ≤ u|Ã|)."""
+    return torch.where(x >= 0, x / (1.0 + UBF16), x / (1.0 - UBF16))
+
+
+def _bf16_hi_inverse(y: torch.Tensor) -> torch.Tensor:
+    """Smallest x with hi(x) ≥ y, hi(x) = x/(1 − u) for x ≥ 0 and x/(1 + u) for x < 0."""
+    return torch.where(y >= 0, y * (1.0 - UBF16), y * (1.0 + UBF16))
+
+
+_BF16_STATE: dict[str, bool] = {}
+_BF16_LOCK = threading.Lock()
+
+
+def _bf16_model_holds() -> bool:
+    """Check the library model of :func:`bf16_filter_bound` on a test product shaped like a search tile.
+
+    Random bf16 operands spanning 2¹² in magnitude, with cancellation: every stored result must lie
+    within u_bf16·|Ã| + γ_n·Σ|terms| of the exact sum (a bf16 accumulator, or inexact products, would
+    fail). Entry (0, 0) is a probe whose exact sum 1 + 2⁻⁷ + 2⁻⁸ + 2⁻¹² lies between two bf16 numbers:
+    rounding to nearest gives 1 + 2⁻⁶, truncation 1 + 2⁻⁷.
+    """
+    g = torch.Generator().manual_seed(1234)
+    m, n, p = 64, 416, 1024
+    a64 = torch.randn(m, n, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-6, 7, (m, n), generator=g).double()
+    )
+    b64 = torch.randn(n, p, generator=g, dtype=torch.float64) * torch.exp2(
+        torch.randint(-6, 7, (n, p), generator=g).double()
+    )
+    a64[0] = 0.0
+    a64[0, :2] = 1.0
+    b64[:, 0] = 0.0
+    b64[0, 0] = 1.0 + 2.0**-7
+    b64[1, 0] = 2.0**-8 + 2.0**-12
+    a, b = a64.to(torch.bfloat16), b64.to(torch.bfloat16)
+    ref = a.double() @ b.double()  # float64 error ≤ n·u₆₄·Σ|terms|, far below the tolerance
+    absum = a.double().abs() @ b.double().abs()
+    with exact_fp32_matmul():
+        got = torch.mm(a, b).double()
+    gamma_n = n * U32 / (1 - n * U32)
+    tol = UBF16 * (ref.abs() + gamma_n * absum) + gamma_n * absum
+    if not bool(((got - ref).abs() <= tol * 1.001 + 1e-300).all()):
+        return False
+    nearest = float(torch.tensor(ref[0, 0].item(), dtype=torch.float32).to(torch.bfloat16))
+    return float(got[0, 0]) == nearest == 1.0 + 2.0**-6
+
+
+def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
+    """Whether the bf16 filter is exact *and* worth it on this process's ``device`` (cached).
+
+    CPU only (CUDA keeps the fp32 filter): the bf16 product must satisfy the library model of
+    :func:`bf16_filter_bound` on test products, and be fast — an AMX tile unit, or a measured bf16
+    product at most half the time of the fp32 one. ``HF_TEXTDP_SEARCH_FILTER=fp32`` (or ``bf16``)
+    overrides the speed test, never the exactness test.
+    """
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        return False
+    key = os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
+    if key == "fp32":
+        return False
+    with _BF16_LOCK:
+        cached = _BF16_STATE.get(key)
+        if cached is not None:
+            return cached
+        try:
+            ok = _bf16_model_holds()
+        except RuntimeError:  # no bf16 matmul kernel on this build
+            ok = False
+        if ok and key != "bf16":
+            ok = _bf16_is_fast()
+        _BF16_STATE[key] = ok
+        return ok
+
+
+def _bf16_is_fast() -> bool:
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    if amx is not None and amx():
+        return True
+    g = torch.Generator().manual_seed(0)
+    a32 = torch.randn(256, 384, generator=g)
+    b32 = torch.randn(384, 2048, generator=g)
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+
+    def best(f: object) -> float:
+        out = math.inf
+        for _ in range(3):
+            t0 = time.perf_counter()
+            f()  # type: ignore[operator]
+            out = min(out, time.perf_counter() - t0)
+        return out
+
+    with exact_fp32_matmul():
+        return best(lambda: torch.mm(a16, b16)) <= 0.5 * best(lambda: torch.mm(a32, b32))
+
+
+# --------------------------------------------------------------------------- the index
 class ExactIndex:
     """An fp32 matrix prepared for exact nearest-neighbour search (spec §1.5).
 
     Args:
         matrix (`torch.Tensor` of shape `[V, k]`): the rows to search (converted to fp32, contiguous).
         device (`str`, defaults to `"cpu"`): where scores are computed.
-        chunk_size (`int`, defaults to `8192`): positions per fp32 score block.
+        chunk_size (`int`, *optional*): positions per score tile (rounded up to a multiple of 64);
+            by default as many as keep a tile of scores near 32 MB.
+        filter (`str`, defaults to `"auto"`): ``"bf16"`` (the proven low-precision filter, CPU),
+            ``"fp32"`` (spec §1.5's reference filter) or ``"auto"`` (bf16 where it is available and fast,
+            see :func:`bf16_filter_available`). The result is the same exact answer for every choice.
+
+    Example:
+
+    >>> E = torch.tensor([[0.0, 0.0], [1.0, 2.0], [5.0, 5.0], [1.0, 2.0]])
+    >>> ExactIndex(E).search(torch.tensor([[1.0, 2.0]]), 2).tolist()   # duplicates: lowest position first
+    [[1, 3]]
     """
 
-    def __init__(self, matrix: torch.Tensor, device: str | torch.device = "cpu", chunk_size: int = 8192) -> None:
+    def __init__(
+        self,
+        matrix: torch.Tensor,
+        device: str | torch.device = "cpu",
+        chunk_size: int | None = None,
+        *,
+        filter: FilterName = "auto",
+    ) -> None:
         if matrix.ndim != 2 or matrix.shape[0] < 1:
             raise InvalidParameterError(f"matrix must be 2-D with at least one row, got shape {tuple(matrix.shape)}.")
-        if chunk_size < 1:
-            raise InvalidParameterError(f"chunk_size must be >= 1, got {chunk_size}.")
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+            raise InvalidParameterError(f"chunk_size must be an int >= 1 or None, got {chunk_size!r}.")
+        if filter not in FILTERS:
+            raise InvalidParameterError(f"filter must be one of {list(FILTERS)}, got {filter!r}.")
         self.device = torch.device(device)
         self.E = matrix.detach().to(self.device, torch.float32).contiguous()
         self.V, self.d = self.E.shape
         sq64 = (self.E.double() ** 2).sum(1)
+        self.sq64 = sq64
         self.n32 = sq64.float().contiguous()
-        self.Em2T = (-2.0 * self.E).T.contiguous()  # exact in fp32 (power-of-two scaling)
         r = math.sqrt(float(sq64.max()))
         self.R = math.nextafter(r, math.inf)
-        self.chunk_size = int(chunk_size)
-        self._t_extra = 3
+        self.chunk_size = chunk_size
+        self.filter: FilterName = filter
+        self.Vp = _round_up(self.V, BLOCK)
+        self._em2t: torch.Tensor | None = None
+        self._fp32_pad: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._bf16: tuple[torch.Tensor, _Bf16Constants] | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ prepared matrices (lazy)
+    @property
+    def Em2T(self) -> torch.Tensor:
+        """−2·Eᵀ ``[d, V]`` fp32, contiguous (exact: power-of-two scaling); used by the samplers."""
+        if self._em2t is None:
+            self._em2t = (-2.0 * self.E).T.contiguous()
+        return self._em2t
+
+    def _fp32_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n32 padded with +inf, −2·Eᵀ padded with zero columns) to Vp positions."""
+        if self._fp32_pad is None:
+            pad = self.Vp - self.V
+            n32 = torch.cat([self.n32, torch.full((pad,), math.inf, device=self.device)])
+            em2t = torch.zeros((self.d, self.Vp), dtype=torch.float32, device=self.device)
+            em2t[:, : self.V] = (-2.0 * self.E).T
+            self._fp32_pad = (n32.contiguous(), em2t)
+        return self._fp32_pad
+
+    def _bf16_operands(self) -> tuple[torch.Tensor, _Bf16Constants]:
+        """[ê_c, −h_c, −l_c, 0…]ᵀ as bf16 ``[K, Vp]`` (K = d + 2 rounded up to 32) and the bound constants."""
+        if self._bf16 is None:
+            d, V = self.d, self.V
+            K = _round_up(d + 2, 32)
+            e_hat = self.E.to(torch.bfloat16)
+            res = self.E - e_hat.float()  # exact
+            nu64 = self.sq64 / 2.0
+            h = nu64.to(torch.bfloat16)
+            lo = (nu64 - h.double()).to(torch.bfloat16)  # ν64 − h is exact (Sterbenz)
+            A = torch.zeros((self.Vp, K), dtype=torch.bfloat16, device=self.device)
+            A[:V, :d] = e_hat
+            A[:V, d] = -h
+            A[:V, d + 1] = -lo
+            A[V:, d] = -_PAD_NU
+            consts = _Bf16Constants(
+                rho=float(torch.linalg.vector_norm(res.double(), dim=1).max()) * (1 + 2.0**-40),
+                e_hat=float(torch.linalg.vector_norm(e_hat.double(), dim=1).max()) * (1 + 2.0**-40),
+                nu_max=float(nu64.max()),
+                terms_max=float((h.double().abs() + lo.double().abs()).max()),
+                n_terms=d + 2,
+            )
+            self._bf16 = (A.T.contiguous(), consts)
+        return self._bf16
+
+    def _use_bf16(self) -> bool:
+        if self.filter == "fp32" or self.device.type != "cpu":
+            return False
+        if self.filter == "bf16":
+            return _bf16_model_ok()
+        # "auto": only where the product is large enough for the filter to pay off
+        return self.V * self.d >= 2**18 and bf16_filter_available(self.device)
 
     # ------------------------------------------------------------------ public
     def search(
@@ -106,9 +379,17 @@ class ExactIndex:
         k: int = 1,
         exclude: torch.Tensor | None = None,
         chunk_size: int | None = None,
-        query_block: int = 2048,
+        query_block: int | None = None,
     ) -> torch.Tensor:
-        """Return ``[B, k]`` int64 positions of the k nearest rows, ordered by (distance, position)."""
+        """Return ``[B, k]`` int64 positions of the k nearest rows, ordered by (distance, position).
+
+        Args:
+            Q (`torch.Tensor` `[B, d]`): queries (converted to fp32).
+            k (`int`, defaults to 1): neighbours per query.
+            exclude (`torch.Tensor` `[B]`, *optional*): a position per query to leave out (or −1).
+            chunk_size (`int`, *optional*): positions per score tile (overrides the index's).
+            query_block (`int`, *optional*): queries per tile (default: from the tile budget).
+        """
         if k < 1 or k > self.V - (1 if exclude is not None else 0):
             raise InvalidParameterError(f"k must be in [1, {self.V}], got {k}.")
         Q = Q.to(self.device, torch.float32)
@@ -121,78 +402,168 @@ class ExactIndex:
                 "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
                 "for float32 (use a larger epsilon)."
             )
-        L = int(chunk_size or self.chunk_size)
+        Q = Q.contiguous()
+        use_bf16 = self._use_bf16()
+        L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
         out = []
         with exact_fp32_matmul():
-            for b0 in range(0, Q.shape[0], query_block):
-                Qb = Q[b0 : b0 + query_block]
-                ex = None if exclude is None else exclude[b0 : b0 + query_block].to(self.device)
-                out.append(self._search_block(Qb, k, ex, L))
+            for b0 in range(0, Q.shape[0], qb):
+                Qb = Q[b0 : b0 + qb]
+                ex = None if exclude is None else exclude[b0 : b0 + qb].to(self.device, torch.int64)
+                rows, pos = self._filter(Qb, k, ex, L, use_bf16)
+                out.append(self._verify(Qb, rows, pos, k, Qb.shape[0]))
         return torch.cat(out, 0).cpu()
 
     # ------------------------------------------------------------------ internals
-    def _scores(self, Qb: torch.Tensor, s: int, e: int) -> torch.Tensor:
-        return torch.addmm(self.n32[s:e], Qb, self.Em2T[:, s:e])
+    def _tiling(self, chunk_size: int | None, query_block: int | None, nbytes: int) -> tuple[int, int]:
+        """(chunk length, a multiple of BLOCK; queries per block)."""
+        c = chunk_size if chunk_size is not None else self.chunk_size
+        if c is not None:
+            L = min(_round_up(int(c), BLOCK), self.Vp)
+        else:
+            L = self.Vp  # whole rows of scores when a few hundred of them fit the tile budget
+            if 256 * self.Vp * nbytes > _TILE_BYTES:
+                L = max(BLOCK, min(self.Vp, _round_up(_TILE_BYTES // (256 * nbytes), BLOCK)))
+        if query_block is not None:
+            qb = max(1, int(query_block))
+        else:
+            qb = max(16, min(4096, _TILE_BYTES // (L * nbytes)))
+        return L, qb
 
-    def _search_block(self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int) -> torch.Tensor:
+    def _filter(
+        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, use_bf16: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidate (query row, position) pairs that provably contain every query's exact top k."""
+        if use_bf16:
+            qmax = float(torch.linalg.vector_norm(Qb, dim=1).max())
+            if qmax * self.R + self.R * self.R < _BF16_MAX_MAGNITUDE:
+                rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True)
+                heavy = counts > BF16_MAX_CANDIDATES
+                if not bool(heavy.any()):
+                    return rows, pos
+                # near-duplicate clusters: the fp32 bound is ~100× tighter, so filter those queries again
+                hq = torch.nonzero(heavy).squeeze(1)
+                keep = ~heavy[rows]
+                ex = None if exclude is None else exclude[hq]
+                r2, p2, _ = self._scan(Qb[hq], k, ex, L, bf16=False)
+                return torch.cat([rows[keep], hq[r2]]), torch.cat([pos[keep], p2])
+        rows, pos, _ = self._scan(Qb, k, exclude, L, bf16=False)
+        return rows, pos
+
+    def _scan(
+        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, *, bf16: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One filter pass over all positions: (rows, positions, candidates per row).
+
+        Scores are oriented so that larger is better (the bf16 score t̃, or −s̃ for fp32). Every chunk's
+        scores go through one strided block-extremum pass; the k-th best block extremum so far gives a
+        running threshold (a threshold from fewer positions is lower, so it keeps a superset), the
+        blocks that reach it are read again, and the final threshold trims the candidates at the end.
+        """
         B = Qb.shape[0]
-        t = k + self._t_extra
-        vals, idxs, full = [], [], []
-        for s in range(0, self.V, L):
-            e = min(s + L, self.V)
-            S = self._scores(Qb, s, e)
+        dev = Qb.device
+        G = BLOCK if self.Vp // BLOCK >= 4 * k else 1
+        if bf16:
+            EaT, consts = self._bf16_operands()
+            Kp = EaT.shape[0]
+            Qa = torch.zeros((B, Kp), dtype=torch.bfloat16, device=dev)
+            Qa[:, : self.d] = Qb
+            Qa[:, self.d : self.d + 2] = 1.0
+            q_hat = Qa[:, : self.d].double()
+            qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
+            qr_norm = torch.linalg.vector_norm(Qb.double() - q_hat, dim=1)
+            beta = bf16_filter_bound(
+                qh_norm, qr_norm, rho=consts.rho, e_hat=consts.e_hat, nu_max=consts.nu_max,
+                terms_max=consts.terms_max, n_terms=consts.n_terms,
+            )
+            buf = torch.empty((B, L), dtype=torch.bfloat16, device=dev)
+        else:
+            n32p, em2tp = self._fp32_operands()
+            qn = torch.linalg.vector_norm(Qb.double(), dim=1)
+            eta = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)
+            buf = torch.empty((B, L), dtype=torch.float32, device=dev)
+        best: torch.Tensor | None = None  # [B, k] best block scores so far (float64, larger is better)
+        c_rows: list[torch.Tensor] = []
+        c_pos: list[torch.Tensor] = []
+        c_val: list[torch.Tensor] = []
+        for s in range(0, self.Vp, L):
+            e = min(s + L, self.Vp)
+            Lc = e - s
+            X = buf.view(-1)[: B * Lc].view(B, Lc)  # contiguous, even for a short last chunk
+            if bf16:
+                torch.mm(Qa, EaT[:, s:e], out=X)
+            else:
+                torch.addmm(n32p[s:e], Qb, em2tp[:, s:e], out=X)
             if exclude is not None:
                 inside = (exclude >= s) & (exclude < e)
                 if bool(inside.any()):
-                    rows = torch.nonzero(inside).squeeze(1)
-                    S[rows, exclude[rows] - s] = math.inf
-            tt = min(t, e - s)
-            v, i = torch.topk(S, tt, dim=1, largest=False, sorted=True)
-            vals.append(v)
-            idxs.append(i + s)
-            full.append(tt < e - s)  # the chunk has more entries than were kept
-        allv = torch.cat(vals, 1).double()
-        alli = torch.cat(idxs, 1)
-        qn = torch.linalg.vector_norm(Qb.double(), dim=1)
-        eta = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)
-        m = torch.kthvalue(allv, k, dim=1).values
-        thresh = m + 2.0 * eta
-        # overflow: a chunk whose last kept score is within the threshold may hide candidates
-        overflow = torch.zeros(B, dtype=torch.bool, device=Qb.device)
-        col = 0
-        for v, f in zip(vals, full):
-            tt = v.shape[1]
-            if f:
-                overflow |= v[:, tt - 1].double() <= thresh
-            col += tt
-        keep = allv <= thresh[:, None]
-        rows_l: list[torch.Tensor] = []
-        pos_l: list[torch.Tensor] = []
-        ok_rows = ~overflow
-        r_idx, c_idx = torch.nonzero(keep & ok_rows[:, None], as_tuple=True)
-        rows_l.append(r_idx)
-        pos_l.append(alli[r_idx, c_idx])
-        for b in torch.nonzero(overflow).squeeze(1).tolist():
-            p = self._rescan(Qb[b : b + 1], float(thresh[b]), None if exclude is None else int(exclude[b]), L)
-            rows_l.append(torch.full((p.numel(),), b, dtype=torch.int64, device=Qb.device))
-            pos_l.append(p)
-        rows = torch.cat(rows_l)
-        pos = torch.cat(pos_l)
-        return self._verify(Qb, rows, pos, k, B)
+                    r_in = torch.nonzero(inside).squeeze(1)
+                    X[r_in, exclude[r_in] - s] = -math.inf if bf16 else math.inf
+            nbc = Lc // G
+            bm = self._block_best(X, G, nbc, bf16)  # [B, nbc] float64, larger is better
+            cat = bm if best is None else torch.cat([best, bm], 1)
+            if cat.shape[1] < k:  # fewer blocks than k so far: no threshold yet (everything is kept)
+                cat = torch.cat([cat, torch.full((B, k - cat.shape[1]), -math.inf, dtype=cat.dtype, device=dev)], 1)
+            best = cat.topk(k, dim=1).values if k > 1 else cat.amax(1, keepdim=True)
+            thr = self._threshold(best[:, k - 1], beta if bf16 else eta, bf16)
+            hr, hj = torch.nonzero(bm >= thr[:, None], as_tuple=True)
+            if hr.numel() == 0:
+                continue
+            col = hj[:, None] + torch.arange(G, device=dev)[None, :] * nbc  # [H, G] columns in the chunk
+            vals = torch.take(X, hr[:, None] * Lc + col)
+            vals = vals.double() if bf16 else -vals.double()
+            ok = vals >= thr[hr][:, None]
+            hi, gi = torch.nonzero(ok, as_tuple=True)
+            c_rows.append(hr[hi])
+            c_pos.append(col[hi, gi] + s)
+            c_val.append(vals[hi, gi])
+        assert best is not None
+        thr = self._threshold(best[:, k - 1], beta if bf16 else eta, bf16)
+        rows = torch.cat(c_rows) if c_rows else torch.empty(0, dtype=torch.int64, device=dev)
+        pos = torch.cat(c_pos) if c_pos else torch.empty(0, dtype=torch.int64, device=dev)
+        val = torch.cat(c_val) if c_val else torch.empty(0, dtype=torch.float64, device=dev)
+        keep = (val >= thr[rows]) & (pos < self.V)
+        rows, pos = rows[keep], pos[keep]
+        counts = torch.bincount(rows, minlength=B)
+        return rows, pos, counts
 
-    def _rescan(self, q: torch.Tensor, thresh: float, exclude: int | None, L: int) -> torch.Tensor:
-        found = []
-        for s in range(0, self.V, L):
-            e = min(s + L, self.V)
-            S = self._scores(q, s, e)[0].double()
-            if exclude is not None and s <= exclude < e:
-                S[exclude - s] = math.inf
-            found.append(torch.nonzero(S <= thresh).squeeze(1) + s)
-        return torch.cat(found)
+    @staticmethod
+    def _block_best(X: torch.Tensor, G: int, nbc: int, bf16: bool) -> torch.Tensor:
+        """Best score of every strided block of G positions, as float64 with larger = better."""
+        B = X.shape[0]
+        if bf16:
+            if G == 1:
+                return X.double()
+            # bf16 max through int16 reductions (vectorised; bf16 reductions are not): non-negative bf16
+            # numbers order like their int16 bit patterns, negative ones in reverse, so a block's maximum
+            # is its largest pattern if that is ≥ 0 (some value ≥ +0) and else its smallest pattern.
+            bits = X.view(torch.int16).view(B, G, nbc)
+            hi = bits.amax(1)
+            lo = bits.amin(1)
+            return torch.where(hi >= 0, hi, lo).view(torch.bfloat16).double()
+        if G == 1:
+            return -X.double()
+        return -(X.view(B, G, nbc).amin(1).double())
+
+    @staticmethod
+    def _threshold(best_k: torch.Tensor, bound: torch.Tensor, bf16: bool) -> torch.Tensor:
+        """Lowest oriented score a true top-k position can have, given the k-th best block score.
+
+        fp32 (spec §1.5): at least k positions have s̃ ≤ m (m = −best_k), each with s ≤ m + η, so a true
+        top-k position has s ≤ m + η and s̃ ≤ m + 2η: threshold −(m + 2η).
+        bf16: at least k positions have P̃ ≥ M (M = best_k), so t_(k) ≥ lo(M) − β; a true top-k position
+        has hi(P̃_c) + β ≥ t_c ≥ t_(k), i.e. P̃_c ≥ hi⁻¹(lo(M) − 2β) (see :func:`bf16_filter_bound`).
+        Both are evaluated in float64 and lowered by a relative 2⁻⁴⁰, far above float64's rounding.
+        """
+        if bf16:
+            thr = _bf16_hi_inverse(_bf16_lo(best_k) - 2.0 * bound)
+        else:
+            thr = best_k - 2.0 * bound
+        return thr - 2.0**-40 * (thr.abs() + bound)
 
     def _verify(self, Qb: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, k: int, B: int) -> torch.Tensor:
         q64 = Qb.double()
-        D = ((q64[rows] - self.E[pos].double()) ** 2).sum(1)
+        D = ((q64.index_select(0, rows) - self.E.index_select(0, pos).double()) ** 2).sum(1)
         err = 2.0 * (self.d + 3) * U64 * D
         # sort by (row, D, pos): stable sorts from the last key to the first
         o = torch.argsort(pos, stable=True)
@@ -226,3 +597,16 @@ class ExactIndex:
                 exact = sorted((_exact_sqdist(qn, E_np[c]), c) for c in cand)
                 result[b] = torch.tensor([c for _, c in exact[:k]], dtype=torch.int64, device=result.device)
         return result
+
+
+def _bf16_model_ok() -> bool:
+    """The exactness half of :func:`bf16_filter_available` (no speed test), cached."""
+    with _BF16_LOCK:
+        cached = _BF16_STATE.get("model")
+        if cached is None:
+            try:
+                cached = _bf16_model_holds()
+            except RuntimeError:
+                cached = False
+            _BF16_STATE["model"] = cached
+        return cached

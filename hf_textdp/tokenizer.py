@@ -1,7 +1,8 @@
 """``PrivateTokenizer``: any fast Hugging Face tokenizer, with privatized ``input_ids`` (DESIGN §3).
 
 >>> from hf_textdp import PrivateTokenizer, PrivatizerConfig                      # doctest: +SKIP
->>> ptok = PrivateTokenizer.from_pretrained("bert-base-uncased", config=PrivatizerConfig(epsilon=10.0))  # doctest: +SKIP
+>>> cfg = PrivatizerConfig(epsilon=10.0, model="bert-base-uncased")              # doctest: +SKIP
+>>> ptok = PrivateTokenizer.from_pretrained("bert-base-uncased", config=cfg)       # doctest: +SKIP
 >>> enc = ptok(["a private review"], padding=True, truncation=True, max_length=16)   # doctest: +SKIP
 >>> enc["input_ids"], enc["dp_epsilon"]                                            # doctest: +SKIP
 
@@ -107,6 +108,7 @@ class PrivateEncoder:
         self.stream = stream
         self._source: str | None = None
         self._tokenizer: Any = None
+        self._given = False  # a tokenizer object from the caller travels in the pickle; a path or None does not
         if tokenizer is None:
             pass  # the model's own tokenizer, loaded lazily from config.model
         elif isinstance(tokenizer, (str, Path)):
@@ -118,6 +120,7 @@ class PrivateEncoder:
                     "one (load it with AutoTokenizer.from_pretrained(..., use_fast=True))."
                 )
             self._tokenizer = tokenizer
+            self._given = True
         self._nonce = secrets.token_hex(16) if self.seed is None else None
         self._priv: Privatizer | None = None
         self._checked = False
@@ -131,8 +134,7 @@ class PrivateEncoder:
             "split": self.split,
             "stream": self.stream,
             "source": self._source,
-            # a tokenizer object given by the caller travels with it; a path or the model's own does not
-            "tokenizer": self._tokenizer if self._source is None and self._tokenizer is not None else None,
+            "tokenizer": self._tokenizer if self._given else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -143,6 +145,7 @@ class PrivateEncoder:
         self.stream = state["stream"]
         self._source = state["source"]
         self._tokenizer = state["tokenizer"]
+        self._given = self._tokenizer is not None
         self._priv = None
         self._checked = False
 
@@ -260,20 +263,34 @@ class PrivateEncoder:
             )
         overflow = bool(call_kwargs.get("return_overflowing_tokens", False))
         sample = list(plain["overflow_to_sample_mapping"]) if overflow else list(range(n))
-        truncates = overflow or call_kwargs.get("truncation") not in _NO_TRUNCATION or (
-            call_kwargs.get("truncation") is None and call_kwargs.get("max_length") is not None
+        truncates = (
+            overflow
+            or call_kwargs.get("truncation") not in _NO_TRUNCATION
+            or (call_kwargs.get("truncation") is None and call_kwargs.get("max_length") is not None)
         )
-        if truncates:
-            whole_kwargs = {k: v for k, v in call_kwargs.items() if k not in _SHAPING}
+        whole_kwargs = {k: v for k, v in call_kwargs.items() if k not in _SHAPING}
+        if overflow:  # windows: locate each in its example's whole encoding
             whole = tok(text, text_pair, **whole_kwargs)
             whole_ids = [np.asarray(e.ids, dtype=np.int64) for e in whole.encodings]
             maps = [_align(whole.encodings[sample[j]], e, j) for j, e in enumerate(encs)]
-        else:  # nothing was cut: the whole encoding is the row without its padding
-            maps = []
-            for e in encs:
-                keep = np.flatnonzero(np.asarray(e.attention_mask, dtype=np.int8))
-                maps.append((keep, np.arange(keep.size, dtype=np.int64)))
-            whole_ids = [np.asarray(e.ids, dtype=np.int64)[b] for e, (b, _) in zip(encs, maps)]
+        else:
+            # only rows that truncation cut (their encoding keeps the rest in `overflowing`) need the whole
+            # encoding; any other row is its whole encoding without the padding
+            cut = [j for j, e in enumerate(encs) if e.overflowing] if truncates else []
+            whole_of: dict[int, Any] = {}
+            if cut:
+                pairs = [text_pair[j] for j in cut] if text_pair is not None else None
+                whole = tok([text[j] for j in cut], pairs, **whole_kwargs)
+                whole_of = dict(zip(cut, whole.encodings, strict=True))
+            maps, whole_ids = [], []
+            for j, e in enumerate(encs):
+                if j in whole_of:
+                    maps.append(_align(whole_of[j], e, j))
+                    whole_ids.append(np.asarray(whole_of[j].ids, dtype=np.int64))
+                else:
+                    keep = np.flatnonzero(np.asarray(e.attention_mask, dtype=np.int8))
+                    maps.append((keep, np.arange(keep.size, dtype=np.int64)))
+                    whole_ids.append(np.asarray(e.ids, dtype=np.int64)[keep])
 
         space = self.space
         # per example: whole-encoding positions kept in some output row, in position order
@@ -295,6 +312,7 @@ class PrivateEncoder:
         finally:
             priv.stream = old_stream
 
+        cand_ids = space.candidate_ids.numpy()
         new_whole: list[np.ndarray] = []
         index_of: list[np.ndarray] = []  # whole position -> index into the example's released list, or -1
         for i in range(n):
@@ -303,7 +321,7 @@ class PrivateEncoder:
             index_of.append(look)
             ids = whole_ids[i].copy()
             if not vectors and priv_pos[i].size:
-                ids[priv_pos[i]] = space.candidate_ids[released[i]].numpy()
+                ids[priv_pos[i]] = cand_ids[released[i].numpy()]
             new_whole.append(ids)
 
         input_ids = plain["input_ids"]
@@ -321,7 +339,8 @@ class PrivateEncoder:
             if not vectors:
                 ids[b_pos] = new_whole[i][a_pos]
             else:
-                row_vectors.append(released[i][torch.from_numpy(idx[hit])] if hit.any() else torch.zeros(0))
+                sel = torch.from_numpy(idx[hit])
+                row_vectors.append(released[i].index_select(0, sel) if sel.numel() else torch.zeros(0))
             row_released.append(b_pos[hit])
             out_ids.append(ids.tolist())
             n_priv = int(hit.sum())
@@ -431,7 +450,8 @@ class PrivateTokenizer:
 
     Example:
 
-    >>> ptok = PrivateTokenizer(None, PrivatizerConfig(epsilon=50.0, model=tiny_bert), seed=2**40 + 3)  # doctest: +SKIP
+    >>> cfg = PrivatizerConfig(epsilon=50.0, model="bert-base-uncased")          # doctest: +SKIP
+    >>> ptok = PrivateTokenizer(None, cfg, seed=secrets.randbits(64))               # doctest: +SKIP
     >>> enc = ptok(["good movie", "bad plot"], indices=[0, 1], padding=True, return_tensors="pt")  # doctest: +SKIP
     >>> enc["input_ids"].shape, enc["dp_epsilon"]                                      # doctest: +SKIP
     """
@@ -450,8 +470,8 @@ class PrivateTokenizer:
         self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=stream)
         if config.postprocess == "vector":
             raise InvalidParameterError(
-                "postprocess='vector' releases vectors, not token ids; use DataCollatorForInputsEmbeds (inputs_embeds) "
-                "or a postprocess that outputs tokens (e.g. 'nearest')."
+                "postprocess='vector' releases vectors, not token ids; use DataCollatorForInputsEmbeds "
+                "(inputs_embeds) or a postprocess that outputs tokens (e.g. 'nearest')."
             )
         self.totals = Totals()
 
@@ -578,13 +598,13 @@ class PrivateTokenizer:
             `BatchEncoding`: the plain tokenizer's keys with privatized ``input_ids``, plus
             ``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per output row.
         """
-        row_ids: Sequence[int] | None
+        row_ids: list[Any] | None
         if indices is None:
             row_ids = None
-        elif isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
-            row_ids = [int(indices)]
+        elif isinstance(indices, (int, np.integer)):  # one example (a bool is refused by check_row_id)
+            row_ids = [indices]
         elif isinstance(indices, torch.Tensor):
-            row_ids = [int(v) for v in indices.tolist()]
+            row_ids = indices.tolist()
         else:
             row_ids = list(indices)
         return_tensors = kwargs.get("return_tensors")
@@ -596,7 +616,7 @@ class PrivateTokenizer:
         data["dp_epsilon"] = [float("nan") if e is None else e for e in eps] if return_tensors else eps
         if claim.delta_token > 0:
             data["dp_delta"] = [claim.row_delta(k) for k in enc.dp_tokens]
-        for k, (special, padding, passthrough) in zip(enc.example_dp_tokens, enc.example_counts):
+        for k, (special, padding, passthrough) in zip(enc.example_dp_tokens, enc.example_counts, strict=True):
             self.totals.add_row(
                 dp_tokens=k,
                 special=special,

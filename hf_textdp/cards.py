@@ -1,0 +1,351 @@
+"""Cards for what hf-textdp publishes, rendered with ``huggingface_hub``'s card classes.
+
+- A **dataset card** (:class:`huggingface_hub.DatasetCard`) for a privatized dataset, from the privacy
+  report saved beside it (spec §10.4): what was privatized, the guarantee and its unit, the scale,
+  the totals, what is not covered, and how to load it.
+- A **results card** (:class:`huggingface_hub.ModelCard` with :class:`~huggingface_hub.EvalResult`
+  entries, i.e. ``model-index`` metadata) for a recipe's results folder: accuracy per (task,
+  mechanism, ε, setting), the privacy summary of each privatizer and the exact command that
+  produced it. ``evaluate.push_to_hub`` cannot run offline, so the model-index is generated here.
+
+Example:
+
+>>> from hf_textdp.cards import render_card                      # doctest: +SKIP
+>>> print(render_card("results/senteval_bov_madlib"))            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidParameterError
+
+
+__all__ = ["dataset_card", "results_card", "render_card", "is_results_folder", "find_report"]
+
+_REPORT_NAME = "privacy_report.json"
+_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+_DATASET_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ pretty_name }}
+
+Text privatized token by token with [hf-textdp](https://pypi.org/project/hf-textdp/)
+(mechanism `{{ mechanism }}`, ε = {{ epsilon }} per token{% if delta %}, δ = {{ delta }}{% endif %}).
+Every privatized subword of `{{ model_id }}` was replaced by the output of the mechanism; special tokens
+pass through unchanged.
+
+## Privacy
+
+| item | value |
+|---|---|
+| mechanism | `{{ mechanism }}` ({{ kind_line }}) |
+| guarantee | `{{ guarantee }}`{% if certified %} (certified){% else %} (**not certified**){% endif %} |
+| ε per token | {{ epsilon }} |
+| δ per token | {{ delta_line }} |
+| ε_token (pure-DP reading, ε·diam) | {{ epsilon_token }} |
+| ε · median ρ₁ (scale) | {{ epsilon_median_rho1 }} |
+| post-processing | `{{ postprocess }}` |
+| rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
+| largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
+| candidate set | {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
+
+**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
+indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
+times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
+{% if warnings %}
+**Warnings**
+{% for w in warnings %}
+- {{ w }}
+{% endfor %}
+{% endif %}
+**Not covered**
+{% for line in not_covered %}
+- {{ line }}
+{% endfor %}
+
+The full report is `privacy_report.json` in this repository. The noise seed is a secret key and is
+not published.
+
+## How to use
+
+```python
+from datasets import load_dataset
+
+ds = load_dataset("{{ repo_id }}")
+```
+
+Produced by `hf-textdp {{ hf_textdp_version }}`.
+"""
+
+_RESULTS_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ title }}
+
+{{ description }}
+
+Produced with hf-textdp {{ hf_textdp_version }}:
+
+```bash
+{{ command }}
+```
+
+Encoder `{{ encoder }}`; classifier: {{ classifier }}. Settings: `train_only` privatizes the training text and
+tests on clean text; `train_and_test` privatizes both. Accuracy in %, mean over folds (± std over folds) for
+MR/CR/MPQA, single test score (± binomial standard error) for SST-5 and TREC-6.
+
+## Results
+
+| task | mechanism | ε | setting | accuracy | replacement rate |
+|---|---|---:|---|---:|---:|
+{% for line in rows %}{{ line }}
+{% endfor %}
+
+## Privacy
+
+| mechanism | ε | guarantee | certified | ε_token | ε · median ρ₁ | N_w | S_w |
+|---|---:|---|---|---:|---:|---:|---:|
+{% for line in privacy %}{{ line }}
+{% endfor %}
+
+ε is per token (the unit of privacy is one token); see each result JSON's `privacy_report` for the
+full report (spec §10), including what the guarantee does not cover. The benchmark noise seed is fixed
+in the recipe because the SentEval data are public; never reuse it on private text.
+"""
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def find_report(path: str | os.PathLike[str]) -> Path | None:
+    """The privacy report of a saved output (``OUTPUT.privacy_report.json`` or ``OUTPUT/privacy_report.json``)."""
+    p = Path(path)
+    if p.is_dir():
+        cand = p / _REPORT_NAME
+        return cand if cand.is_file() else None
+    if p.name.endswith(".privacy_report.json") and p.is_file():
+        return p
+    cand = p.with_name(p.name + ".privacy_report.json")
+    return cand if cand.is_file() else None
+
+
+def is_results_folder(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a folder of ``hf-textdp evaluate`` result JSONs."""
+    from .evaluation.plots import load_results
+
+    p = Path(path)
+    return p.is_dir() and bool(load_results(p))
+
+
+def _size_category(rows: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if rows < limit:
+            return name
+    return "n>1M"
+
+
+def dataset_card(report: dict[str, Any], *, repo_id: str = "USER/DATASET", pretty_name: str | None = None) -> Any:
+    """A :class:`huggingface_hub.DatasetCard` for a privatized dataset, from its privacy report."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    totals = report.get("totals") or {}
+    scale = report.get("scale") or {}
+    model = report.get("model") or {}
+    cand = report.get("candidate_set") or {}
+    mechanism = str(report.get("mechanism"))
+    data = DatasetCardData(
+        pretty_name=pretty_name or f"Privatized text ({mechanism}, epsilon={_fmt(report.get('epsilon'))})",
+        size_categories=_size_category(int(totals.get("rows") or 0)),
+        tags=["differential-privacy", "hf-textdp", f"dp-mechanism:{mechanism}", "privatized-text"],
+        hf_textdp={
+            "mechanism": mechanism,
+            "epsilon": report.get("epsilon"),
+            "delta": report.get("delta"),
+            "guarantee": report.get("guarantee"),
+            "certified": report.get("certified"),
+            "postprocess": report.get("postprocess"),
+            "model": model.get("id"),
+            "candidate_set_sha256": cand.get("sha256"),
+            "report_version": report.get("report_version"),
+        },
+    )
+    guarantee = str(report.get("guarantee"))
+    kind_line = {
+        "metric_dp": f"ε·d metric DP, metric {report.get('metric') or 'euclidean'}",
+        "dp": "(ε, δ)-DP per token" if report.get("delta") else "ε-DP per token",
+        "umldp": "utility-optimized metric LDP",
+        "none": "NO guarantee",
+    }.get(guarantee, guarantee)
+    return DatasetCard.from_template(
+        data,
+        template_str=_DATASET_TEMPLATE,
+        pretty_name=data.pretty_name,
+        mechanism=mechanism,
+        kind_line=kind_line,
+        epsilon=_fmt(report.get("epsilon")),
+        delta=report.get("delta"),
+        delta_line=_fmt(report.get("delta_token") if report.get("delta_token") else report.get("delta")),
+        guarantee=guarantee,
+        certified=bool(report.get("certified")),
+        epsilon_token=_fmt(report.get("epsilon_token")),
+        epsilon_median_rho1=_fmt(scale.get("epsilon_median_rho1")),
+        postprocess=report.get("postprocess"),
+        rows=_fmt(totals.get("rows")),
+        dp_tokens=_fmt(totals.get("dp_tokens")),
+        max_row_dp_epsilon=_fmt(totals.get("max_row_dp_epsilon")),
+        candidate_size=_fmt(cand.get("size")),
+        candidate_sha=cand.get("sha256"),
+        model_id=model.get("id"),
+        warnings=list(report.get("warnings") or []),
+        not_covered=list(report.get("not_covered") or []),
+        repo_id=repo_id,
+        hf_textdp_version=report.get("hf_textdp_version"),
+    )
+
+
+_TASK_TYPES = {
+    "mr": ("text-classification", "sentiment"),
+    "cr": ("text-classification", "sentiment"),
+    "mpqa": ("text-classification", "opinion polarity"),
+    "sst5": ("text-classification", "fine-grained sentiment"),
+    "trec": ("text-classification", "question classification"),
+}
+
+
+def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
+    """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    from .evaluation.plots import load_results
+    from .version import __version__
+
+    results = load_results(Path(folder))
+    if not results:
+        raise InvalidParameterError(f"{str(folder)!r} holds no hf-textdp evaluate results (result JSONs).")
+    recipe = results[0].get("recipe") or {}
+    content = recipe.get("content") or {}
+    name = model_name or f"hf-textdp-{Path(folder).name}"
+    order = {"clean": 0, "train_only": 1, "train_and_test": 2}
+    results.sort(key=lambda r: (r["task"], r["label"] != "clean", r["label"], r["epsilon"] or 0, order[r["setting"]]))
+    evals = []
+    rows = []
+    privacy: dict[tuple[str, Any], dict[str, Any]] = {}
+    for r in results:
+        task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
+        eps = r.get("epsilon")
+        config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
+        evals.append(
+            EvalResult(
+                task_type=task_type,
+                task_name=task_name,
+                dataset_type=str(r.get("hub_id") or r["task"]),
+                dataset_name=str(r.get("task_title") or r["task"]),
+                dataset_config=config,
+                dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
+                metric_type="accuracy",
+                metric_name=f"accuracy ({r['setting']})",
+                metric_value=round(float(r["accuracy"]), 2),
+                metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]},
+            )
+        )
+        diag = (r.get("privacy") or {}).get("diagnostics") or {}
+        rate = diag.get("replacement_rate")
+        rows.append(
+            {
+                "task": r["task"],
+                "label": r["label"],
+                "epsilon": _fmt(eps),
+                "setting": r["setting"],
+                "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
+                "rate": "–" if rate is None else f"{100 * rate:.1f} %",
+            }
+        )
+        if r.get("privacy") and (r["label"], eps) not in privacy:
+            p = r["privacy"]
+            privacy[(r["label"], eps)] = {
+                "label": r["label"],
+                "epsilon": _fmt(eps),
+                "guarantee": p.get("guarantee"),
+                "certified": _fmt(p.get("certified")),
+                "epsilon_token": _fmt(p.get("epsilon_token")),
+                "epsilon_median_rho1": _fmt((p.get("scale") or {}).get("epsilon_median_rho1")),
+                "n_w": _fmt(diag.get("n_w_mean"), 3),
+                "s_w": _fmt(diag.get("s_w_mean"), 3),
+            }
+    datasets = sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")})
+    data = ModelCardData(
+        model_name=name,
+        eval_results=evals,
+        datasets=datasets,
+        metrics=["accuracy"],
+        tags=["differential-privacy", "hf-textdp", "senteval"],
+        library_name="hf-textdp",
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+    )
+    first = results[0]
+    clf = first.get("classifier") or {}
+    return ModelCard.from_template(
+        data,
+        template_str=_RESULTS_TEMPLATE,
+        title=f"hf-textdp results: {Path(folder).name}",
+        description=" ".join(str(content.get("description", "")).split()),
+        command=first.get("command", ""),
+        encoder=(first.get("encoder") or {}).get("name"),
+        classifier=f"logistic regression, {clf.get('kfold')}-fold, C grid {clf.get('c_grid')}",
+        rows=[
+            "| " + " | ".join(str(r[k]) for k in ("task", "label", "epsilon", "setting", "accuracy", "rate")) + " |"
+            for r in rows
+        ],
+        privacy=[
+            "| "
+            + " | ".join(
+                str(p[k])
+                for k in (
+                    "label",
+                    "epsilon",
+                    "guarantee",
+                    "certified",
+                    "epsilon_token",
+                    "epsilon_median_rho1",
+                    "n_w",
+                    "s_w",
+                )
+            )
+            + " |"
+            for p in privacy.values()
+        ],
+        hf_textdp_version=__version__,
+    )
+
+
+def render_card(path: str | os.PathLike[str], *, repo_id: str = "USER/DATASET") -> Any:
+    """The card for ``path``: a results folder gives a results card, a privatized output a dataset card.
+
+    Raises:
+        InvalidParameterError: ``path`` is neither (no privacy report and no result JSONs).
+    """
+    p = Path(path)
+    if is_results_folder(p):
+        return results_card(p)
+    report_path = find_report(p)
+    if report_path is None:
+        raise InvalidParameterError(
+            f"path={str(p)!r} is neither a privatized output with its privacy report (OUTPUT.privacy_report.json "
+            "or OUTPUT/privacy_report.json) nor a folder of hf-textdp evaluate results."
+        )
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    return dataset_card(report, repo_id=repo_id)

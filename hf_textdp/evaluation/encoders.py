@@ -1,0 +1,133 @@
+"""Frozen sentence encoders for the SentEval protocol.
+
+- ``bag_of_vectors``: the mean of the model's input-embedding rows over a text's tokens (special
+  tokens excluded). The same rows the mechanisms perturb, so it measures what privatization does to
+  the token content itself, and it is fast (one sparse × dense product).
+- ``mean_pooling``: the transformer's last hidden states, mean-pooled under the attention mask
+  (sentence-transformers' pooling for all-MiniLM-L6-v2), batched under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ..errors import InvalidParameterError
+from ..space import DEFAULT_MODEL, resolve_model
+
+
+__all__ = ["Encoder", "BagOfVectorsEncoder", "MeanPoolingEncoder", "make_encoder", "ENCODERS"]
+
+EncoderName = Literal["bag_of_vectors", "mean_pooling"]
+ENCODERS: tuple[str, ...] = ("bag_of_vectors", "mean_pooling")
+
+
+def _folder(model: str) -> str:
+    kind, path, _ = resolve_model(model)
+    if kind != "folder":
+        raise InvalidParameterError(f"encoder model must be a Hugging Face model folder or hub id, got {model!r}.")
+    return str(path)
+
+
+class Encoder:
+    """Maps texts to a float32 feature matrix ``[n, d]``."""
+
+    name: str = ""
+
+    def __init__(self, model: str = DEFAULT_MODEL) -> None:
+        self.model = model
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.model}
+
+
+class BagOfVectorsEncoder(Encoder):
+    """Mean of the model's input-embedding rows over the non-special tokens of each text."""
+
+    name = "bag_of_vectors"
+
+    def __init__(self, model: str = DEFAULT_MODEL) -> None:
+        super().__init__(model)
+        from transformers import AutoTokenizer
+
+        from ..space import load_hf_embeddings
+
+        folder = _folder(model)
+        self._tokenizer = AutoTokenizer.from_pretrained(folder)
+        self._E = load_hf_embeddings(Path(folder)).float().numpy()
+        self._special = np.asarray(sorted(set(self._tokenizer.all_special_ids)), dtype=np.int64)
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        from scipy import sparse
+
+        enc = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        rows: list[int] = []
+        cols: list[int] = []
+        for i, ids in enumerate(enc):
+            keep = [t for t in ids if t not in self._special and 0 <= t < self._E.shape[0]]
+            rows.extend([i] * len(keep))
+            cols.extend(keep)
+        counts = sparse.csr_matrix(
+            (np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(enc), self._E.shape[0])
+        )
+        lengths = np.asarray(counts.sum(axis=1)).ravel()
+        feats = np.asarray(counts @ self._E, dtype=np.float32)
+        nonzero = lengths > 0
+        feats[nonzero] /= lengths[nonzero, None]
+        return feats
+
+
+class MeanPoolingEncoder(Encoder):
+    """Mean-pooled last hidden states of the (frozen) transformer, as sentence-transformers pools MiniLM."""
+
+    name = "mean_pooling"
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, max_length: int = 128) -> None:
+        super().__init__(model)
+        from transformers import AutoModel, AutoTokenizer
+
+        folder = _folder(model)
+        self._tokenizer = AutoTokenizer.from_pretrained(folder)
+        self._model = AutoModel.from_pretrained(folder).eval()
+        self.batch_size = batch_size
+        self.max_length = max_length
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "batch_size": self.batch_size, "max_length": self.max_length}
+
+    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        texts = list(texts)
+        order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
+        out = np.zeros((len(texts), int(self._model.config.hidden_size)), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                batch = self._tokenizer(
+                    [texts[i] for i in idx],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
+                hidden = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+                out[idx] = pooled.float().numpy()
+        return out
+
+
+def make_encoder(name: str, model: str = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
+    """Build an encoder by name (``bag_of_vectors`` or ``mean_pooling``)."""
+    if name == "bag_of_vectors":
+        return BagOfVectorsEncoder(model)
+    if name == "mean_pooling":
+        return MeanPoolingEncoder(model, **kwargs)
+    raise InvalidParameterError(f"Unknown encoder {name!r}. Known encoders: {list(ENCODERS)}.")

@@ -1,0 +1,96 @@
+"""Plots of a recipe's results: accuracy against ε and against the replacement rate, one line per
+privatizer, solid for ``train_and_test``, dashed for ``train_only``, the clean baseline in grey."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+
+__all__ = ["load_results", "plot_recipe"]
+
+
+def load_results(folder: str | Path) -> list[dict[str, Any]]:
+    """Every result JSON in ``folder`` (not recursive), sorted by task, label, setting and ε."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            res = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(res, dict) and "task" in res and "setting" in res:
+            res["_path"] = str(path)
+            out.append(res)
+    return out
+
+
+def plot_recipe(folder: str | Path) -> list[Path]:
+    """Write ``accuracy_vs_epsilon.png`` and ``accuracy_vs_replacement_rate.png`` into ``folder``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = load_results(folder)
+    tasks = sorted({r["task"] for r in results}, key=["mr", "cr", "mpqa", "sst5", "trec"].index)
+    if not tasks:
+        return []
+    clean = {r["task"]: r["accuracy"] for r in results if r["setting"] == "clean"}
+    lines: dict[tuple[str, str, str], list[tuple[Any, Any, Any]]] = defaultdict(list)
+    for r in results:
+        if r["setting"] == "clean":
+            continue
+        rate = ((r.get("privacy") or {}).get("diagnostics") or {}).get("replacement_rate")
+        lines[(r["task"], r["label"], r["setting"])].append((r["epsilon"], rate, r["accuracy"]))
+    labels = sorted({k[1] for k in lines})
+    colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
+    written = []
+    for xname, fname in (("epsilon", "accuracy_vs_epsilon.png"), ("rate", "accuracy_vs_replacement_rate.png")):
+        cols = min(len(tasks), 3)
+        rows = math.ceil(len(tasks) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+        for ax, task in zip(axes.ravel(), tasks, strict=False):  # extra axes are switched off below
+            for (t, lab, setting), pts in sorted(lines.items()):
+                if t != task:
+                    continue
+                pts = sorted(pts, key=lambda p: p[0] if xname == "epsilon" else (p[1] or 0.0))
+                xs = [p[0] if xname == "epsilon" else 100.0 * (p[1] or 0.0) for p in pts]
+                ax.plot(
+                    xs,
+                    [p[2] for p in pts],
+                    marker="o",
+                    ms=3,
+                    color=colors[lab],
+                    linestyle="-" if setting == "train_and_test" else "--",
+                    label=f"{lab} ({setting})",
+                )
+            if task in clean:
+                ax.axhline(clean[task], color="grey", linewidth=1, label="clean")
+            ax.set_title(task)
+            ax.set_ylabel("accuracy (%)")
+            if xname == "epsilon":
+                ax.set_xscale("log")
+                ax.set_xlabel("ε (per token)")
+            else:
+                ax.set_xlabel("replacement rate (%)")
+            ax.grid(alpha=0.3)
+        for ax in axes.ravel()[len(tasks) :]:
+            ax.axis("off")
+        handles, names = axes.ravel()[0].get_legend_handles_labels()
+        fig.legend(
+            handles,
+            names,
+            loc="lower center",
+            ncol=min(4, max(1, len(names))),
+            fontsize=7,
+            bbox_to_anchor=(0.5, -0.02),
+        )
+        fig.tight_layout(rect=(0, 0.08, 1, 1))
+        path = Path(folder) / fname
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written

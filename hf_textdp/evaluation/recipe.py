@@ -1,0 +1,559 @@
+"""Recipes: what to privatize, on which SentEval tasks, and how to evaluate (``hf-textdp evaluate``).
+
+A recipe is a YAML file::
+
+    name: quick
+    seed: 1111                       # noise seed of the benchmark (public data only; see below)
+    data: {dir: ../shared/data/senteval}
+    tasks:
+      - {name: mr, max_rows: 300}
+      - {name: trec, max_rows: {train: 300, test: 200}}
+    encoder: {name: bag_of_vectors}  # or mean_pooling
+    classifier: {kfold: 5, inner_kfold: 3, c_grid: [0.25, 1, 4]}
+    privatizers:
+      - {mechanism: madlib, epsilons: [40, 120]}
+      - {mechanism: madlib, postprocess: rank, label: madlib+rank, epsilons: [80]}
+
+The runner writes one JSON per (task, privatizer, ε, setting) into the output folder and skips
+those already there (so a killed run resumes), then the plots and the summary table. The seed is a
+secret key when the text is private (decision D3); the SentEval data are public, so a benchmark
+recipe may fix it to make its numbers reproducible. Never reuse a benchmark seed on private data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidParameterError
+from ..space import DEFAULT_MODEL
+from ..utils.logging import get_logger
+from .protocol import ClassifierConfig, run_protocol, summarize
+from .tasks import TASKS, TaskData, load_task
+
+
+__all__ = [
+    "PrivatizerSpec",
+    "TaskEntry",
+    "Recipe",
+    "load_recipe",
+    "run_recipe",
+    "run_recipe_file",
+    "result_name",
+    "SETTINGS",
+]
+
+logger = get_logger(__name__)
+
+SETTINGS: tuple[str, ...] = ("clean", "train_only", "train_and_test")
+METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivatizerSpec:
+    """One line in the plots: a mechanism with fixed options, over a grid of ε."""
+
+    mechanism: str
+    epsilons: tuple[float, ...]
+    postprocess: str = "nearest"
+    options: dict[str, Any] = field(default_factory=dict)
+    delta: float | None = None
+    model: str = DEFAULT_MODEL
+    label: str = ""
+    tasks: tuple[str, ...] | None = None  # restrict this line to some of the recipe's tasks
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        return self.mechanism if self.postprocess == "nearest" else f"{self.mechanism}+{self.postprocess}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "epsilons": list(self.epsilons),
+            "postprocess": self.postprocess,
+            "options": dict(self.options),
+            "delta": self.delta,
+            "model": self.model,
+            "label": self.name,
+            "tasks": list(self.tasks) if self.tasks is not None else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskEntry:
+    name: str
+    max_rows: int | dict[str, int] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """A parsed recipe (see the module docstring for the YAML layout)."""
+
+    name: str
+    description: str = ""
+    path: Path | None = None
+    seed: int = 1111
+    data_dir: str | None = None
+    tasks: tuple[TaskEntry, ...] = ()
+    encoder: dict[str, Any] = field(default_factory=lambda: {"name": "bag_of_vectors"})
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    privatizers: tuple[PrivatizerSpec, ...] = ()
+    batch_rows: int = 512
+    rank_sample: int = 2000
+    results_folder: str = ""  # folder name under --output; recipes on the same subsets may share one
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return self.results_folder or self.name
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def root(self) -> Path:
+        """The repository root the recipe lives in (the folder above ``recipes/``)."""
+        if self.path is None:
+            return Path.cwd()
+        return self.path.resolve().parent.parent
+
+
+def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InvalidParameterError(f"{what} must be a non-empty list of numbers, got {value!r}.")
+    try:
+        return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
+
+
+def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:
+    """Validate a recipe dict (as read from YAML)."""
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
+    known = {
+        "name",
+        "description",
+        "seed",
+        "data",
+        "tasks",
+        "encoder",
+        "classifier",
+        "privatizers",
+        "batch_rows",
+        "rank_sample",
+        "hub",
+        "notes",
+        "finetune",
+        "results_folder",
+    }
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InvalidParameterError(f"recipe: unknown key(s) {unknown}. Allowed keys: {sorted(known)}.")
+    name = str(raw.get("name") or (path.stem if path else "recipe"))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InvalidParameterError(f"recipe name must match [A-Za-z0-9_.-]+, got {name!r}.")
+    tasks = []
+    for item in raw.get("tasks") or []:
+        entry: dict[str, Any] = {"name": item} if isinstance(item, str) else dict(item)
+        if entry.get("name") not in TASKS:
+            raise InvalidParameterError(f"recipe task {entry.get('name')!r} is unknown. Known tasks: {sorted(TASKS)}.")
+        tasks.append(TaskEntry(name=str(entry["name"]), max_rows=entry.get("max_rows")))
+    if not tasks:
+        raise InvalidParameterError("recipe: tasks must list at least one of " + str(sorted(TASKS)) + ".")
+    privs: list[PrivatizerSpec] = []
+    for item in raw.get("privatizers") or []:
+        item = dict(item)
+        privs.append(
+            PrivatizerSpec(
+                mechanism=str(item["mechanism"]),
+                epsilons=_as_tuple_floats(item.get("epsilons"), f"privatizers[{len(privs)}].epsilons"),
+                postprocess=str(item.get("postprocess", "nearest")),
+                options=dict(item.get("options") or {}),
+                delta=item.get("delta"),
+                model=str(item.get("model", DEFAULT_MODEL)),
+                label=str(item.get("label", "")),
+                tasks=tuple(item["tasks"]) if item.get("tasks") else None,
+            )
+        )
+    clf = dict(raw.get("classifier") or {})
+    if "c_grid" in clf:
+        clf["c_grid"] = _as_tuple_floats(clf["c_grid"], "classifier.c_grid")
+    data = raw.get("data") or {}
+    return Recipe(
+        name=name,
+        description=str(raw.get("description", "")),
+        path=path,
+        seed=int(raw.get("seed", 1111)),
+        data_dir=data.get("dir"),
+        tasks=tuple(tasks),
+        encoder=dict(raw.get("encoder") or {"name": "bag_of_vectors"}),
+        classifier=ClassifierConfig(**clf),
+        privatizers=tuple(privs),
+        batch_rows=int(raw.get("batch_rows", 512)),
+        rank_sample=int(raw.get("rank_sample", 2000)),
+        results_folder=str(raw.get("results_folder") or ""),
+        raw=raw,
+    )
+
+
+def load_recipe(path: str | os.PathLike[str]) -> Recipe:
+    """Read and validate a recipe YAML file."""
+    try:
+        import yaml
+    except ImportError as err:
+        raise InvalidParameterError("recipes need PyYAML: pip install 'hf-textdp[eval]'") from err
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
+    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    return recipe_from_dict(raw, path=p)
+
+
+def _eps_tag(epsilon: float) -> str:
+    return f"{epsilon:g}".replace("+", "")
+
+
+def result_name(task: str, label: str | None, epsilon: float | None, setting: str) -> str:
+    """File name of one result: ``{task}__{label}__eps{ε}__{setting}.json`` (``{task}__clean.json``)."""
+    if setting == "clean":
+        return f"{task}__clean.json"
+    assert label is not None and epsilon is not None
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", label)
+    return f"{task}__{safe}__eps{_eps_tag(epsilon)}__{setting}.json"
+
+
+def versions() -> dict[str, str]:
+    from ..version import __version__
+
+    out = {"hf_textdp": __version__}
+    for mod in ("torch", "transformers", "tokenizers", "datasets", "evaluate", "sklearn", "numpy", "scipy"):
+        try:
+            out[mod] = str(__import__(mod).__version__)
+        except ImportError:
+            out[mod] = "not installed"
+    return out
+
+
+class _Metrics:
+    """The two local evaluate modules, loaded once by path (works offline)."""
+
+    def __init__(self) -> None:
+        import evaluate
+
+        self.accuracy = evaluate.load(str(METRICS_DIR / "accuracy"))
+        self.diagnostics = evaluate.load(str(METRICS_DIR / "privacy_diagnostics"))
+
+
+def _save(path: Path, result: dict[str, Any]) -> None:
+    """Write with ``evaluate.save`` (adds its ``_timestamp``/versions fields), atomically."""
+    import evaluate
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    from ..utils.io import _finite  # type: ignore[attr-defined]
+
+    evaluate.save(str(tmp), **_finite(result))
+    os.replace(tmp, path)
+
+
+@dataclass
+class _Privatized:
+    texts: dict[str, list[str]]
+    report: dict[str, Any]
+    diagnostics: dict[str, Any]
+    seconds: float
+
+
+def _privatize_task(
+    data: TaskData, spec: PrivatizerSpec, epsilon: float, recipe: Recipe, metrics: _Metrics
+) -> _Privatized:
+    from ..accounting import Totals
+    from ..config import PrivatizerConfig
+    from ..privatizer import Privatizer
+    from ..space import CANDIDATE
+    from ..tokens import make_tokens
+    from .diagnostics import rank_histogram, rank_of_outputs
+
+    config = PrivatizerConfig(
+        mechanism=spec.mechanism,
+        epsilon=epsilon,
+        delta=spec.delta,
+        model=spec.model,
+        postprocess=spec.postprocess,
+        options=dict(spec.options),
+    )
+    t0 = time.perf_counter()
+    texts: dict[str, list[str]] = {}
+    totals = Totals()
+    orig_pos: list[npt.NDArray[np.int64]] = []
+    new_pos: list[npt.NDArray[np.int64]] = []
+    priv: Privatizer | None = None
+    for split, split_texts in data.texts.items():
+        priv = Privatizer(config, seed=recipe.seed, split=f"senteval/{data.spec.name}/{split}")
+        space = priv.space
+        tokens = make_tokens(space)
+        out_texts: list[str] = []
+        for start in range(0, len(split_texts), recipe.batch_rows):
+            chunk = split_texts[start : start + recipe.batch_rows]
+            rows = list(range(start, start + len(chunk)))
+            out = priv({"text": chunk}, rows)
+            out_texts.extend(out["text"])
+            for enc, ids in zip(tokens.encode(chunk), out["input_ids"], strict=True):
+                cls, pos = space.classify(enc.ids)
+                _, pos_new = space.classify(np.asarray(ids, dtype=np.int64))
+                mask = cls == CANDIDATE
+                orig_pos.append(pos[mask])
+                new_pos.append(pos_new[mask])
+        texts[split] = out_texts
+        totals.merge(priv.totals)
+    assert priv is not None
+    seconds = time.perf_counter() - t0
+    report = priv.build_report(totals)
+    ref = np.concatenate(orig_pos) if orig_pos else np.zeros(0, dtype=np.int64)
+    out_ids = np.concatenate(new_pos) if new_pos else np.zeros(0, dtype=np.int64)
+    diag = metrics.diagnostics.compute(
+        predictions=out_ids.tolist(),
+        references=ref.tolist(),
+        min_count=5,
+        epsilon=epsilon,
+        median_rho1=report["scale"]["median_rho1"],
+    )
+    rng = np.random.default_rng(recipe.seed)
+    sample = rng.choice(ref.size, size=min(recipe.rank_sample, ref.size), replace=False) if ref.size else ref
+    ranks = rank_of_outputs(priv.space.E, ref[sample], out_ids[sample])
+    diag["rank_histogram"] = rank_histogram(ranks)
+    diag["tokens_per_second"] = float(ref.size / seconds) if seconds > 0 else None
+    return _Privatized(texts=texts, report=report, diagnostics=diag, seconds=seconds)
+
+
+def _encode_splits(encoder: Any, texts: dict[str, list[str]]) -> dict[str, npt.NDArray[np.float32]]:
+    return {split: encoder.encode(t) for split, t in texts.items()}
+
+
+def _privacy_summary(report: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "mechanism",
+        "epsilon",
+        "delta",
+        "guarantee",
+        "certified",
+        "epsilon_token",
+        "delta_token",
+        "metric",
+        "postprocess",
+        "warnings",
+    )
+    out = {k: report.get(k) for k in keys}
+    out["scale"] = report.get("scale")
+    out["max_row_dp_epsilon"] = (report.get("totals") or {}).get("max_row_dp_epsilon")
+    return out
+
+
+def run_recipe(
+    recipe: Recipe,
+    output_dir: str | os.PathLike[str],
+    *,
+    resume: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Run a recipe; write result JSONs, plots and the summary into ``output_dir``.
+
+    Returns the paths of the result files (existing ones included when ``resume``).
+    """
+    from .encoders import make_encoder
+    from .plots import plot_recipe
+
+    out_dir = Path(output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda msg: logger.info(msg))
+    metrics = _Metrics()
+    enc_cfg = dict(recipe.encoder)
+    encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
+    written: list[Path] = []
+    command = f"hf-textdp evaluate {recipe.path or recipe.name + '.yaml'} --output {out_dir}"
+    recipe_info = {
+        "name": recipe.name,
+        "path": str(recipe.path) if recipe.path else None,
+        "sha256": recipe.sha256,
+        "content": recipe.raw,
+    }
+
+    def base(task: TaskData, entry: TaskEntry) -> dict[str, Any]:
+        return {
+            "task": task.spec.name,
+            "task_title": task.spec.title,
+            "hub_id": task.spec.hub_id,
+            "protocol": task.spec.protocol,
+            "max_rows": entry.max_rows,
+            "n_rows": {s: len(t) for s, t in task.texts.items()},
+            "encoder": encoder.describe(),
+            "classifier": recipe.classifier.to_dict(),
+            "recipe": recipe_info,
+            "versions": versions(),
+            "command": command,
+        }
+
+    def score(view_values: list[float], n_test: int, per_fold: bool) -> dict[str, Any]:
+        mean, std, kind = summarize(view_values, n_test, per_fold)
+        return {
+            "accuracy": mean,
+            "accuracy_std": std,
+            "accuracy_std_kind": kind,
+            "values": [100.0 * v for v in view_values],
+        }
+
+    clean_cache: dict[str, dict[str, npt.NDArray[np.float32]]] = {}
+
+    def clean(task: TaskData) -> dict[str, npt.NDArray[np.float32]]:
+        if task.spec.name not in clean_cache:
+            t = time.perf_counter()
+            clean_cache.clear()  # one task's features at a time
+            clean_cache[task.spec.name] = _encode_splits(encoder, task.texts)
+            say(f"{task.spec.name}: encoded clean text in {time.perf_counter() - t:.1f} s")
+        return clean_cache[task.spec.name]
+
+    for entry in recipe.tasks:
+        data = load_task(
+            entry.name, data_dir=recipe.data_dir, max_rows=entry.max_rows, seed=recipe.seed, root=recipe.root
+        )
+        spec = data.spec
+        per_fold = spec.protocol == "cv"
+        train_split = "all" if per_fold else "train"
+
+        clean_path = out_dir / result_name(spec.name, None, None, "clean")
+        if resume and clean_path.exists():
+            clean_acc = json.loads(clean_path.read_text())["accuracy"]
+        else:
+            t = time.perf_counter()
+            feats = clean(data)
+            res = run_protocol(
+                spec.protocol,
+                feats[train_split],
+                data.labels,
+                {"clean": feats},
+                recipe.classifier,
+                dev=feats.get("dev"),
+            )
+            payload = {
+                **base(data, entry),
+                "setting": "clean",
+                "mechanism": "none",
+                "label": "clean",
+                "epsilon": None,
+                **score(res.values["clean"], res.n_test, per_fold),
+                "chosen_c": res.chosen_c,
+                "privacy": None,
+                "timing_s": {"total": time.perf_counter() - t},
+            }
+            _save(clean_path, payload)
+            clean_acc = payload["accuracy"]
+            say(f"{spec.name}: clean {clean_acc:.2f}")
+        written.append(clean_path)
+
+        for pspec in recipe.privatizers:
+            if pspec.tasks is not None and spec.name not in pspec.tasks:
+                continue
+            for epsilon in pspec.epsilons:
+                paths = {
+                    s: out_dir / result_name(spec.name, pspec.name, epsilon, s)
+                    for s in ("train_only", "train_and_test")
+                }
+                if resume and all(p.exists() for p in paths.values()):
+                    written.extend(paths.values())
+                    continue
+                priv = _privatize_task(data, pspec, epsilon, recipe, metrics)
+                t = time.perf_counter()
+                feats_priv = _encode_splits(encoder, priv.texts)
+                t_enc = time.perf_counter() - t
+                feats = clean(data)
+                t = time.perf_counter()
+                tests = {"train_only": feats, "train_and_test": feats_priv}
+                res = run_protocol(
+                    spec.protocol,
+                    feats_priv[train_split],
+                    data.labels,
+                    tests,
+                    recipe.classifier,
+                    dev=feats_priv.get("dev"),
+                )
+                t_clf = time.perf_counter() - t
+                for setting, path in paths.items():
+                    payload = {
+                        **base(data, entry),
+                        "setting": setting,
+                        "mechanism": pspec.mechanism,
+                        "label": pspec.name,
+                        "postprocess": pspec.postprocess,
+                        "options": dict(pspec.options),
+                        "epsilon": epsilon,
+                        "delta": priv.report.get("delta"),
+                        **score(res.values[setting], res.n_test, per_fold),
+                        "clean_accuracy": clean_acc,
+                        "chosen_c": res.chosen_c,
+                        "privacy": {**_privacy_summary(priv.report), "diagnostics": priv.diagnostics},
+                        "privacy_report": priv.report,
+                        "timing_s": {"privatize": priv.seconds, "encode_private": t_enc, "classify": t_clf},
+                    }
+                    _save(path, payload)
+                    written.append(path)
+                say(
+                    f"{spec.name}: {pspec.name} eps={epsilon:g} rate={priv.diagnostics['replacement_rate']:.3f} "
+                    f"train_only={100 * np.mean(res.values['train_only']):.2f} "
+                    f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
+                    f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {t_clf:.0f} s)"
+                )
+    try:
+        plot_recipe(out_dir)
+    except ImportError:
+        logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
+    return written
+
+
+def run_recipe_file(
+    path: str | os.PathLike[str],
+    output_root: str | os.PathLike[str] = "results",
+    *,
+    resume: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, list[Path]]:
+    """``hf-textdp evaluate``: run a SentEval or fine-tuning recipe into ``output_root/<folder>``.
+
+    Returns the recipe's results folder and the result files. The summary table
+    ``output_root/README.md`` is rewritten afterwards.
+    """
+    import yaml
+
+    from .summary import write_summary
+
+    p = Path(path)
+    raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else None
+    if isinstance(raw, dict) and "finetune" in raw:
+        from .finetune import run_finetune
+
+        folder = Path(output_root) / str(raw.get("results_folder") or raw.get("name") or p.stem)
+        written = run_finetune(raw, folder, recipe_path=p, progress=progress)
+        try:
+            from .plots import plot_recipe
+
+            plot_recipe(folder)
+        except ImportError:
+            pass
+    else:
+        recipe = load_recipe(p)
+        folder = Path(output_root) / recipe.folder
+        written = run_recipe(recipe, folder, resume=resume, progress=progress)
+    write_summary(Path(output_root))
+    return folder, written

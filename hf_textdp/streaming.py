@@ -1,0 +1,377 @@
+"""Streaming outputs: write a privatized ``IterableDataset`` shard by shard, resumably (DESIGN §3, D8).
+
+``privatize_dataset(..., streaming=True, output_dir=OUTPUT)`` (CLI ``--streaming``) maps the stream with a
+:class:`~hf_textdp.Privatizer` and hands it to :func:`save_streaming`. Rows are written as they come, in
+shards of ``shard_size`` rows, into the same hidden work folder as a sharded in-memory run::
+
+    .OUTPUT.partial/
+        manifest.json              what the job is (hf_textdp/stream/v1): hashes of the config and of the
+                                   embedding space, the columns, whether a seed is used (never the seed)
+        lock                       held by the running process; the kernel drops it when the process dies
+        split-000/shard-00000.arrow, shard-00001.arrow, ...
+        split-000/progress.json    finished shards and the stream's position after the last one
+                                   (``IterableDataset.state_dict()``: shard and row counters, no data)
+
+When the stream is exhausted, the shards are read back (memory-mapped) and written to ``OUTPUT`` in its
+format (.jsonl, .csv, .parquet, else a ``save_to_disk`` folder) by the same ``save_output`` as an in-memory
+run, with the privacy report computed from the written rows, and renamed into place; then the work folder is
+removed. Memory stays O(shard): the stream is never held whole.
+
+**Row ids.** ``IterableDataset.map(..., with_indices=True)`` numbers the rows it sees from 0, in stream order,
+and ``load_state_dict`` restores that counter, so for a single process reading the stream from its start the
+index of a row is its index in the source, the same as ``Dataset.map`` gives, and a seeded streaming output
+equals the in-memory one row for row (spec §1.6, §11.5). The counter restarts at 0 in each ``DataLoader``
+worker and after ``skip``, ``shuffle`` or ``split_dataset_by_node``: there, pass ``id_column=`` (an int column
+holding each row's index in the source) so every row keeps its own id.
+
+**Resume.** After a crash, ``resume=True`` (``--resume``) loads the stream position of the last finished
+shard and continues from there: every row is written exactly once. The seed is not stored (spec §10.5), so
+it cannot be checked: resume with the same seed to get the output of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .accounting import Totals
+from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, ParameterTypeError, ResumeError
+from .pipeline import (
+    DEFAULT_SHARD_SIZE,
+    FILE_FORMATS,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    save_output,
+    totals_from_columns,
+    work_dir_for,
+)
+from .privatizer import Privatizer
+from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json, release_lock, try_lock
+from .utils.logging import get_logger
+
+
+__all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
+
+logger = get_logger(__name__)
+
+STREAM_MANIFEST_FORMAT = "hf_textdp/stream/v1"
+PROGRESS_NAME = "progress.json"
+
+
+def save_streaming(
+    ds: Any,
+    output: str | os.PathLike[str],
+    privatizers: dict[str, Privatizer],
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+) -> dict[str, Any]:
+    """Write a privatized ``IterableDataset`` (or ``IterableDatasetDict``) to ``output`` shard by shard.
+
+    Args:
+        ds (`IterableDataset` or `IterableDatasetDict`): the stream, already mapped with the privatizers.
+        output (`str` or `os.PathLike`): a .jsonl/.json/.csv/.parquet file, else a ``save_to_disk`` folder.
+        privatizers (`dict[str, Privatizer]`): split name to the privatizer that maps it (one entry for an
+            ``IterableDataset``); they give the report and the manifest.
+        resume (`bool`, defaults to `False`): continue the partial run found in ``.OUTPUT.partial``.
+        overwrite (`bool`, defaults to `False`): replace an existing output and discard a partial run.
+        shard_size (`int`, defaults to `10000`): rows per shard, the unit of ``resume`` (outputs do not
+            depend on it).
+
+    Returns:
+        `dict`: the privacy report written beside the output (spec §10.4).
+
+    Raises:
+        OutputExistsError: the output exists, or a partial run exists, and neither ``overwrite`` nor
+            ``resume`` says what to do; or another process holds the work folder's lock.
+        ResumeError: the partial run was made with another config, model, columns or output format.
+
+    Example:
+
+    >>> stream = load_dataset("json", data_files="big.jsonl", split="train", streaming=True)  # doctest: +SKIP
+    >>> priv = Privatizer(PrivatizerConfig(epsilon=10.0), seed=seed)                         # doctest: +SKIP
+    >>> out = stream.map(priv, batched=True, with_indices=True)                               # doctest: +SKIP
+    >>> save_streaming(out, "big.private.parquet", {"": priv})["totals"]["rows"]              # doctest: +SKIP
+    1000000
+    """
+    import datasets
+
+    out_path = Path(output).expanduser()
+    for name, value in (("resume", resume), ("overwrite", overwrite)):
+        if not isinstance(value, bool):
+            raise ParameterTypeError(f"{name} must be a bool, got {type(value).__name__}.")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
+    if not isinstance(privatizers, dict) or not privatizers:
+        raise ParameterTypeError("privatizers must be a non-empty dict of split name -> Privatizer.")
+    for priv in privatizers.values():
+        if not isinstance(priv, Privatizer):
+            raise ParameterTypeError(f"privatizers values must be Privatizer objects, got {type(priv).__name__}.")
+    if isinstance(ds, datasets.IterableDatasetDict):
+        if out_path.suffix.lower() in FILE_FORMATS:
+            raise InvalidParameterError(
+                f"output {str(out_path)!r}: a dataset with splits {sorted(ds)} needs a folder output (no extension) "
+                "or split=."
+            )
+        parts: dict[str, Any] = dict(ds.items())
+        missing = sorted(set(parts) - set(privatizers))
+        if missing:
+            raise InvalidParameterError(
+                f"privatizers has no entry for split(s) {missing}; it has {sorted(privatizers)}."
+            )
+        is_dict = True
+    elif isinstance(ds, datasets.IterableDataset):
+        parts = {next(iter(privatizers)): ds}
+        is_dict = False
+    else:
+        raise ParameterTypeError(f"ds must be an IterableDataset or IterableDatasetDict, got {type(ds).__name__}.")
+
+    run = _StreamRun(parts, privatizers, out_path, is_dict=is_dict, shard_size=shard_size)
+    run.open(resume=resume, overwrite=overwrite)
+    keep = True
+    try:
+        run.compute()
+        report = run.assemble()
+        keep = False
+    except HfTextDPError:
+        # a bad row or parameter fails again at the same place on resume: nothing to keep
+        keep = False
+        raise
+    finally:  # anything else (KeyboardInterrupt, a full disk, a lost connection) keeps the shards for resume
+        run.close(keep=keep and run.resumable)
+    totals = report["totals"]
+    logger.info(
+        "privatized %d streamed rows (%s, epsilon=%s per token) into %s",
+        totals["rows"],
+        report["mechanism"],
+        report["epsilon"],
+        out_path,
+    )
+    return report
+
+
+def _sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+class _StreamRun:
+    """One :func:`save_streaming` call: the work folder, its manifest, the shards and the assembly."""
+
+    def __init__(
+        self,
+        parts: dict[str, Any],
+        privatizers: dict[str, Privatizer],
+        output: Path,
+        *,
+        is_dict: bool,
+        shard_size: int,
+    ) -> None:
+        self.parts = parts
+        self.privatizers = {name: privatizers[name] for name in parts}
+        self.output = output
+        self.work = work_dir_for(output)
+        self.is_dict = is_dict
+        self.shard_size = shard_size
+        self.folders = {name: f"split-{i:03d}" for i, name in enumerate(parts)}
+        first = next(iter(self.privatizers.values()))
+        # postprocess="vector" releases no input_ids to count token classes from: its report counts what the
+        # privatizers saw in this process, so such a run cannot be continued by another process.
+        self.resumable = first.config.postprocess != "vector"
+        self._lock: int | None = None
+        self._run_totals: dict[str, Totals] = {}
+
+    # ---------------------------------------------------------------- the manifest
+    def manifest(self) -> dict[str, Any]:
+        """What this run is: no text and nothing derived from the seed (only whether there is one)."""
+        first = next(iter(self.privatizers.values()))
+        return {
+            "format": STREAM_MANIFEST_FORMAT,
+            "config_sha256": _sha256_json(first.config.to_dict()),
+            "space_sha256": first.space.space_hash,
+            "text_column": first.text_column,
+            "id_column": first.id_column,
+            "seeded": first.seed is not None,
+            "output_format": FILE_FORMATS.get(self.output.suffix.lower(), "save_to_disk"),
+            "splits": [{"name": name, "folder": folder} for name, folder in self.folders.items()],
+        }
+
+    @staticmethod
+    def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        reasons = {
+            "format": "it is not a streaming run (or was written in another work-folder format)",
+            "config_sha256": "its PrivatizerConfig differs from this run's",
+            "space_sha256": "its model's embedding matrix differs from this run's",
+            "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
+            "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
+            "seeded": "it was "
+            + ("seeded" if old.get("seeded") else "unseeded")
+            + " and this run is "
+            + ("seeded" if new["seeded"] else "unseeded"),
+            "output_format": f"it wrote {old.get('output_format')!r}, this run writes {new['output_format']!r}",
+            "splits": "its splits differ from this run's",
+        }
+        for key, reason in reasons.items():
+            if old.get(key) != new[key]:
+                return reason
+        return None
+
+    def _finished(self) -> int:
+        return sum(self._progress(name)["shards"] for name in self.parts) if self.work.is_dir() else 0
+
+    # ---------------------------------------------------------------- the work folder
+    def open(self, *, resume: bool, overwrite: bool) -> None:
+        """Create or take over the locked work folder, after checking the output and any partial run."""
+        has_partial = (self.work / MANIFEST_NAME).is_file()
+        if self.output.exists() and not overwrite and not (resume and has_partial):
+            raise OutputExistsError(
+                f"output {str(self.output)!r} already exists"
+                + (" (a finished run: there is nothing to resume)" if resume else "")
+                + "; pass overwrite=True (--overwrite) to replace it."
+            )
+        new = self.manifest()  # loads the model: a bad model fails before anything is written
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._lock = try_lock(self.work / LOCK_NAME)
+        if self._lock is None:
+            raise OutputExistsError(
+                f"output {str(self.output)!r}: another run is writing it (its work folder {str(self.work)!r} is "
+                "locked); wait for it to finish or stop it."
+            )
+        try:
+            self._take_over(new, resume=resume, overwrite=overwrite)
+        except BaseException:
+            release_lock(self._lock)
+            self._lock = None
+            raise
+
+    def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
+        old = self._read_json(self.work / MANIFEST_NAME)
+        if old is not None:
+            reason = self._mismatch(old, new)
+            if reason is None and not self.resumable and self._finished():
+                reason = "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
+            if resume and reason is None:
+                logger.info("resuming %s: %d finished shard(s) in %s", self.output, self._finished(), self.work)
+                return
+            if resume and not overwrite:
+                raise ResumeError(
+                    f"resume=True cannot continue the partial run in {str(self.work)!r}: {reason}. Pass "
+                    "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
+                )
+            if not resume and not overwrite:
+                raise OutputExistsError(
+                    f"output {str(self.output)!r}: a partial run exists in {str(self.work)!r} "
+                    f"({self._finished()} finished shard(s)); pass resume=True (--resume) to continue it or "
+                    "overwrite=True (--overwrite) to start over."
+                )
+            logger.warning("discarding the partial run in %s (overwrite=True)", self.work)
+        for child in self.work.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        atomic_write_text(self.work / MANIFEST_NAME, dumps_json(new))
+
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _progress(self, name: str) -> dict[str, Any]:
+        data = self._read_json(self.work / self.folders[name] / PROGRESS_NAME)
+        if data is None or not isinstance(data.get("shards"), int):
+            return {"shards": 0, "rows": 0, "state": None, "done": False}
+        return data
+
+    def _shard_path(self, name: str, k: int) -> Path:
+        return self.work / self.folders[name] / f"shard-{k:05d}.arrow"
+
+    def close(self, *, keep: bool) -> None:
+        """Release the lock; remove the work folder unless ``keep`` and it holds finished shards."""
+        try:
+            if not keep or self._finished() == 0:
+                shutil.rmtree(self.work, ignore_errors=True)
+        finally:
+            release_lock(self._lock)
+            self._lock = None
+
+    # ---------------------------------------------------------------- the work
+    def compute(self) -> None:
+        """Stream every split from its saved position; write a shard, then the position after it."""
+        for name, part in self.parts.items():
+            progress = self._progress(name)
+            if progress["done"]:
+                continue
+            priv = self.privatizers[name]
+            before, priv.totals = priv.totals, Totals()  # count this run's rows apart (vector reports)
+            try:
+                progress = self._stream(name, part, progress)
+                self._run_totals[name] = priv.totals
+            finally:
+                before.merge(priv.totals)
+                priv.totals = before
+            logger.info(
+                "%s: split %r: %d rows in %d shard(s)", self.output, name, progress["rows"], progress["shards"]
+            )
+
+    def _stream(self, name: str, part: Any, progress: dict[str, Any]) -> dict[str, Any]:
+        from datasets.utils import tqdm as hf_tqdm
+
+        stream = part.with_format("arrow")
+        if progress["state"] is not None:
+            stream.load_state_dict(progress["state"])
+        progress_path = self.work / self.folders[name] / PROGRESS_NAME
+        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+            for table in stream.iter(batch_size=self.shard_size):
+                k = progress["shards"]
+                # no schema metadata: only the columns go to disk
+                atomic_write_arrow(self._shard_path(name, k), table.replace_schema_metadata(None))
+                progress = {
+                    "shards": k + 1,
+                    "rows": progress["rows"] + table.num_rows,
+                    "state": stream.state_dict(),
+                    "done": False,
+                }
+                atomic_write_text(progress_path, dumps_json(progress))
+                bar.update(table.num_rows)
+        progress["done"] = True
+        atomic_write_text(progress_path, dumps_json(progress))
+        return progress
+
+    def _load(self, name: str) -> Any:
+        import datasets
+
+        n = self._progress(name)["shards"]
+        shards = [datasets.Dataset.from_file(str(self._shard_path(name, k))) for k in range(n)]
+        if not shards:
+            return datasets.Dataset.from_dict({})
+        return shards[0] if len(shards) == 1 else datasets.concatenate_datasets(shards)
+
+    def assemble(self) -> dict[str, Any]:
+        """Write the output and its report (from the written rows) atomically; return the report."""
+        import datasets
+
+        loaded = {name: self._load(name) for name in self.parts}
+        totals = Totals()
+        for name, part in loaded.items():
+            priv = self.privatizers[name]
+            if "input_ids" in part.column_names or part.num_rows == 0:
+                cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in part.column_names]
+                batches = part.select_columns(cols).iter(batch_size=1000) if part.num_rows else []
+                totals.merge(totals_from_columns(priv.space, batches, priv.claim.epsilon_token))
+            else:  # postprocess="vector": the classes this process counted (the run was not resumed)
+                totals.merge(self._run_totals.get(name, Totals()))
+        first = next(iter(self.privatizers.values()))
+        report = first.build_report(totals)
+        out: Any = datasets.DatasetDict(loaded) if self.is_dict else loaded[next(iter(self.parts))]
+        save_output(out, self.output, report, tmp_root=self.work)
+        return report

