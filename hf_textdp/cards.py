@@ -60,13 +60,13 @@ indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total
 times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
 {% if warnings %}
 **Warnings**
-{% for w in warnings %}
-- {{ w }}
+
+{% for w in warnings %}- {{ w }}
 {% endfor %}
 {% endif %}
 **Not covered**
-{% for line in not_covered %}
-- {{ line }}
+
+{% for line in not_covered %}- {{ line }}
 {% endfor %}
 
 The full report is `privacy_report.json` in this repository. The noise seed is a secret key and is

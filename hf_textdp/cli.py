@@ -346,7 +346,7 @@ class PushCommand:
         return 0
 
 
-COMMANDS = [
+COMMANDS: list[Any] = [
     PrivatizeCommand, CalibrateCommand, ReportCommand, AuditCommand, EnvCommand,
     EvaluateCommand, CardCommand, PushCommand,
 ]

@@ -153,9 +153,13 @@ def privatize_ray(
         seed (`int`, *optional*): secret key; with ``id_column``, the output equals a single-process run's.
         split (`str`, defaults to `""`): split name, part of the noise key.
         batch_size (`int`, defaults to `1000`): rows per batch (outputs do not depend on it).
-        concurrency (`int` or `(min, max)`, *optional*): actors in the pool (default: autoscale from 1).
-        num_cpus (`float`, *optional*): CPUs per actor (default 1, or 0 with a GPU... as Ray decides).
-        num_gpus (`float`, *optional*): GPUs per actor; defaults to 1 when ``config.device`` is CUDA.
+        concurrency (`int` or `(min, max)`, *optional*): actors in the pool: a fixed number, or an autoscaling
+            range (default: autoscale from 1 as the cluster allows). A fixed pool of N actors needs N actors'
+            CPUs *plus* room for Ray's read and write tasks, else Ray Data waits forever: on one machine with N
+            cores, start Ray with more logical CPUs (``ray.init(num_cpus=N + 1)``) or pass ``(1, N)``.
+        num_cpus (`float`, *optional*): CPUs per actor (Ray's default: 1; torch then uses one thread).
+        num_gpus (`float`, *optional*): GPUs per actor; defaults to 1 when ``config.device`` is CUDA (an
+            actor's GPU is its ``cuda`` device, whatever ``cuda:N`` the config names).
 
     Returns:
         `ray.data.Dataset`: the input columns with the text replaced, plus ``input_ids``, ``attention_mask``,
@@ -318,7 +322,9 @@ def privatize_ray_files(
     ``output`` is a ``.parquet`` file (the files Ray writes, merged in the driver) or a folder of parquet
     files with ``privacy_report.json`` inside. Rows keep the source order. Connects to the cluster named by
     ``RAY_ADDRESS`` (e.g. ``auto``) or starts a local Ray when Ray is not initialized yet. On a cluster,
-    ``source`` and ``output`` must be paths every node sees (a shared file system, or ``s3://`` for a folder).
+    ``source`` and ``output`` must be paths every node sees (a shared file system). ``concurrency=N`` (the
+    CLI's ``--num-proc``) is an autoscaling pool of 1 to N actors, so a small machine never waits forever for
+    a CPU (see :func:`privatize_ray`).
 
     Returns:
         `dict`: the report, counted from the rows read back from ``output``.
@@ -358,7 +364,7 @@ def privatize_ray_files(
             seed=seed,
             split=split,
             batch_size=batch_size,
-            concurrency=concurrency,
+            concurrency=(1, concurrency) if isinstance(concurrency, int) else concurrency,
         )
         is_file = out.suffix.lower() == ".parquet"
         with atomic_path(out, is_dir=not is_file) as tmp:

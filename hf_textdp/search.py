@@ -184,6 +184,19 @@ def _bf16_hi_inverse(y: torch.Tensor) -> torch.Tensor:
     return torch.where(y >= 0, y * (1.0 - UBF16), y * (1.0 + UBF16))
 
 
+def _round_up_fp32(x: torch.Tensor) -> torch.Tensor:
+    """The smallest fp32 number ≥ x (float64 in, fp32 out; −inf and +inf map to themselves)."""
+    y = x.float()
+    return torch.where(y.double() < x, torch.nextafter(y, torch.full_like(y, math.inf)), y)
+
+
+def _bf16_key_at_least(x: torch.Tensor) -> torch.Tensor:
+    """int16 pattern of the smallest bf16 number ≥ x, for x > 0 (float64 in)."""
+    y = x.to(torch.bfloat16)  # round to nearest: at most one step below x
+    bits = y.view(torch.int16)
+    return torch.where(y.double() < x, bits + 1, bits)  # x > 0: the next bf16 up is the next pattern
+
+
 _BF16_STATE: dict[str, bool] = {}
 _BF16_LOCK = threading.Lock()
 
@@ -459,20 +472,22 @@ class ExactIndex:
         scores go through one strided block-extremum pass; the k-th best block extremum so far gives a
         running threshold (a threshold from fewer positions is lower, so it keeps a superset), the
         blocks that reach it are read again, and the final threshold trims the candidates at the end.
+        Comparisons run in the scores' own format against the threshold rounded outwards, and a lower
+        bound on a block's best score in place of the exact one only lowers the threshold, so every
+        shortcut below keeps a superset of the true top k.
         """
         B = Qb.shape[0]
         dev = Qb.device
         G = BLOCK if self.Vp // BLOCK >= 4 * k else 1
         if bf16:
             EaT, consts = self._bf16_operands()
-            Kp = EaT.shape[0]
-            Qa = torch.zeros((B, Kp), dtype=torch.bfloat16, device=dev)
-            Qa[:, : self.d] = Qb
+            Qa = torch.zeros((B, EaT.shape[0]), dtype=torch.bfloat16, device=dev)
+            Qa[:, : self.d] = Qb  # round to nearest even
             Qa[:, self.d : self.d + 2] = 1.0
             q_hat = Qa[:, : self.d].double()
             qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
             qr_norm = torch.linalg.vector_norm(Qb.double() - q_hat, dim=1)
-            beta = bf16_filter_bound(
+            bound = bf16_filter_bound(
                 qh_norm, qr_norm, rho=consts.rho, e_hat=consts.e_hat, nu_max=consts.nu_max,
                 terms_max=consts.terms_max, n_terms=consts.n_terms,
             )
@@ -480,15 +495,14 @@ class ExactIndex:
         else:
             n32p, em2tp = self._fp32_operands()
             qn = torch.linalg.vector_norm(Qb.double(), dim=1)
-            eta = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)
+            bound = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)  # η of spec §1.5
             buf = torch.empty((B, L), dtype=torch.float32, device=dev)
-        best: torch.Tensor | None = None  # [B, k] best block scores so far (float64, larger is better)
-        c_rows: list[torch.Tensor] = []
-        c_pos: list[torch.Tensor] = []
-        c_val: list[torch.Tensor] = []
+        best = torch.full((B, k), -math.inf, dtype=torch.float64, device=dev)  # k best block scores so far
+        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (rows, positions, oriented scores)
         for s in range(0, self.Vp, L):
             e = min(s + L, self.Vp)
             Lc = e - s
+            nbc = Lc // G
             X = buf.view(-1)[: B * Lc].view(B, Lc)  # contiguous, even for a short last chunk
             if bf16:
                 torch.mm(Qa, EaT[:, s:e], out=X)
@@ -499,51 +513,108 @@ class ExactIndex:
                 if bool(inside.any()):
                     r_in = torch.nonzero(inside).squeeze(1)
                     X[r_in, exclude[r_in] - s] = -math.inf if bf16 else math.inf
-            nbc = Lc // G
-            bm = self._block_best(X, G, nbc, bf16)  # [B, nbc] float64, larger is better
-            cat = bm if best is None else torch.cat([best, bm], 1)
-            if cat.shape[1] < k:  # fewer blocks than k so far: no threshold yet (everything is kept)
-                cat = torch.cat([cat, torch.full((B, k - cat.shape[1]), -math.inf, dtype=cat.dtype, device=dev)], 1)
-            best = cat.topk(k, dim=1).values if k > 1 else cat.amax(1, keepdim=True)
-            thr = self._threshold(best[:, k - 1], beta if bf16 else eta, bf16)
-            hr, hj = torch.nonzero(bm >= thr[:, None], as_tuple=True)
-            if hr.numel() == 0:
-                continue
-            col = hj[:, None] + torch.arange(G, device=dev)[None, :] * nbc  # [H, G] columns in the chunk
-            vals = torch.take(X, hr[:, None] * Lc + col)
-            vals = vals.double() if bf16 else -vals.double()
-            ok = vals >= thr[hr][:, None]
-            hi, gi = torch.nonzero(ok, as_tuple=True)
-            c_rows.append(hr[hi])
-            c_pos.append(col[hi, gi] + s)
-            c_val.append(vals[hi, gi])
-        assert best is not None
-        thr = self._threshold(best[:, k - 1], beta if bf16 else eta, bf16)
-        rows = torch.cat(c_rows) if c_rows else torch.empty(0, dtype=torch.int64, device=dev)
-        pos = torch.cat(c_pos) if c_pos else torch.empty(0, dtype=torch.int64, device=dev)
-        val = torch.cat(c_val) if c_val else torch.empty(0, dtype=torch.float64, device=dev)
-        keep = (val >= thr[rows]) & (pos < self.V)
-        rows, pos = rows[keep], pos[keep]
+            X3 = X.view(B, G, nbc)
+            if bf16 and G > 1:
+                best = self._chunk_bf16(X3, best, bound, k, s, nbc, found)
+            else:
+                best = self._chunk_exact_order(X3, best, bound, k, s, nbc, found, bf16)
+        thr = self._threshold(best[:, k - 1], bound, bf16)
+        if found:
+            rows = torch.cat([f[0] for f in found])
+            pos = torch.cat([f[1] for f in found])
+            val = torch.cat([f[2] for f in found])
+            keep = (val >= thr[rows]) & (pos < self.V)
+            rows, pos = rows[keep], pos[keep]
+        else:
+            rows = pos = torch.empty(0, dtype=torch.int64, device=dev)
         counts = torch.bincount(rows, minlength=B)
         return rows, pos, counts
 
+    def _chunk_exact_order(
+        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, k: int, s: int, nbc: int,
+        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bf16: bool,
+    ) -> torch.Tensor:
+        """One chunk where the scores' own order is the order of their values (fp32, or bf16 with G = 1).
+
+        fp32 scores are s̃ (smaller is better): the oriented score is −s̃, and "−s̃ ≥ thr" is tested as
+        "s̃ ≤ lim" with lim = −thr rounded up to fp32.
+        """
+        B = X3.shape[0]
+        if bf16:  # G == 1: every position is its own block (tiny matrices)
+            bm = X3[:, 0, :].double()
+            best = self._top_k(best, bm, k)
+            thr = self._threshold(best[:, k - 1], bound, True)
+            hr, hj = torch.nonzero(bm >= thr[:, None], as_tuple=True)
+            found.append((hr, hj + s, bm[hr, hj]))
+            return best
+        mins = X3.amin(1) if X3.shape[1] > 1 else X3[:, 0, :]  # [B, nbc] fp32
+        kth = mins.topk(k, dim=1, largest=False).values if k > 1 and mins.shape[1] >= k else None
+        if kth is not None:
+            cand = -kth.double()
+        elif k == 1:
+            cand = -mins.amin(1, keepdim=True).double()
+        else:  # fewer blocks in this chunk than k
+            cand = -mins.double()
+        best = self._top_k(best, cand, k)
+        thr = self._threshold(best[:, k - 1], bound, False)
+        lim = _round_up_fp32(-thr)
+        hr, hj = torch.nonzero(mins <= lim[:, None], as_tuple=True)
+        if hr.numel():
+            vals = X3[hr, :, hj]  # [H, G]: positions hj + i·nbc of the chunk
+            hit, gi = torch.nonzero(vals <= lim[hr][:, None], as_tuple=True)
+            found.append((hr[hit], hj[hit] + gi * nbc + s, -vals[hit, gi].double()))
+        return best
+
+    def _chunk_bf16(
+        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, k: int, s: int, nbc: int,
+        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """One chunk of bf16 scores, compared through their int16 bit patterns.
+
+        bf16 reductions are not vectorised but int16 ones are, and non-negative bf16 numbers order like
+        their int16 patterns. So a block's largest pattern, if ≥ 0, is the pattern of its maximum (a
+        block of negative values has a negative largest pattern and is given −∞, a lower bound). For
+        a row whose threshold is > 0, "value ≥ thr" is "pattern ≥ key" with key the pattern of the
+        smallest bf16 number ≥ thr, and negative values never pass. Rows whose threshold is ≤ 0 (rare:
+        every score near the top is negative) take the float64 route with exact block maxima.
+        """
+        B, G, _ = X3.shape
+        bits = X3.view(torch.int16)
+        hi = bits.amax(1)  # [B, nbc]
+        if hi.shape[1] <= k:
+            top = hi
+        else:
+            top = hi.topk(k, dim=1).values if k > 1 else hi.amax(1, keepdim=True)
+        prev = best
+        best = self._top_k(prev, torch.where(top >= 0, top.view(torch.bfloat16).double(), -math.inf), k)
+        thr = self._threshold(best[:, k - 1], bound, True)
+        fast = thr > 0
+        key = torch.where(fast, _bf16_key_at_least(thr), torch.full_like(hi[:, 0], 32767))
+        hr, hj = torch.nonzero(hi >= key[:, None], as_tuple=True)
+        if hr.numel():
+            vals = bits[hr, :, hj]  # [H, G] patterns of positions hj + i·nbc of the chunk
+            hit, gi = torch.nonzero(vals >= key[hr][:, None], as_tuple=True)
+            v = vals[hit, gi].view(torch.bfloat16).double()
+            found.append((hr[hit], hj[hit] + gi * nbc + s, v))
+        slow = torch.nonzero(~fast).squeeze(1)
+        if slow.numel():
+            sub = bits[slow]
+            bm = torch.where(hi[slow] >= 0, hi[slow], sub.amin(1)).view(torch.bfloat16).double()  # exact maxima
+            best_s = self._top_k(prev[slow], bm, k)
+            best[slow] = best_s
+            thr_s = self._threshold(best_s[:, k - 1], bound[slow], True)
+            r, j = torch.nonzero(bm >= thr_s[:, None], as_tuple=True)
+            if r.numel():
+                vals = sub[r, :, j].view(torch.bfloat16).double()
+                hit, gi = torch.nonzero(vals >= thr_s[r][:, None], as_tuple=True)
+                found.append((slow[r[hit]], j[hit] + gi * nbc + s, vals[hit, gi]))
+        return best
+
     @staticmethod
-    def _block_best(X: torch.Tensor, G: int, nbc: int, bf16: bool) -> torch.Tensor:
-        """Best score of every strided block of G positions, as float64 with larger = better."""
-        B = X.shape[0]
-        if bf16:
-            if G == 1:
-                return X.double()
-            # bf16 max through int16 reductions (vectorised; bf16 reductions are not): non-negative bf16
-            # numbers order like their int16 bit patterns, negative ones in reverse, so a block's maximum
-            # is its largest pattern if that is ≥ 0 (some value ≥ +0) and else its smallest pattern.
-            bits = X.view(torch.int16).view(B, G, nbc)
-            hi = bits.amax(1)
-            lo = bits.amin(1)
-            return torch.where(hi >= 0, hi, lo).view(torch.bfloat16).double()
-        if G == 1:
-            return -X.double()
-        return -(X.view(B, G, nbc).amin(1).double())
+    def _top_k(best: torch.Tensor, cand: torch.Tensor, k: int) -> torch.Tensor:
+        """The k best of the previous best ``[B, k]`` and new block scores ``[B, m]`` (float64)."""
+        cat = torch.cat([best, cand], 1)
+        return cat.topk(k, dim=1).values if k > 1 else cat.amax(1, keepdim=True)
 
     @staticmethod
     def _threshold(best_k: torch.Tensor, bound: torch.Tensor, bf16: bool) -> torch.Tensor:

@@ -8,6 +8,7 @@ into maximal runs of non-whitespace (``str.split()`` semantics) and keep the sep
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,14 +50,31 @@ class HFTokens:
         self._tok = tok
         self._decoder = tokenizer.backend_tokenizer
 
+    def _encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        batch = texts if isinstance(texts, list) else list(texts)
+        if hasattr(self._tok, "encode_batch_fast"):  # tokenizers >= 0.21: no offsets computed
+            encs = self._tok.encode_batch_fast(batch, add_special_tokens=True)
+        else:
+            encs = self._tok.encode_batch(batch, add_special_tokens=True)
+        return [e.ids for e in encs]
+
     def encode(self, texts: Sequence[str]) -> list[TokenizedRow]:
-        encs = self._tok.encode_batch_fast(list(texts), add_special_tokens=True) if hasattr(
-            self._tok, "encode_batch_fast") else self._tok.encode_batch(list(texts), add_special_tokens=True)
-        return [TokenizedRow(np.asarray(e.ids, dtype=np.int64)) for e in encs]
+        return [TokenizedRow(np.asarray(ids, dtype=np.int64)) for ids in self._encode_ids(texts)]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[TokenizedRow] | None]:
+        """All rows' ids concatenated (int64), each row's length, and no per-row records (not needed)."""
+        per_row = self._encode_ids(texts)
+        lengths = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
+        flat = np.fromiter(itertools.chain.from_iterable(per_row), dtype=np.int64, count=int(lengths.sum()))
+        return flat, lengths, None
 
     def decode(self, rows: Sequence[np.ndarray]) -> list[str]:
         """Decode kept ids (structural positions already removed), no clean-up of spaces."""
-        out: list[str] = self._decoder.decode_batch([r.tolist() for r in rows], skip_special_tokens=False)
+        return self.decode_lists([r.tolist() for r in rows])
+
+    def decode_lists(self, rows: Sequence[list[int]]) -> list[str]:
+        """:meth:`decode` for rows given as lists of ints."""
+        out: list[str] = self._decoder.decode_batch(rows, skip_special_tokens=False)
         return out
 
 
@@ -87,6 +105,13 @@ class WordTokens:
             ids = np.fromiter((get(w, -1) for w in words), dtype=np.int64, count=len(words))
             rows.append(TokenizedRow(ids, words, [lead, *seps, trail]))
         return rows
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[TokenizedRow] | None]:
+        """All rows' ids concatenated (int64), each row's length, and the per-row words and separators."""
+        rows = self.encode(texts)
+        lengths = np.fromiter((r.ids.size for r in rows), dtype=np.int64, count=len(rows))
+        flat = np.concatenate([r.ids for r in rows]) if rows else np.zeros(0, dtype=np.int64)
+        return flat, lengths, rows
 
     @staticmethod
     def decode_words(words: Sequence[str], seps: Sequence[str]) -> str:

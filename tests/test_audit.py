@@ -341,8 +341,9 @@ def test_audit_seed_reproducible_and_fresh_entropy(
     b = audit((Madlib(epsilon=1.0), Nearest()), line_space, LINE_PAIRS, seed=4601, **kw)
     assert a.rows == b.rows
     # seed=None draws a fresh base seed from the OS (patched here to a literal to stay deterministic)
-    import hf_textdp.audit as audit_mod
+    import sys
 
+    audit_mod = sys.modules["hf_textdp.audit"]  # the package exports a function of the same name
     monkeypatch.setattr(audit_mod, "fresh_seed", lambda: 4601)
     c = audit((Madlib(epsilon=1.0), Nearest()), line_space, LINE_PAIRS, seed=None, **kw)
     assert c.rows == a.rows

@@ -319,10 +319,9 @@ def test_steps_refuse_mechanisms_without_projection(small_path, step, match):
         step.apply(z, Madlib(epsilon=1.0), space, _gens([0]), [2])
 
 
-def test_vector_input_space_refused_in_privatizer(small_path):
-    cfg = PrivatizerConfig(epsilon=1.0, model=small_path, postprocess="vector", options={"vector_space": "input"})
+def test_vector_input_space_refused_at_construction(small_path):
     with pytest.raises(InvalidParameterError, match="vector_space='input' needs a projected mechanism"):
-        Privatizer(cfg, seed=3)({"text": ["w1 w2"]}, [0])
+        PrivatizerConfig(epsilon=1.0, model=small_path, postprocess="vector", options={"vector_space": "input"})
 
 
 # --------------------------------------------------------------------------- end to end (madlib)

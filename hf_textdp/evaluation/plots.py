@@ -79,16 +79,17 @@ def plot_recipe(folder: str | Path) -> list[Path]:
             ax.grid(alpha=0.3)
         for ax in axes.ravel()[len(tasks) :]:
             ax.axis("off")
-        handles, names = axes.ravel()[0].get_legend_handles_labels()
+        handles, names = [], []
+        for ax in axes.ravel():  # one legend entry per line over all panels (lines may exist for some tasks only)
+            for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+                if name not in names:
+                    handles.append(handle)
+                    names.append(name)
+        fig.tight_layout()
+        # below the panels; savefig(bbox_inches="tight") grows the canvas to include it
         fig.legend(
-            handles,
-            names,
-            loc="lower center",
-            ncol=min(4, max(1, len(names))),
-            fontsize=7,
-            bbox_to_anchor=(0.5, -0.02),
+            handles, names, loc="upper center", ncol=min(4, max(1, len(names))), fontsize=7, bbox_to_anchor=(0.5, 0.0)
         )
-        fig.tight_layout(rect=(0, 0.08, 1, 1))
         path = Path(folder) / fname
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)

@@ -113,6 +113,7 @@ class Recipe:
     batch_rows: int = 512
     rank_sample: int = 2000
     results_folder: str = ""  # folder name under --output; recipes on the same subsets may share one
+    noise_seeds: tuple[int, ...] = ()  # repeat each privatization with these seeds (default: (seed,))
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -159,6 +160,7 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
         "notes",
         "finetune",
         "results_folder",
+        "noise_seeds",
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -206,6 +208,7 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
         batch_rows=int(raw.get("batch_rows", 512)),
         rank_sample=int(raw.get("rank_sample", 2000)),
         results_folder=str(raw.get("results_folder") or ""),
+        noise_seeds=tuple(int(x) for x in raw.get("noise_seeds") or ()),
         raw=raw,
     )
 
@@ -278,7 +281,7 @@ class _Privatized:
 
 
 def _privatize_task(
-    data: TaskData, spec: PrivatizerSpec, epsilon: float, recipe: Recipe, metrics: _Metrics
+    data: TaskData, spec: PrivatizerSpec, epsilon: float, recipe: Recipe, metrics: _Metrics, seed: int
 ) -> _Privatized:
     from ..accounting import Totals
     from ..config import PrivatizerConfig
@@ -302,7 +305,7 @@ def _privatize_task(
     new_pos: list[npt.NDArray[np.int64]] = []
     priv: Privatizer | None = None
     for split, split_texts in data.texts.items():
-        priv = Privatizer(config, seed=recipe.seed, split=f"senteval/{data.spec.name}/{split}")
+        priv = Privatizer(config, seed=seed, split=f"senteval/{data.spec.name}/{split}")
         space = priv.space
         tokens = make_tokens(space)
         out_texts: list[str] = []
@@ -383,7 +386,8 @@ def run_recipe(
     enc_cfg = dict(recipe.encoder)
     encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
     written: list[Path] = []
-    command = f"hf-textdp evaluate {recipe.path or recipe.name + '.yaml'} --output {out_dir}"
+    # the CLI writes into <--output>/<recipe folder>, so --output is the parent of out_dir
+    command = f"hf-textdp evaluate {recipe.path or recipe.name + '.yaml'} --output {out_dir.parent}/"
     recipe_info = {
         "name": recipe.name,
         "path": str(recipe.path) if recipe.path else None,
@@ -474,23 +478,49 @@ def run_recipe(
                 if resume and all(p.exists() for p in paths.values()):
                     written.extend(paths.values())
                     continue
-                priv = _privatize_task(data, pspec, epsilon, recipe, metrics)
-                t = time.perf_counter()
-                feats_priv = _encode_splits(encoder, priv.texts)
-                t_enc = time.perf_counter() - t
-                feats = clean(data)
-                t = time.perf_counter()
-                tests = {"train_only": feats, "train_and_test": feats_priv}
-                res = run_protocol(
-                    spec.protocol,
-                    feats_priv[train_split],
-                    data.labels,
-                    tests,
-                    recipe.classifier,
-                    dev=feats_priv.get("dev"),
-                )
-                t_clf = time.perf_counter() - t
+                seeds = recipe.noise_seeds or (recipe.seed,)
+                runs = []
+                for noise_seed in seeds:
+                    priv = _privatize_task(data, pspec, epsilon, recipe, metrics, noise_seed)
+                    t = time.perf_counter()
+                    feats_priv = _encode_splits(encoder, priv.texts)
+                    t_enc = time.perf_counter() - t
+                    feats = clean(data)
+                    t = time.perf_counter()
+                    tests = {"train_only": feats, "train_and_test": feats_priv}
+                    res = run_protocol(
+                        spec.protocol,
+                        feats_priv[train_split],
+                        data.labels,
+                        tests,
+                        recipe.classifier,
+                        dev=feats_priv.get("dev"),
+                    )
+                    runs.append((noise_seed, priv, res, t_enc, time.perf_counter() - t))
+                    say(
+                        f"{spec.name}: {pspec.name} eps={epsilon:g} "
+                        f"rate={priv.diagnostics['replacement_rate']:.3f} "
+                        f"train_only={100 * np.mean(res.values['train_only']):.2f} "
+                        f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
+                        f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {runs[-1][4]:.0f} s)"
+                    )
+                _, priv, res, _, _ = runs[0]
+                diagnostics = dict(priv.diagnostics)
+                if len(runs) > 1:
+                    rates = [r[1].diagnostics["replacement_rate"] for r in runs]
+                    diagnostics["replacement_rate"] = float(np.mean(rates))
+                    diagnostics["replacement_rate_per_seed"] = rates
                 for setting, path in paths.items():
+                    if len(runs) == 1:
+                        scored = score(res.values[setting], res.n_test, per_fold)
+                    else:
+                        means = [float(np.mean(r[2].values[setting])) for r in runs]
+                        scored = {
+                            "accuracy": 100.0 * float(np.mean(means)),
+                            "accuracy_std": 100.0 * float(np.std(means, ddof=1)),
+                            "accuracy_std_kind": "std_over_noise_seeds",
+                            "values": [100.0 * m for m in means],
+                        }
                     payload = {
                         **base(data, entry),
                         "setting": setting,
@@ -500,21 +530,28 @@ def run_recipe(
                         "options": dict(pspec.options),
                         "epsilon": epsilon,
                         "delta": priv.report.get("delta"),
-                        **score(res.values[setting], res.n_test, per_fold),
+                        **scored,
+                        "per_seed": [
+                            {
+                                "noise_seed_index": i,
+                                "accuracy": 100.0 * float(np.mean(r[2].values[setting])),
+                                "values": [100.0 * v for v in r[2].values[setting]],
+                                "replacement_rate": r[1].diagnostics["replacement_rate"],
+                            }
+                            for i, r in enumerate(runs)
+                        ],
                         "clean_accuracy": clean_acc,
                         "chosen_c": res.chosen_c,
-                        "privacy": {**_privacy_summary(priv.report), "diagnostics": priv.diagnostics},
+                        "privacy": {**_privacy_summary(priv.report), "diagnostics": diagnostics},
                         "privacy_report": priv.report,
-                        "timing_s": {"privatize": priv.seconds, "encode_private": t_enc, "classify": t_clf},
+                        "timing_s": {
+                            "privatize": sum(r[1].seconds for r in runs),
+                            "encode_private": sum(r[3] for r in runs),
+                            "classify": sum(r[4] for r in runs),
+                        },
                     }
                     _save(path, payload)
                     written.append(path)
-                say(
-                    f"{spec.name}: {pspec.name} eps={epsilon:g} rate={priv.diagnostics['replacement_rate']:.3f} "
-                    f"train_only={100 * np.mean(res.values['train_only']):.2f} "
-                    f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
-                    f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {t_clf:.0f} s)"
-                )
     try:
         plot_recipe(out_dir)
     except ImportError:
