@@ -263,62 +263,92 @@ class Privatizer:
                 )
 
     def _process(self, texts: list[str], row_ids: list[int]) -> dict[str, list[Any]]:
+        """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
+
+        All rows' ids are concatenated once, so classification, the id replacement, the decode lists and
+        the accounting counts are a few array operations per batch instead of per row; what stays per
+        row is what must (each row's generator and its draws, spec §1.6).
+        """
         self._check_texts(texts, row_ids)
         self._ensure()
-        space, mech, tokens = self._space, self._mech, self._tokens
-        assert space is not None and mech is not None and tokens is not None and self._claim is not None
-        rows = tokens.encode(texts)
-        classes: list[np.ndarray] = []
-        positions: list[torch.Tensor] = []
-        for row in rows:
-            cls, pos = space.classify(row.ids)
-            classes.append(cls)
-            positions.append(torch.from_numpy(pos[cls == CANDIDATE]))
-        released = self._release(positions, row_ids)
+        space, tokens, claim = self._space, self._tokens, self._claim
+        assert space is not None and tokens is not None and claim is not None
+        n = len(texts)
+        flat, lengths, rows = tokens.encode_flat(texts)
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        cls, pos = space.classify(flat)
+        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        cand = cls == CANDIDATE
+        sizes = np.bincount(row_of[cand], minlength=n)
+        cand_pos = torch.from_numpy(pos[cand])
+        released = self._release_flat(cand_pos, sizes.tolist(), row_ids)
         if self._step is not None and self._step.RELEASES_VECTORS:
-            return self._vector_columns(rows, classes, positions, released)
-        new_pos = released
-        cand = space.candidate_ids
-        out_ids: list[np.ndarray] = []
-        for row, cls, out in zip(rows, classes, new_pos):
-            ids = row.ids.copy()
-            if out.numel():
-                ids[cls == CANDIDATE] = cand[out].numpy()
-            out_ids.append(ids)
-        claim = self._claim
+            return self._vector_columns(lengths, bounds, cls, sizes, released, flat, rows)
+        out = flat.copy()
+        if released.numel():
+            out[cand] = space.candidate_ids.numpy()[released.numpy()]
+        b = bounds.tolist()
         result: dict[str, list[Any]] = {}
+        structural = cls == STRUCTURAL
         if isinstance(tokens, HFTokens):
-            keep = [ids[cls != STRUCTURAL] for ids, cls in zip(out_ids, classes)]
-            result[self.text_column] = tokens.decode(keep)
+            kept_len = lengths - np.bincount(row_of[structural], minlength=n)
+            kb = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(kept_len, out=kb[1:])
+            kept = out[~structural].tolist()
+            kbl = kb.tolist()
+            result[self.text_column] = tokens.decode_lists([kept[kbl[i] : kbl[i + 1]] for i in range(n)])
         else:
+            assert rows is not None and space.words is not None
+            words = space.words
+            out_l = out.tolist()
             result[self.text_column] = [
-                self._decode_words(space, r, ids) for r, ids in zip(rows, out_ids)
+                WordTokens.decode_words(
+                    [words[j] if j >= 0 else w for j, w in zip(out_l[b[i] : b[i + 1]], row.pieces or [])],
+                    row.seps or [""],
+                )
+                for i, row in enumerate(rows)
             ]
-        result["input_ids"] = [ids.tolist() for ids in out_ids]
+        flat_list = out.tolist()
+        result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]
         if isinstance(tokens, HFTokens):
-            result["attention_mask"] = [[1] * len(ids) for ids in out_ids]
-        dp_tokens = [int(p.numel()) for p in positions]
-        result["dp_tokens"] = dp_tokens
-        result["dp_epsilon"] = [claim.row_epsilon(n) for n in dp_tokens]
-        if claim.delta_token > 0:
-            result["dp_delta"] = [claim.row_delta(n) for n in dp_tokens]
-        pad = space.pad_id
-        for cls, ids, n in zip(classes, out_ids, dp_tokens):
-            structural = cls == STRUCTURAL
-            padding = int((ids[structural] == pad).sum()) if pad is not None else 0
-            self.totals.add_row(
-                dp_tokens=n,
-                special=int(structural.sum()) - padding,
-                padding=padding,
-                passthrough=int(len(cls) - structural.sum() - n),
-                epsilon=claim.row_epsilon(n),
-                delta=claim.row_delta(n),
-            )
+            result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
+        self._columns_and_totals(result, lengths, sizes, row_of, structural, out)
         return result
 
+    def _columns_and_totals(
+        self, result: dict[str, list[Any]], lengths: np.ndarray, sizes: np.ndarray, row_of: np.ndarray,
+        structural: np.ndarray, out: np.ndarray | None,
+    ) -> None:
+        """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (spec §10.2)."""
+        space, claim = self._space, self._claim
+        assert space is not None and claim is not None
+        n = lengths.size
+        dp_tokens = sizes.tolist()
+        result["dp_tokens"] = dp_tokens
+        eps = [claim.row_epsilon(k) for k in dp_tokens]
+        result["dp_epsilon"] = eps
+        deltas = [claim.row_delta(k) for k in dp_tokens]
+        if claim.delta_token > 0:
+            result["dp_delta"] = deltas
+        n_struct = np.bincount(row_of[structural], minlength=n)
+        pad = space.pad_id
+        if out is not None and pad is not None:
+            n_pad = np.bincount(row_of[structural & (out == pad)], minlength=n)
+        else:
+            n_pad = np.zeros(n, dtype=np.int64)
+        special = (n_struct - n_pad).tolist()
+        passthrough = (lengths - n_struct - sizes).tolist()
+        add = self.totals.add_row
+        for i, k in enumerate(dp_tokens):
+            add(
+                dp_tokens=k, special=special[i], padding=int(n_pad[i]), passthrough=passthrough[i],
+                epsilon=eps[i], delta=deltas[i],
+            )
+
     def _vector_columns(
-        self, rows: list[TokenizedRow], classes: list[np.ndarray], positions: list[torch.Tensor],
-        released: list[torch.Tensor],
+        self, lengths: np.ndarray, bounds: np.ndarray, cls: np.ndarray, sizes: np.ndarray, released: torch.Tensor,
+        flat: np.ndarray, rows: list[TokenizedRow] | None,
     ) -> dict[str, list[Any]]:
         """``postprocess="vector"``: ``inputs_embeds`` per row (spec §7.5); no text, no ``input_ids``.
 
@@ -326,69 +356,64 @@ class Privatizer:
         (public); passthrough positions hold their own embedding where one exists (they are released
         as they are anyway), zeros otherwise. ``attention_mask`` is unchanged.
         """
-        space, claim = self._space, self._claim
-        assert space is not None and claim is not None
-        k = next((r.shape[1] for r in released if r.ndim == 2 and r.numel()), space.d)
-        full = space.E_full if space.E_full is not None else None
-        embeds: list[list[list[float]]] = []
-        for row, cls, rel in zip(rows, classes, released):
-            mat = torch.zeros((len(row.ids), k), dtype=torch.float32)
-            other = np.nonzero(cls != CANDIDATE)[0]
-            if full is not None and k == full.shape[1] and other.size:
-                ids = torch.from_numpy(row.ids[other])
-                ok = (ids >= 0) & (ids < full.shape[0])
-                mat[torch.from_numpy(other)[ok]] = full[ids[ok]].cpu()
-            cand_pos = torch.from_numpy(np.nonzero(cls == CANDIDATE)[0])
-            if cand_pos.numel():
-                mat[cand_pos] = rel.to(torch.float32)
-            embeds.append(mat.tolist())
-        dp_tokens = [int(p.numel()) for p in positions]
+        space = self._space
+        assert space is not None
+        n = lengths.size
+        k = int(released.shape[1]) if released.ndim == 2 and released.numel() else space.d
+        full = space.E_full
+        mat = torch.zeros((int(flat.size), k), dtype=torch.float32)
+        other = np.nonzero(cls != CANDIDATE)[0]
+        if full is not None and k == full.shape[1] and other.size:
+            ids = torch.from_numpy(flat[other])
+            ok = (ids >= 0) & (ids < full.shape[0])
+            mat[torch.from_numpy(other)[ok]] = full[ids[ok].to(full.device)].cpu()
+        cand_idx = torch.from_numpy(np.nonzero(cls == CANDIDATE)[0])
+        if cand_idx.numel():
+            mat[cand_idx] = released.to(torch.float32).cpu()
+        b = bounds.tolist()
+        embeds = [mat[b[i] : b[i + 1]].tolist() for i in range(n)]
         result: dict[str, list[Any]] = {"inputs_embeds": embeds}
         if space.kind == "hf":
-            result["attention_mask"] = [[1] * len(r.ids) for r in rows]
-        result["dp_tokens"] = dp_tokens
-        result["dp_epsilon"] = [claim.row_epsilon(n) for n in dp_tokens]
-        if claim.delta_token > 0:
-            result["dp_delta"] = [claim.row_delta(n) for n in dp_tokens]
-        for cls, n in zip(classes, dp_tokens):
-            structural = int((cls == STRUCTURAL).sum())
-            self.totals.add_row(
-                dp_tokens=n, special=structural, padding=0, passthrough=int(len(cls) - structural - n),
-                epsilon=claim.row_epsilon(n), delta=claim.row_delta(n),
-            )
+            result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
+        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        # as before: padding is not told apart from other structural tokens in this mode
+        self._columns_and_totals(result, lengths, sizes, row_of, cls == STRUCTURAL, None)
         # the original text is not released in this mode: the text column becomes empty strings
-        result[self.text_column] = ["" for _ in rows]
+        result[self.text_column] = ["" for _ in range(n)]
         return result
 
-    @staticmethod
-    def _decode_words(space: EmbeddingSpace, row: TokenizedRow, ids: np.ndarray) -> str:
-        assert row.pieces is not None and row.seps is not None and space.words is not None
-        words = [space.words[i] if i >= 0 else w for i, w in zip(ids.tolist(), row.pieces)]
-        return WordTokens.decode_words(words, row.seps)
-
     def _release(self, positions: list[torch.Tensor], row_ids: list[int]) -> list[torch.Tensor]:
-        """Run the mechanism (and post-processing) over all candidate positions of a batch."""
+        """Run the mechanism (and post-processing) for each row's candidate positions; one result per row."""
+        sizes = [int(p.numel()) for p in positions]
+        flat = torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
+        res = self._release_flat(flat, sizes, row_ids)
+        empty = torch.empty(0, dtype=torch.int64)
+        return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes)]
+
+    def _release_flat(self, positions: torch.Tensor, sizes: list[int], row_ids: list[int]) -> torch.Tensor:
+        """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
+
+        One generator per row with candidates, one mechanism call per row (the row's draws, in position
+        order: spec §1.6), then one batched post-processing call, so a seeded row's output never depends
+        on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        """
         space, mech = self._space, self._mech
         assert space is not None and mech is not None
         device = space.device
-        active = [i for i, p in enumerate(positions) if p.numel()]
-        out: list[torch.Tensor] = [torch.empty(0, dtype=torch.int64) for _ in positions]
+        active = [i for i, n in enumerate(sizes) if n]
         if not active:
-            return out
+            return torch.empty(0, dtype=torch.int64)
         gens = [row_generator(self.seed, row_ids[i], self.split, self.stream, device) for i in active]
+        act_sizes = [sizes[i] for i in active]
+        parts = torch.split(positions, act_sizes)
         if isinstance(mech, SelectionMechanism):
-            for i, g in zip(active, gens):
-                out[i] = mech.sample(space, positions[i], g).cpu()
-            return out
+            return torch.cat([mech.sample(space, p, g).cpu() for p, g in zip(parts, gens)])
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
-        zs = [mech.perturb(mech.inputs(space, positions[i]), g) for i, g in zip(active, gens)]
-        sizes = [positions[i].numel() for i in active]
+        x = mech.inputs(space, positions)  # one gather for the batch; row r's rows are a contiguous slice
+        xs = torch.split(x, act_sizes)
+        z = torch.cat([mech.perturb(xr, g) for xr, g in zip(xs, gens)], 0)
         if isinstance(self._step, UnsafePostprocessStep):  # spec §7.7: the only path that sees the inputs
-            inputs = torch.cat([positions[i] for i in active])
-            res = self._step.apply_unsafe(torch.cat(zs, 0), mech, space, gens, sizes, inputs)
+            res = self._step.apply_unsafe(z, mech, space, gens, act_sizes, positions)
         else:
-            res = self._step.apply(torch.cat(zs, 0), mech, space, gens, sizes)
-        res = res.cpu()
-        for i, chunk in zip(active, torch.split(res, sizes)):
-            out[i] = chunk
-        return out
+            res = self._step.apply(z, mech, space, gens, act_sizes)
+        return res.cpu()

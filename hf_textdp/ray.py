@@ -42,8 +42,9 @@ logger = get_logger(__name__)
 
 RAY_INSTALL = "pip install 'hf-textdp[ray]'"
 
-# The arrow types ``Dataset.map`` infers for the released columns, so Ray blocks and local outputs agree and
-# no block gets a ``null`` column (a batch whose dp_epsilon values are all null).
+# The arrow types ``Dataset.map`` gives the released columns (datasets stores input_ids as int32 and
+# attention_mask as int8), so Ray and local outputs have one schema, and no block gets a ``null`` column (a
+# batch whose dp_epsilon values are all null).
 _COLUMN_TYPES: dict[str, Any] = {}
 
 
@@ -53,8 +54,8 @@ def _column_types() -> dict[str, Any]:
     if not _COLUMN_TYPES:
         _COLUMN_TYPES.update(
             {
-                "input_ids": pa.list_(pa.int64()),
-                "attention_mask": pa.list_(pa.int64()),
+                "input_ids": pa.list_(pa.int32()),
+                "attention_mask": pa.list_(pa.int8()),
                 "dp_tokens": pa.int64(),
                 "dp_epsilon": pa.float64(),
                 "dp_delta": pa.float64(),
@@ -293,10 +294,13 @@ def _merge_parquet(folder: Path, target: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    import datasets
+
     files = sorted(p for p in folder.rglob("*.parquet"))
-    schemas = [pq.read_schema(p) for p in files]
+    schemas = [pq.read_schema(p).remove_metadata() for p in files]
     schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
-    schema = schema.remove_metadata()
+    # datasets' features metadata, as Dataset.to_parquet writes it, so load_dataset("parquet") sees the same types
+    schema = datasets.Features.from_arrow_schema(schema).arrow_schema
     with pq.ParquetWriter(str(target), schema) as writer:
         for p in files:
             pf = pq.ParquetFile(p)

@@ -85,6 +85,23 @@ def _round_up(x: int, m: int) -> int:
 
 
 @contextmanager
+def _threads(n: int | None) -> Iterator[None]:
+    """Run the block with n intra-op threads (None: unchanged)."""
+    if n is None:
+        yield
+        return
+    prev = torch.get_num_threads()
+    if prev == n:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+@contextmanager
 def exact_fp32_matmul() -> Iterator[None]:
     """Disable TF32 / bf16 reduced-precision fp32 matmuls for the duration (spec §1.5)."""
     prev_prec = torch.get_float32_matmul_precision()
@@ -239,28 +256,19 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
     """Whether the bf16 filter is exact *and* worth it on this process's ``device`` (cached).
 
     CPU only (CUDA keeps the fp32 filter): the bf16 product must satisfy the library model of
-    :func:`bf16_filter_bound` on test products, and be fast — an AMX tile unit, or a measured bf16
-    product at most half the time of the fp32 one. ``HF_TEXTDP_SEARCH_FILTER=fp32`` (or ``bf16``)
-    overrides the speed test, never the exactness test.
+    :func:`bf16_filter_bound` on a test product, and be fast: an AMX tile unit, or a measured bf16
+    product at most half the time of the fp32 one. ``filter="auto"`` indexes use it when this is true;
+    the environment variable ``HF_TEXTDP_SEARCH_FILTER`` (``auto``, ``bf16``, ``fp32``) sets what
+    ``"auto"`` means for the whole process (``bf16`` skips the speed test, never the exactness test).
     """
-    dev = torch.device(device)
-    if dev.type != "cpu":
-        return False
-    key = os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
-    if key == "fp32":
+    if torch.device(device).type != "cpu":
         return False
     with _BF16_LOCK:
-        cached = _BF16_STATE.get(key)
-        if cached is not None:
-            return cached
-        try:
-            ok = _bf16_model_holds()
-        except RuntimeError:  # no bf16 matmul kernel on this build
-            ok = False
-        if ok and key != "bf16":
-            ok = _bf16_is_fast()
-        _BF16_STATE[key] = ok
-        return ok
+        cached = _BF16_STATE.get("auto")
+        if cached is None:
+            cached = _bf16_model_ok_locked() and _bf16_is_fast()
+            _BF16_STATE["auto"] = cached
+        return cached
 
 
 def _bf16_is_fast() -> bool:
@@ -333,6 +341,8 @@ class ExactIndex:
         self._fp32_pad: tuple[torch.Tensor, torch.Tensor] | None = None
         self._bf16: tuple[torch.Tensor, _Bf16Constants] | None = None
         self._lock = threading.Lock()
+        #: run everything but the matrix products on one thread (see :meth:`search`)
+        self.serial_small_ops = True
 
     # ------------------------------------------------------------------ prepared matrices (lazy)
     @property
@@ -378,9 +388,12 @@ class ExactIndex:
         return self._bf16
 
     def _use_bf16(self) -> bool:
-        if self.filter == "fp32" or self.device.type != "cpu":
+        if self.device.type != "cpu":
             return False
-        if self.filter == "bf16":
+        mode = self.filter if self.filter != "auto" else os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
+        if mode == "fp32":
+            return False
+        if mode == "bf16":
             return _bf16_model_ok()
         # "auto": only where the product is large enough for the filter to pay off
         return self.V * self.d >= 2**18 and bf16_filter_available(self.device)
@@ -410,20 +423,26 @@ class ExactIndex:
             raise InvalidParameterError(f"queries must have shape [B, {self.d}], got {tuple(Q.shape)}.")
         if Q.shape[0] == 0:
             return torch.empty((0, k), dtype=torch.int64)
-        if not bool(torch.isfinite(Q).all()):
-            raise NumericalRangeError(
-                "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
-                "for float32 (use a larger epsilon)."
-            )
         Q = Q.contiguous()
         use_bf16 = self._use_bf16()
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
+        # The work around the products is many medium-sized passes; on a CPU whose cores are shared
+        # with other processes each multi-threaded pass can wait a scheduler slice for its second
+        # thread, so they run on one thread and only the products use the pool (same results).
+        threads = torch.get_num_threads()
+        serial = self.serial_small_ops and self.device.type == "cpu" and threads > 1
+        gemm_threads = threads if serial else None
         out = []
-        with exact_fp32_matmul():
+        with exact_fp32_matmul(), _threads(1 if serial else None):
+            if not bool(torch.isfinite(Q).all()):
+                raise NumericalRangeError(
+                    "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
+                    "for float32 (use a larger epsilon)."
+                )
             for b0 in range(0, Q.shape[0], qb):
                 Qb = Q[b0 : b0 + qb]
                 ex = None if exclude is None else exclude[b0 : b0 + qb].to(self.device, torch.int64)
-                rows, pos = self._filter(Qb, k, ex, L, use_bf16)
+                rows, pos = self._filter(Qb, k, ex, L, use_bf16, gemm_threads)
                 out.append(self._verify(Qb, rows, pos, k, Qb.shape[0]))
         return torch.cat(out, 0).cpu()
 
@@ -444,13 +463,14 @@ class ExactIndex:
         return L, qb
 
     def _filter(
-        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, use_bf16: bool
+        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, use_bf16: bool,
+        gemm_threads: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Candidate (query row, position) pairs that provably contain every query's exact top k."""
         if use_bf16:
             qmax = float(torch.linalg.vector_norm(Qb, dim=1).max())
             if qmax * self.R + self.R * self.R < _BF16_MAX_MAGNITUDE:
-                rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True)
+                rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
                 heavy = counts > BF16_MAX_CANDIDATES
                 if not bool(heavy.any()):
                     return rows, pos
@@ -458,13 +478,14 @@ class ExactIndex:
                 hq = torch.nonzero(heavy).squeeze(1)
                 keep = ~heavy[rows]
                 ex = None if exclude is None else exclude[hq]
-                r2, p2, _ = self._scan(Qb[hq], k, ex, L, bf16=False)
+                r2, p2, _ = self._scan(Qb[hq], k, ex, L, bf16=False, gemm_threads=gemm_threads)
                 return torch.cat([rows[keep], hq[r2]]), torch.cat([pos[keep], p2])
-        rows, pos, _ = self._scan(Qb, k, exclude, L, bf16=False)
+        rows, pos, _ = self._scan(Qb, k, exclude, L, bf16=False, gemm_threads=gemm_threads)
         return rows, pos
 
     def _scan(
-        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, *, bf16: bool
+        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, *, bf16: bool,
+        gemm_threads: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One filter pass over all positions: (rows, positions, candidates per row).
 
@@ -504,10 +525,11 @@ class ExactIndex:
             Lc = e - s
             nbc = Lc // G
             X = buf.view(-1)[: B * Lc].view(B, Lc)  # contiguous, even for a short last chunk
-            if bf16:
-                torch.mm(Qa, EaT[:, s:e], out=X)
-            else:
-                torch.addmm(n32p[s:e], Qb, em2tp[:, s:e], out=X)
+            with _threads(gemm_threads):
+                if bf16:
+                    torch.mm(Qa, EaT[:, s:e], out=X)
+                else:
+                    torch.addmm(n32p[s:e], Qb, em2tp[:, s:e], out=X)
             if exclude is not None:
                 inside = (exclude >= s) & (exclude < e)
                 if bool(inside.any()):
@@ -670,14 +692,18 @@ class ExactIndex:
         return result
 
 
+def _bf16_model_ok_locked() -> bool:
+    cached = _BF16_STATE.get("model")
+    if cached is None:
+        try:
+            cached = _bf16_model_holds()
+        except RuntimeError:  # no bf16 matmul kernel on this build
+            cached = False
+        _BF16_STATE["model"] = cached
+    return cached
+
+
 def _bf16_model_ok() -> bool:
     """The exactness half of :func:`bf16_filter_available` (no speed test), cached."""
     with _BF16_LOCK:
-        cached = _BF16_STATE.get("model")
-        if cached is None:
-            try:
-                cached = _bf16_model_holds()
-            except RuntimeError:
-                cached = False
-            _BF16_STATE["model"] = cached
-        return cached
+        return _bf16_model_ok_locked()

@@ -3,6 +3,11 @@
 Format rules are spec §1.3: the format is told apart by content, never by file name; gzip is
 detected by its magic bytes; ragged rows and non-numbers raise :class:`VectorFileError` naming the
 1-based line; words containing whitespace and later duplicates are dropped (and counted).
+
+Speed: the numbers of all rows are parsed by one C-level pass (``numpy.fromstring``, correctly rounded
+like ``float()``) when every row has the plain shape ``word`` + d numbers made of ``[0-9eE+-.]``.
+Anything else (and any doubt: a count that does not add up, a parse error) goes through the
+line-by-line reference parser, which gives the same result and raises the errors of spec §1.3.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +73,117 @@ def read_vectors(path: str | Path) -> StaticVectors:
             f"model: {path.name} is not valid UTF-8 at byte {err.start} (binary word2vec is not supported)."
         ) from err
     lines = text.split("\n")
+    fast = _parse_fast(lines, path.name, sha)
+    if fast is not None:
+        return fast
+    return _parse_reference(lines, path.name, sha)
+
+
+_NUMBER_CHARS = b"0123456789eE+-. \n"
+
+
+def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
+    """The common case in one pass, or ``None`` when the reference parser must decide (same result).
+
+    Accepted: every non-blank row (after stripping blanks and ``\\r``) is a word without spaces or tabs
+    followed by exactly d fields separated by single spaces (rows that differ, such as tab-separated
+    or multi-field words, are split by the reference rule, row by row), and the numbers are made of
+    ``[0-9eE+-.]`` only, where C ``strtod`` and Python ``float()`` accept the same strings and round
+    them the same way (both correctly). The parse must yield exactly d numbers per row.
+    """
+    header = _header(lines, name)
+    if header is None:
+        return None
+    d, header_v, first_no = header
+    skip_header = header_v is not None
+    words: list[str] = []
+    seen: set[str] = set()
+    keep_rows: list[int] = []
+    numeric: list[str] = []
+    dropped_ws = dropped_dup = 0
+    for no, line in enumerate(lines, 1):
+        s = line.strip(" \t\r")
+        if not s:
+            continue
+        if skip_header:
+            skip_header = False
+            continue
+        cut = s.find(" ")
+        if cut > 0 and s.count(" ") == d and "\t" not in s and "  " not in s:
+            word, nums = s[:cut], s[cut + 1 :]
+        else:  # the reference rule for this row; anything irregular goes back to the reference parser
+            fields = _SPLIT.split(s)
+            n = len(fields)
+            if n < d + 1 or (n > d + 1 and _is_float(fields[n - d - 1])):
+                return None
+            word, nums = " ".join(fields[: n - d]), " ".join(fields[n - d :])
+        row = len(numeric)
+        numeric.append(nums)
+        parts = word.split()  # str.split() cuts at exactly the str.isspace() characters
+        if len(parts) != 1 or parts[0] != word:
+            dropped_ws += 1
+            continue
+        if word in seen:
+            dropped_dup += 1
+            continue
+        seen.add(word)
+        words.append(word)
+        keep_rows.append(row)
+    n_rows = len(numeric)
+    if (header_v is not None and n_rows != header_v) or len(words) < 2:
+        return None
+    blob = "\n".join(numeric)
+    try:
+        ascii_blob = blob.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    if ascii_blob.translate(None, _NUMBER_CHARS):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy warns (future: raises) when the text does not parse to its end
+            values = np.fromstring(blob, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        return None
+    if values.size != n_rows * d:
+        return None
+    mat64 = values.reshape(n_rows, d)
+    if len(keep_rows) != n_rows:
+        mat64 = mat64[np.asarray(keep_rows, dtype=np.int64)]
+    if not np.isfinite(mat64).all():
+        return None
+    kind = "word2vec" if header_v is not None else "glove"
+    return StaticVectors(words, mat64.astype(np.float32), kind, sha, dropped_ws, dropped_dup)
+
+
+def _header(lines: list[str], name: str) -> tuple[int, int | None, int] | None:
+    """(d, word2vec row count or None, 1-based line of the first row), or None for an empty file."""
+    first: list[str] | None = None
+    first_no = 0
+    second: list[str] | None = None
+    for no, line in enumerate(lines, 1):
+        s = line.strip(" \t\r")
+        if not s:
+            continue
+        if first is None:
+            first, first_no = _SPLIT.split(s), no
+        else:
+            second = _SPLIT.split(s)
+            break
+    if first is None:
+        return None
+    if len(first) == 2 and _INT.match(first[0]) and _INT.match(first[1]) and int(first[0]) >= 1 and int(first[1]) >= 1:
+        d = int(first[1])
+        if second is not None and len(second) >= d + 1:
+            return d, int(first[0]), first_no
+    d = len(first) - 1
+    if d < 1:
+        return None
+    return d, None, first_no
+
+
+def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
+    """The line-by-line parser of spec §1.3: the reference result and every error message."""
     # (line number, fields) of non-blank lines
     first: list[str] | None = None
     first_no = 0
@@ -81,7 +198,7 @@ def read_vectors(path: str | Path) -> StaticVectors:
             second = _SPLIT.split(s)
             break
     if first is None:
-        raise VectorFileError(f"model: {path.name} holds no vectors (the file is empty).")
+        raise VectorFileError(f"model: {name} holds no vectors (the file is empty).")
     header_v: int | None = None
     if len(first) == 2 and _INT.match(first[0]) and _INT.match(first[1]) and int(first[0]) >= 1 and int(first[1]) >= 1:
         d = int(first[1])
@@ -91,7 +208,7 @@ def read_vectors(path: str | Path) -> StaticVectors:
         d = len(first) - 1
         if d < 1:
             raise VectorFileError(
-                f"model: {path.name} line {first_no}: expected a word followed by at least one number."
+                f"model: {name} line {first_no}: expected a word followed by at least one number."
             )
     kind = "word2vec" if header_v is not None else "glove"
     words: list[str] = []
@@ -112,11 +229,11 @@ def read_vectors(path: str | Path) -> StaticVectors:
         n = len(fields)
         if n < d + 1:
             raise VectorFileError(
-                f"model: {path.name} line {no}: ragged row with {n - 1} values, expected {d} (d from line {first_no})."
+                f"model: {name} line {no}: ragged row with {n - 1} values, expected {d} (d from line {first_no})."
             )
         if n > d + 1 and _is_float(fields[n - d - 1]):
             raise VectorFileError(
-                f"model: {path.name} line {no}: ragged row with more than {d} values (d from line {first_no})."
+                f"model: {name} line {no}: ragged row with more than {d} values (d from line {first_no})."
             )
         n_rows += 1
         word = " ".join(fields[: n - d])
@@ -131,7 +248,7 @@ def read_vectors(path: str | Path) -> StaticVectors:
         numbers.extend(fields[n - d :])
     if header_v is not None and n_rows != header_v:
         raise VectorFileError(
-            f"model: {path.name}: the word2vec header says {header_v} rows but the file has {n_rows}."
+            f"model: {name}: the word2vec header says {header_v} rows but the file has {n_rows}."
         )
     try:
         mat64 = np.asarray(numbers, dtype=np.float64).reshape(len(words), d)
@@ -143,15 +260,15 @@ def read_vectors(path: str | Path) -> StaticVectors:
                 for f in fields[len(fields) - d :]:
                     if not _is_float(f):
                         raise VectorFileError(
-                            f"model: {path.name} line {no}: {f[:20]!r} is not a number."
+                            f"model: {name} line {no}: {f[:20]!r} is not a number."
                         ) from None
-        raise VectorFileError(f"model: {path.name}: a value is not a number.") from None
+        raise VectorFileError(f"model: {name}: a value is not a number.") from None
     if not np.isfinite(mat64).all():
         bad = int(np.nonzero(~np.isfinite(mat64).all(1))[0][0])
         raise VectorFileError(
-            f"model: {path.name}: the vector of kept word #{bad + 1} has a non-finite value (inf or nan)."
+            f"model: {name}: the vector of kept word #{bad + 1} has a non-finite value (inf or nan)."
         )
     if len(words) < 2:
-        raise VectorFileError(f"model: {path.name} has {len(words)} usable word(s); at least 2 are needed.")
+        raise VectorFileError(f"model: {name} has {len(words)} usable word(s); at least 2 are needed.")
     mat = mat64.astype(np.float32)
     return StaticVectors(words, mat, kind, sha, dropped_ws, dropped_dup)

@@ -163,7 +163,10 @@ def test_a_killed_worker_loses_no_row_and_duplicates_none(ray_session, cfg, refe
 
 @pytest.mark.slow
 def test_cli_engine_ray_equals_the_local_engine(ray_session, cfg, tmp_path, capsys):
+    """``--engine ray`` writes the local engine's parquet file (same rows, order, types and report), or a folder
+    of parquet files with the report inside."""
     import datasets
+    import pyarrow.parquet as pq
 
     from hf_textdp import privacy_report
     from hf_textdp.cli import main
@@ -173,15 +176,17 @@ def test_cli_engine_ray_equals_the_local_engine(ray_session, cfg, tmp_path, caps
     seed_file = tmp_path / "seed"
     seed_file.write_text(hex(SEED))
     common = ["--epsilon", "3", "--model", cfg.model, "--seed-file", str(seed_file), "--id-column", "id"]
-    local, distributed = tmp_path / "local.parquet", tmp_path / "ray.parquet"
+    local, distributed, folder = tmp_path / "local.parquet", tmp_path / "ray.parquet", tmp_path / "ray_folder"
     assert main(["privatize", str(src), str(local), *common]) == 0
     argv = ["privatize", str(src), str(distributed), *common, "--engine", "ray", "--num-proc", "2"]
-    argv += ["--batch-size", "7"]
-    assert main(argv) == 0
+    assert main([*argv, "--batch-size", "7"]) == 0
     assert "with Ray: 40 rows" in capsys.readouterr().out
-    assert [dict(r) for r in datasets.Dataset.from_parquet(str(distributed))] == [
-        dict(r) for r in datasets.Dataset.from_parquet(str(local))
-    ]  # same rows, same order
+    assert pq.read_table(distributed).equals(pq.read_table(local), check_metadata=True)
     assert privacy_report(distributed) == privacy_report(local)
     assert main(argv) == 2  # the output exists now
     assert "already exists" in capsys.readouterr().err
+
+    assert main(["privatize", str(src), str(folder), *common, "--engine", "ray"]) == 0
+    rows = datasets.load_dataset("parquet", data_files=str(folder / "*.parquet"), split="train")
+    assert [dict(r) for r in rows] == [dict(r) for r in datasets.Dataset.from_parquet(str(local))]
+    assert privacy_report(folder) == privacy_report(local)

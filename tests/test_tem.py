@@ -297,7 +297,10 @@ def test_memory_is_batch_times_chunk(sampler):
     with _MaxNumel() as mode:
         out = mech.sample(space, pos, torch.Generator().manual_seed(6601))
     assert out.shape == (B,)
-    assert mode.max_numel <= B * chunk
+    # DESIGN D6: memory O(batch × chunk + V × d); a V × d pass over E itself (norms, a copy) is allowed,
+    # anything of B × V or V × V elements is not.
+    assert mode.max_numel <= max(B * chunk, V * d)
+    assert mode.max_numel < B * V
 
 
 # --------------------------------------------------------------------------- claim and report (spec §6.5, §10.1)

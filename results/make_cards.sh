@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Render the results cards (model-index) of every results folder into model_cards/, and the summary table.
+set -eu
+export HF_HUB_OFFLINE=1
+for d in results/*/; do
+  name=$(basename "$d")
+  hf-textdp card "$d" --output "model_cards/results_${name}.md"
+done
+python -c "from hf_textdp.evaluation.summary import write_summary; print(write_summary('results'))"
