@@ -12,8 +12,10 @@ hashes it in milliseconds, a seeded rerun is a cache hit, and an unseeded rerun 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -407,13 +409,50 @@ class Privatizer:
         act_sizes = [sizes[i] for i in active]
         parts = torch.split(positions, act_sizes)
         if isinstance(mech, SelectionMechanism):
-            return torch.cat([mech.sample(space, p, g).cpu() for p, g in zip(parts, gens)])
+            outs = _map_rows(lambda j: mech.sample(space, parts[j], gens[j]).cpu(), len(active), device)
+            return torch.cat(outs)
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
         x = mech.inputs(space, positions)  # one gather for the batch; row r's rows are a contiguous slice
         xs = torch.split(x, act_sizes)
-        z = torch.cat([mech.perturb(xr, g) for xr, g in zip(xs, gens)], 0)
+        z = torch.cat(_map_rows(lambda j: mech.perturb(xs[j], gens[j]), len(active), device), 0)
         if isinstance(self._step, UnsafePostprocessStep):  # spec §7.7: the only path that sees the inputs
             res = self._step.apply_unsafe(z, mech, space, gens, act_sizes, positions)
         else:
             res = self._step.apply(z, mech, space, gens, act_sizes)
         return res.cpu()
+
+
+_T = TypeVar("_T")
+
+
+def _map_rows(fn: Callable[[int], _T], n: int, device: torch.device) -> list[_T]:
+    """``[fn(0), …, fn(n − 1)]``: one row's draws per call, rows spread over the intra-op threads.
+
+    Each row uses only its own generator, so the results do not depend on which thread runs it or
+    when. On a CPU with several intra-op threads the rows are split into contiguous groups run by a
+    pool, each op single-threaded: row-sized ops are too small for intra-op parallelism, whose
+    per-op synchronisation dominates them (and stalls for a scheduler slice when cores are shared).
+    The first row runs alone first, so lazily built state is built once.
+    """
+    workers = torch.get_num_threads()
+    if device.type != "cpu" or workers <= 1 or n < 4 * workers:
+        return [fn(j) for j in range(n)]
+    first = fn(0)
+    bounds = [1 + (n - 1) * w // workers for w in range(workers + 1)]
+
+    def run(w: int) -> list[_T]:
+        return [fn(j) for j in range(bounds[w], bounds[w + 1])]
+
+    with _one_thread(), ThreadPoolExecutor(workers) as pool:
+        groups = list(pool.map(run, range(workers)))
+    return [first, *(r for g in groups for r in g)]
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)

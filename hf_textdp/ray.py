@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import PrivatizerConfig
-from .errors import InvalidParameterError, MissingExtraError, OutputExistsError, ParameterTypeError
+from .errors import (
+    ColumnNotFoundError,
+    InvalidParameterError,
+    MissingExtraError,
+    OutputExistsError,
+    ParameterTypeError,
+)
 from .privatizer import Privatizer
 from .utils.logging import get_logger
 
@@ -199,8 +205,6 @@ def privatize_ray(
     names = list(schema.names) if schema is not None else []
     for param, column in (("text_column", text_column), ("id_column", id_column)):
         if names and column is not None and column not in names:
-            from .errors import ColumnNotFoundError
-
             raise ColumnNotFoundError(
                 f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
             )
@@ -291,10 +295,9 @@ def _read(source: str | os.PathLike[str]) -> Any:
 
 def _merge_parquet(folder: Path, target: Path) -> None:
     """Concatenate the parquet files Ray wrote (in file-name order) into one file, row group by row group."""
+    import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    import datasets
 
     files = sorted(p for p in folder.rglob("*.parquet"))
     schemas = [pq.read_schema(p).remove_metadata() for p in files]

@@ -324,9 +324,8 @@ class _StreamRun:
             )
 
     def _stream(self, name: str, part: Any, progress: dict[str, Any]) -> dict[str, Any]:
-        from datasets.utils import tqdm as hf_tqdm
-
         import datasets
+        from datasets.utils import tqdm as hf_tqdm
 
         # Python batches: datasets' arrow iteration over a Python map converts the outputs one row at a time,
         # several times slower than one conversion per shard (with the types Dataset.map would infer).

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# The experiment runs behind results/README.md, in order, resumable (finished results are skipped).
-# Run from the repository root: nice -n 10 bash results/run_all.sh
-set -u
+# Every experiment behind results/README.md, in the order it was run; resumable (finished result
+# files are skipped). Run from the repository root: nice -n 10 bash results/run_all.sh
+# Wall time on 2 shared CPU cores (2026-11-22, one thread each): about 47 minutes in all.
+set -eu
 export HF_HUB_OFFLINE=1 HF_DATASETS_DISABLE_PROGRESS_BARS=1
 # One thread each for torch and BLAS: on 2 shared cores, 2 spinning threads ran madlib 5x and the
 # logistic regressions 40x slower than 1 thread.
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for recipe in seed_000_privemb seed_001_truncated_laplace seed_003_rank senteval_bov_madlib seed_004_tem \
-              senteval_minilm_madlib finetune_trec quick; do
+              seed_claims_repeats senteval_minilm_madlib finetune_trec quick; do
   start=$(date +%s)
   echo "=== $recipe $(date -u +%H:%M:%S)"
-  hf-textdp evaluate "recipes/$recipe.yaml" --output results/ || echo "!!! $recipe failed"
+  hf-textdp evaluate "recipes/$recipe.yaml" --output results/
   echo "=== $recipe done in $(( $(date +%s) - start )) s"
 done
+# seed 001: the noise variance itself (spec §4.6), about 1 minute
+python -m hf_textdp.evaluation.noise --epsilons 0.05,0.1,1,10 --deltas 1e-5,1e-6 --n-tokens 4000 \
+  --output results/seed_claims/noise_variance.json
+# comparisons at equal replacement rate (printed), cards and the summary table
+python -m hf_textdp.evaluation.compare results/seed_claims
+bash results/make_cards.sh

@@ -183,7 +183,7 @@ def run_finetune(
         "sha256": hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest(),
         "content": raw,
     }
-    command = f"hf-textdp evaluate {recipe_path or shell.name + '.yaml'} --output {out_dir.parent}"
+    command = f"hf-textdp evaluate {recipe_path or shell.name + '.yaml'} --output {out_dir.parent}/"
     common = {
         "task": data.spec.name,
         "task_title": data.spec.title,

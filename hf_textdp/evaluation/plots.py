@@ -48,7 +48,10 @@ def plot_recipe(folder: str | Path) -> list[Path]:
     labels = sorted({k[1] for k in lines})
     colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
     written = []
+    has_rates = any(p[1] is not None for pts in lines.values() for p in pts)
     for xname, fname in (("epsilon", "accuracy_vs_epsilon.png"), ("rate", "accuracy_vs_replacement_rate.png")):
+        if xname == "rate" and not has_rates:
+            continue
         cols = min(len(tasks), 3)
         rows = math.ceil(len(tasks) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
@@ -56,8 +59,12 @@ def plot_recipe(folder: str | Path) -> list[Path]:
             for (t, lab, setting), pts in sorted(lines.items()):
                 if t != task:
                     continue
-                pts = sorted(pts, key=lambda p: p[0] if xname == "epsilon" else (p[1] or 0.0))
-                xs = [p[0] if xname == "epsilon" else 100.0 * (p[1] or 0.0) for p in pts]
+                if xname == "rate":  # vector releases have no replacement rate
+                    pts = [p for p in pts if p[1] is not None]
+                if not pts:
+                    continue
+                pts = sorted(pts, key=lambda p: p[0] if xname == "epsilon" else p[1])
+                xs = [p[0] if xname == "epsilon" else 100.0 * p[1] for p in pts]
                 ax.plot(
                     xs,
                     [p[2] for p in pts],

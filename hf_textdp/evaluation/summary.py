@@ -77,12 +77,17 @@ def summary_markdown(root: str | Path) -> str:
         results = load_results(folder)
         if not results:
             continue
-        recipe = results[0].get("recipe", {})
         parts += [f"## `{folder.name}`", ""]
-        desc = " ".join(str((recipe.get("content") or {}).get("description", "")).split())
-        if desc:
-            parts += [desc, ""]
-        parts += [f"Command: `{results[0].get('command', '')}`", ""]
+        recipes: dict[str, str] = {}
+        for r in results:  # several recipes may share a folder (same subsets, shared reference runs)
+            content = (r.get("recipe") or {}).get("content") or {}
+            recipes.setdefault(str(r.get("command", "")), " ".join(str(content.get("description", "")).split()))
+        for command, desc in sorted(recipes.items()):
+            if len(recipes) > 1:
+                parts += [f"- `{command}`: {desc}"]
+            else:
+                parts += ([desc, ""] if desc else []) + [f"Command: `{command}`"]
+        parts.append("")
         parts += _recipe_table(results)
         pngs = sorted(p.name for p in folder.glob("*.png"))
         if pngs:

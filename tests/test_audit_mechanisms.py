@@ -1,0 +1,348 @@
+"""Empirical privacy-loss audit (spec §11.3) of every registered mechanism, with broken controls (§11.4).
+
+Each registered mechanism gets one passing audit and at least one failing broken variant (a small
+subclass overriding one hook). Sizes are the spec's: n_select = 4,000, n_estimate = 20,000, α = 1e-3,
+k_max = 4; every audit uses its own literal seed (§11.1). Pure-DP mechanisms run on fixture (D),
+metric-DP ones on (A)/(B)/(C).
+
+Observed worst LCB/claim (this file's seeds):
+
+TABLE
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from hf_textdp.audit import AuditResult, audit
+from hf_textdp.mechanisms import list_mechanisms
+from hf_textdp.mechanisms.base import Mechanism
+from hf_textdp.mechanisms.laplace import Gaussian, Laplace, analytic_gaussian_sigma
+from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
+from hf_textdp.mechanisms.mahalanobis import Mahalanobis
+from hf_textdp.mechanisms.privemb import Privemb
+from hf_textdp.mechanisms.santext import Santext, SantextPlus
+from hf_textdp.mechanisms.tem import Tem
+from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
+from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class
+from hf_textdp.bounding import Sensitivity
+from hf_textdp.space import EmbeddingSpace, load_space
+from tests.utils import write_vectors
+
+
+LINE_PAIRS = [(0, 1), (1, 2), (0, 3)]
+CLUSTER_PAIRS = [(0, 1), (1, 2)]
+CLIP_PAIRS = [(0, 3), (1, 2)]
+
+
+def vector_step() -> PostprocessStep:
+    return get_postprocess_class("vector")()
+
+
+def run(mech: Mechanism, step: PostprocessStep | None, space: EmbeddingSpace, pairs: Any, seed: int) -> AuditResult:
+    res = audit((mech, step), space, pairs, n_select=4000, n_estimate=20000, alpha=1e-3, seed=seed)
+    print(f"{mech.name} seed={seed}: passed={res.passed} worst_ratio={res.worst_ratio:.3f}")
+    return res
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture
+def line_space(line_vocab: str) -> EmbeddingSpace:
+    """(A) w0..w3 at 0, 1, 2, 3."""
+    return load_space(line_vocab)
+
+
+@pytest.fixture
+def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
+    """(B) default_rng(0).standard_normal((8, 2))."""
+    return load_space(tiny_random_vocab)
+
+
+@pytest.fixture
+def cluster_space(tmp_path: Path) -> EmbeddingSpace:
+    """(C) 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
+    pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
+    path = write_vectors(tmp_path / "cluster.txt", [f"c{i}" for i in range(12)], pts.reshape(-1, 1))
+    return load_space(str(path))
+
+
+@pytest.fixture
+def clip_space(tmp_path: Path) -> EmbeddingSpace:
+    """(D) raw 1-D values −3, −0.5, 0.5, 3 (audited with clip_norm = 1)."""
+    path = write_vectors(tmp_path / "clip.txt", ["r0", "r1", "r2", "r3"], np.array([[-3.0], [-0.5], [0.5], [3.0]]))
+    return load_space(str(path))
+
+
+@pytest.fixture
+def axis_space(tmp_path: Path) -> EmbeddingSpace:
+    """(D) on the first axis of R⁹ (√d/2 > ε = 1, so ``reference_code`` can be built): ±3·e₁, ±0.5·e₁."""
+    E = np.zeros((4, 9))
+    E[:, 0] = [-3.0, -0.5, 0.5, 3.0]
+    path = write_vectors(tmp_path / "axis.txt", ["a0", "a1", "a2", "a3"], E)
+    return load_space(str(path))
+
+
+def _tiny_epsilon(space: EmbeddingSpace) -> float:
+    E64 = space.E.double()
+    return 1.0 / float(torch.linalg.vector_norm(E64[0] - E64[1]))
+
+
+def test_every_registered_mechanism_is_covered() -> None:
+    assert set(list_mechanisms()) <= set(COVERED)
+
+
+# --------------------------------------------------------------------------- madlib (also in test_audit.py)
+class MadlibHalved(Madlib):
+    """Mutation: radius Gamma(d, 1/(2ε))."""
+
+    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        n, d = x.shape
+        return (x.double() + sample_madlib_noise(n, d, 2.0 * self.epsilon, g, x.device)).float()
+
+
+def test_madlib_cluster_passes(cluster_space: EmbeddingSpace) -> None:
+    assert run(Madlib(epsilon=1.0), Nearest(), cluster_space, CLUSTER_PAIRS, 7101).passed
+
+
+def test_madlib_cluster_halved_fails(cluster_space: EmbeddingSpace) -> None:
+    assert not run(MadlibHalved(epsilon=1.0), Nearest(), cluster_space, CLUSTER_PAIRS, 7102).passed
+
+
+# --------------------------------------------------------------------------- laplace (§3.7), fixture (D)
+class LaplaceHalved(Laplace):
+    """Mutation: b halved."""
+
+    def noise_scale(self, sensitivity: Sensitivity) -> float:
+        return 0.5 * super().noise_scale(sensitivity)
+
+
+class LaplaceL2(Laplace):
+    """Mutation: b = Δ₂/ε (L2 in place of L1)."""
+
+    def noise_scale(self, sensitivity: Sensitivity) -> float:
+        return sensitivity.l2 / self.epsilon
+
+
+def test_laplace_clip_passes(clip_space: EmbeddingSpace) -> None:
+    res = run(Laplace(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7201)
+    assert res.passed and res.guarantee == "dp"
+
+
+def test_laplace_halved_fails(clip_space: EmbeddingSpace) -> None:
+    assert not run(LaplaceHalved(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7202).passed
+
+
+def test_laplace_l2_fails(diag_space: EmbeddingSpace) -> None:
+    assert not run(LaplaceL2(epsilon=1.0, clip_norm=1.0), Nearest(), diag_space, CLIP_PAIRS, 7203).passed
+
+
+@pytest.fixture
+def diag_space(tmp_path: Path) -> EmbeddingSpace:
+    """(D) along the diagonal of R⁴, where Δ₁ = 2C√d is attained: ±3·𝟙/2, ±0.5·𝟙/2."""
+    E = np.outer([-3.0, -0.5, 0.5, 3.0], np.full(4, 0.5))
+    path = write_vectors(tmp_path / "diag.txt", ["g0", "g1", "g2", "g3"], E)
+    return load_space(str(path))
+
+
+def test_laplace_diag_passes(diag_space: EmbeddingSpace) -> None:
+    assert run(Laplace(epsilon=1.0, clip_norm=1.0), Nearest(), diag_space, CLIP_PAIRS, 7204).passed
+
+
+# --------------------------------------------------------------------------- gaussian (§3.7), fixture (D)
+class GaussianMissingTwo(Gaussian):
+    """Mutation: Δ₂ = C (missing the factor 2 of Δ₂ = 2C)."""
+
+    def noise_scale(self, sensitivity: Sensitivity) -> float:
+        assert self.delta is not None
+        return analytic_gaussian_sigma(epsilon=self.epsilon, delta=self.delta, l2_sensitivity=0.5 * sensitivity.l2)
+
+
+def test_gaussian_clip_passes(clip_space: EmbeddingSpace) -> None:
+    assert run(Gaussian(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7301).passed
+
+
+def test_gaussian_missing_two_fails(clip_space: EmbeddingSpace) -> None:
+    assert not run(GaussianMissingTwo(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7302).passed
+
+
+# --------------------------------------------------------------------------- truncated_laplace (§4.7)
+class TruncatedDoubledAlpha(TruncatedLaplace):
+    """Mutation: α doubled (A kept)."""
+
+    def noise_constants(self, sensitivity: Sensitivity, dim: int) -> TruncatedLaplaceConstants:
+        c = super().noise_constants(sensitivity, dim)
+        return dataclasses.replace(c, alpha=2.0 * c.alpha)
+
+
+def test_truncated_laplace_clip_passes(clip_space: EmbeddingSpace) -> None:
+    assert run(TruncatedLaplace(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7401).passed
+
+
+def test_truncated_laplace_doubled_alpha_fails(clip_space: EmbeddingSpace) -> None:
+    res = run(TruncatedDoubledAlpha(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7402)
+    assert not res.passed
+
+
+def test_truncated_laplace_axis_sound_passes(axis_space: EmbeddingSpace) -> None:
+    assert run(TruncatedLaplace(epsilon=1.0, clip_norm=1.0), vector_step(), axis_space, CLIP_PAIRS, 7403).passed
+
+
+def test_truncated_laplace_reference_code_fails(axis_space: EmbeddingSpace) -> None:
+    mech = TruncatedLaplace(epsilon=1.0, clip_norm=1.0, calibration="reference_code")
+    assert not run(mech, vector_step(), axis_space, CLIP_PAIRS, 7404).passed
+
+
+# --------------------------------------------------------------------------- privemb (§5.8)
+class PrivembHalved(Privemb):
+    """Mutation: s halved."""
+
+    def _radius_scale(self) -> float:
+        return 0.5 * super()._radius_scale()
+
+
+class PrivembSeedScale(Privemb):
+    """Mutation: the certified claim (s = L̂) with the seed's noise s = 1 + β (as ``certify=False``)."""
+
+    def _radius_scale(self) -> float:
+        return (1.0 + self.options["beta"]) / self.epsilon
+
+
+PRIVEMB = {"m": 2, "beta": 0.1}
+
+
+def test_privemb_tiny_passes(tiny_space: EmbeddingSpace) -> None:
+    mech = Privemb(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
+    assert run(mech, Nearest(), tiny_space, [(0, 1)], 7501).passed
+
+
+def test_privemb_halved_fails(tiny_space: EmbeddingSpace) -> None:
+    mech = PrivembHalved(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
+    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7502).passed
+
+
+def test_privemb_seed_scale_fails(tiny_space: EmbeddingSpace) -> None:
+    mech = PrivembSeedScale(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
+    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7503).passed
+
+
+# --------------------------------------------------------------------------- tem (§6.6), santext (§9.1)
+class TemMissingHalf(Tem):
+    EXPONENT_FACTOR = 1.0
+
+
+class SantextMissingHalf(Santext):
+    EXPONENT_FACTOR = 1.0
+
+
+def test_tem_cluster_passes(cluster_space: EmbeddingSpace) -> None:
+    assert run(Tem(epsilon=1.0), None, cluster_space, CLUSTER_PAIRS, 7601).passed
+
+
+def test_tem_missing_half_fails(cluster_space: EmbeddingSpace) -> None:
+    assert not run(TemMissingHalf(epsilon=1.0), None, cluster_space, CLUSTER_PAIRS, 7602).passed
+
+
+def test_santext_cluster_passes(cluster_space: EmbeddingSpace) -> None:
+    assert run(Santext(epsilon=1.0), None, cluster_space, CLUSTER_PAIRS, 7701).passed
+
+
+def test_santext_missing_half_fails(cluster_space: EmbeddingSpace) -> None:
+    assert not run(SantextMissingHalf(epsilon=1.0), None, cluster_space, CLUSTER_PAIRS, 7702).passed
+
+
+# --------------------------------------------------------------------------- santext_plus (§9.2)
+COUNTS = {f"c{i}": i + 1 for i in range(12)}  # ascending: V_S = the first ⌊w·V⌋ candidates
+
+
+class SantextPlusMissingHalf(SantextPlus):
+    EXPONENT_FACTOR = 1.0
+
+
+class SantextPlusKeepsSensitive(SantextPlus):
+    """Mutation: the sanitisation probability p applied to V_S tokens too."""
+
+    def sanitise_mask(self, u: torch.Tensor, is_sensitive: torch.Tensor) -> torch.Tensor:
+        return u < self.p
+
+
+def test_santext_plus_umldp_passes(cluster_space: EmbeddingSpace) -> None:
+    """w = 0.5: V_S = c0..c5; protected-output ratio vs ε·d + ln(1/p) on pairs inside V_S."""
+    res = run(SantextPlus(epsilon=1.0, w=0.5, p=0.3, frequencies=COUNTS), None, cluster_space, CLUSTER_PAIRS, 7801)
+    assert res.passed and res.guarantee == "umldp"
+    assert res.rows[0].claim == pytest.approx(1.0 + math.log(1 / 0.3), rel=1e-9)
+
+
+def test_santext_plus_sanitises_sensitive_with_p_fails(cluster_space: EmbeddingSpace) -> None:
+    mech = SantextPlusKeepsSensitive(epsilon=1.0, w=0.5, p=0.3, frequencies=COUNTS)
+    assert not run(mech, None, cluster_space, CLUSTER_PAIRS, 7802).passed
+
+
+def test_santext_plus_w1_passes(cluster_space: EmbeddingSpace) -> None:
+    res = run(SantextPlus(epsilon=1.0, w=1.0, p=0.3, frequencies=COUNTS), None, cluster_space, CLUSTER_PAIRS, 7803)
+    assert res.passed and res.guarantee == "metric_dp"
+
+
+def test_santext_plus_w1_missing_half_fails(cluster_space: EmbeddingSpace) -> None:
+    mech = SantextPlusMissingHalf(epsilon=1.0, w=1.0, p=0.3, frequencies=COUNTS)
+    assert not run(mech, None, cluster_space, CLUSTER_PAIRS, 7804).passed
+
+
+# --------------------------------------------------------------------------- mahalanobis (§9.3)
+class MahalanobisInverse(Mahalanobis):
+    """Mutation: M^{−1/2} in place of M^{1/2}."""
+
+    def shape_noise(self, ru: torch.Tensor) -> torch.Tensor:
+        assert self._state is not None
+        return ru @ self._state.mats.M_inv_half.to(ru.device, ru.dtype)
+
+
+class MahalanobisRenormalised(Mahalanobis):
+    """Mutation: the direction M^{1/2}u re-normalised to unit length (‖Z‖ ~ Gamma(d, 1/ε))."""
+
+    def shape_noise(self, ru: torch.Tensor) -> torch.Tensor:
+        z = super().shape_noise(ru)
+        r = torch.linalg.vector_norm(ru, dim=1, keepdim=True)
+        return z / torch.linalg.vector_norm(z, dim=1, keepdim=True) * r
+
+
+def _maha_eps(space: EmbeddingSpace, lam: float) -> float:
+    M = Mahalanobis(epsilon=1.0, lam=lam).scale_metric_matrix(space).double()
+    return 1.0 / float(torch.linalg.vector_norm(M[0] - M[1]))
+
+
+MAHA_LAM = 1.0
+
+
+def test_mahalanobis_tiny_passes(tiny_space: EmbeddingSpace) -> None:
+    res = run(Mahalanobis(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM), Nearest(), tiny_space, [(0, 1)], 7901)
+    assert res.passed and res.rows[0].claim == pytest.approx(1.0, rel=1e-6)
+
+
+def test_mahalanobis_inverse_fails(tiny_space: EmbeddingSpace) -> None:
+    mech = MahalanobisInverse(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM)
+    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7902).passed
+
+
+def test_mahalanobis_renormalised_fails(tiny_space: EmbeddingSpace) -> None:
+    mech = MahalanobisRenormalised(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM)
+    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7903).passed
+
+
+COVERED = (
+    "madlib",
+    "laplace",
+    "gaussian",
+    "truncated_laplace",
+    "privemb",
+    "tem",
+    "santext",
+    "santext_plus",
+    "mahalanobis",
+)
