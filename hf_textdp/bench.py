@@ -150,8 +150,9 @@ def _default_text() -> Path:
     return _SAMPLE
 
 
-def load_texts(text: str | os.PathLike[str] | None = None, rows: int | None = 4000, *, one_word: bool = False
-               ) -> tuple[list[str], str]:
+def load_texts(
+    text: str | os.PathLike[str] | None = None, rows: int | None = 4000, *, one_word: bool = False
+) -> tuple[list[str], str]:
     """Rows of text for the bench and a description of where they came from.
 
     Args:
@@ -278,20 +279,36 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
 
 
 def _run_case(
-    case: str, *, model: str, device: str, epsilon: float, texts: Sequence[str], batch_size: int, repeats: int,
-    bound_repeats: int, seed: int, reference_tokens: int, V: int, d: int,
+    case: str,
+    *,
+    model: str,
+    device: str,
+    epsilon: float,
+    texts: Sequence[str],
+    batch_size: int,
+    repeats: int,
+    bound_repeats: int,
+    seed: int,
+    reference_tokens: int,
+    V: int,
+    d: int,
 ) -> BenchCase:
     from .config import PrivatizerConfig
     from .privatizer import Privatizer
 
     mech_name, post = _parse_case(case)
-    out = BenchCase(name=case if "/" in case or post == "nearest" else f"{mech_name}/{post}", mechanism=mech_name,
-                    postprocess=post, epsilon=epsilon)
+    out = BenchCase(
+        name=case if "/" in case or post == "nearest" else f"{mech_name}/{post}",
+        mechanism=mech_name,
+        postprocess=post,
+        epsilon=epsilon,
+    )
     cfg = PrivatizerConfig(mechanism=mech_name, epsilon=epsilon, model=model, postprocess=post, device=device)
     priv = Privatizer(cfg, seed=seed, split="bench")
     priv.privatize(list(texts[:16]))  # warm-up: load, set up, scale statistics (cached), first kernels
-    index = priv.mechanism.search_index(priv.space) if priv.mechanism.kind == "additive" else priv.space.index
-    out.search_filter = "bf16" if index._use_bf16() else "fp32"
+    mech = priv.mechanism
+    if mech.kind == "additive":  # selection mechanisms sample; they run no search
+        out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
     per_flop = 2.0 * V * d
     best_rate, best_bound = 0.0, 0.0
     with _RssSampler() as rss:
@@ -359,8 +376,19 @@ def _cold_start(model: str, device: str, texts: Sequence[str], epsilon: float) -
         src = Path(tmp) / "in.jsonl"
         src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:30]), encoding="utf-8")
         res = _run_cli(
-            ["privatize", str(src), str(Path(tmp) / "out.jsonl"), "--epsilon", str(epsilon), "--model", model,
-             "--device", device, "--seed", "1"],
+            [
+                "privatize",
+                str(src),
+                str(Path(tmp) / "out.jsonl"),
+                "--epsilon",
+                str(epsilon),
+                "--model",
+                model,
+                "--device",
+                device,
+                "--seed",
+                "1",
+            ],
             timeout=600,
         )
     res["rows"] = min(30, len(texts))
@@ -375,8 +403,19 @@ def _memory_run(model: str, device: str, text_path: Path, epsilon: float) -> dic
             src = Path(tmp) / "in.jsonl"
             src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
         res = _run_cli(
-            ["privatize", str(src), str(Path(tmp) / "out.jsonl"), "--epsilon", str(epsilon), "--model", model,
-             "--device", device, "--seed", "1"],
+            [
+                "privatize",
+                str(src),
+                str(Path(tmp) / "out.jsonl"),
+                "--epsilon",
+                str(epsilon),
+                "--model",
+                model,
+                "--device",
+                device,
+                "--seed",
+                "1",
+            ],
             timeout=3600,
         )
     res["text"] = text_path.name
@@ -442,13 +481,27 @@ def run_bench(
     for c in cases:
         try:
             res = _run_case(
-                c, model=model, device=device, epsilon=epsilon, texts=texts, batch_size=batch_size,
-                repeats=repeats, bound_repeats=bound_repeats, seed=seed, reference_tokens=reference_tokens,
-                V=V, d=d,
+                c,
+                model=model,
+                device=device,
+                epsilon=epsilon,
+                texts=texts,
+                batch_size=batch_size,
+                repeats=repeats,
+                bound_repeats=bound_repeats,
+                seed=seed,
+                reference_tokens=reference_tokens,
+                V=V,
+                d=d,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
-            res = BenchCase(name=c, mechanism=c.partition("/")[0], postprocess=c.partition("/")[2] or "nearest",
-                            epsilon=epsilon, error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+            res = BenchCase(
+                name=c,
+                mechanism=c.partition("/")[0],
+                postprocess=c.partition("/")[2] or "nearest",
+                epsilon=epsilon,
+                error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}",
+            )
         results.append(res)
         note(_case_line(res))
     bound = max([bound0] + [r.bound_tokens_per_s * 2.0 * V * d for r in results if r.error is None])

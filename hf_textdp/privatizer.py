@@ -177,8 +177,9 @@ class Privatizer:
         result: list[str] = out[self.text_column]
         return result
 
-    def __call__(self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
-                 ) -> dict[str, list[Any]]:
+    def __call__(
+        self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
+    ) -> dict[str, list[Any]]:
         """Transform a ``datasets`` batch: ``ds.map(priv, batched=True, with_indices=True)``."""
         if self.text_column not in batch:
             raise ColumnNotFoundError(
@@ -258,11 +259,9 @@ class Privatizer:
         return int(value)
 
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
-        for t, r in zip(texts, row_ids):
+        for t, r in zip(texts, row_ids, strict=False):
             if not isinstance(t, str):
-                raise InvalidRowError(
-                    f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}."
-                )
+                raise InvalidRowError(f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}.")
 
     def _process(self, texts: list[str], row_ids: list[int]) -> dict[str, list[Any]]:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
@@ -306,7 +305,7 @@ class Privatizer:
             out_l = out.tolist()
             result[self.text_column] = [
                 WordTokens.decode_words(
-                    [words[j] if j >= 0 else w for j, w in zip(out_l[b[i] : b[i + 1]], row.pieces or [])],
+                    [words[j] if j >= 0 else w for j, w in zip(out_l[b[i] : b[i + 1]], row.pieces or [], strict=True)],
                     row.seps or [""],
                 )
                 for i, row in enumerate(rows)
@@ -319,8 +318,13 @@ class Privatizer:
         return result
 
     def _columns_and_totals(
-        self, result: dict[str, list[Any]], lengths: np.ndarray, sizes: np.ndarray, row_of: np.ndarray,
-        structural: np.ndarray, out: np.ndarray | None,
+        self,
+        result: dict[str, list[Any]],
+        lengths: np.ndarray,
+        sizes: np.ndarray,
+        row_of: np.ndarray,
+        structural: np.ndarray,
+        out: np.ndarray | None,
     ) -> None:
         """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (spec §10.2)."""
         space, claim = self._space, self._claim
@@ -344,13 +348,23 @@ class Privatizer:
         add = self.totals.add_row
         for i, k in enumerate(dp_tokens):
             add(
-                dp_tokens=k, special=special[i], padding=int(n_pad[i]), passthrough=passthrough[i],
-                epsilon=eps[i], delta=deltas[i],
+                dp_tokens=k,
+                special=special[i],
+                padding=int(n_pad[i]),
+                passthrough=passthrough[i],
+                epsilon=eps[i],
+                delta=deltas[i],
             )
 
     def _vector_columns(
-        self, lengths: np.ndarray, bounds: np.ndarray, cls: np.ndarray, sizes: np.ndarray, released: torch.Tensor,
-        flat: np.ndarray, rows: list[TokenizedRow] | None,
+        self,
+        lengths: np.ndarray,
+        bounds: np.ndarray,
+        cls: np.ndarray,
+        sizes: np.ndarray,
+        released: torch.Tensor,
+        flat: np.ndarray,
+        rows: list[TokenizedRow] | None,
     ) -> dict[str, list[Any]]:
         """``postprocess="vector"``: ``inputs_embeds`` per row (spec §7.5); no text, no ``input_ids``.
 
@@ -387,10 +401,12 @@ class Privatizer:
     def _release(self, positions: list[torch.Tensor], row_ids: list[int]) -> list[torch.Tensor]:
         """Run the mechanism (and post-processing) for each row's candidate positions; one result per row."""
         sizes = [int(p.numel()) for p in positions]
-        flat = torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
+        flat = (
+            torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
+        )
         res = self._release_flat(flat, sizes, row_ids)
         empty = torch.empty(0, dtype=torch.int64)
-        return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes)]
+        return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
 
     def _release_flat(self, positions: torch.Tensor, sizes: list[int], row_ids: list[int]) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).

@@ -130,7 +130,7 @@ def exact_fp32_matmul() -> Iterator[None]:
 
 
 def _exact_sqdist(q: np.ndarray, e: np.ndarray) -> Fraction:
-    return sum(((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(q, e)), Fraction(0))
+    return sum(((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(q, e, strict=True)), Fraction(0))
 
 
 # --------------------------------------------------------------------------- the bf16 filter bound
@@ -146,8 +146,14 @@ class _Bf16Constants:
 
 
 def bf16_filter_bound(
-    q_hat_norm: torch.Tensor, q_res_norm: torch.Tensor, *, rho: float, e_hat: float, nu_max: float,
-    terms_max: float, n_terms: int,
+    q_hat_norm: torch.Tensor,
+    q_res_norm: torch.Tensor,
+    *,
+    rho: float,
+    e_hat: float,
+    nu_max: float,
+    terms_max: float,
+    n_terms: int,
 ) -> torch.Tensor:
     """Per-query bound β with |t_c − Ã_c| ≤ β for every position c (float64, one value per query).
 
@@ -322,7 +328,9 @@ class ExactIndex:
     ) -> None:
         if matrix.ndim != 2 or matrix.shape[0] < 1:
             raise InvalidParameterError(f"matrix must be 2-D with at least one row, got shape {tuple(matrix.shape)}.")
-        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        if chunk_size is not None and (
+            isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+        ):
             raise InvalidParameterError(f"chunk_size must be an int >= 1 or None, got {chunk_size!r}.")
         if filter not in FILTERS:
             raise InvalidParameterError(f"filter must be one of {list(FILTERS)}, got {filter!r}.")
@@ -463,7 +471,12 @@ class ExactIndex:
         return L, qb
 
     def _filter(
-        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, use_bf16: bool,
+        self,
+        Qb: torch.Tensor,
+        k: int,
+        exclude: torch.Tensor | None,
+        L: int,
+        use_bf16: bool,
         gemm_threads: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Candidate (query row, position) pairs that provably contain every query's exact top k."""
@@ -484,7 +497,13 @@ class ExactIndex:
         return rows, pos
 
     def _scan(
-        self, Qb: torch.Tensor, k: int, exclude: torch.Tensor | None, L: int, *, bf16: bool,
+        self,
+        Qb: torch.Tensor,
+        k: int,
+        exclude: torch.Tensor | None,
+        L: int,
+        *,
+        bf16: bool,
         gemm_threads: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One filter pass over all positions: (rows, positions, candidates per row).
@@ -509,8 +528,13 @@ class ExactIndex:
             qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
             qr_norm = torch.linalg.vector_norm(Qb.double() - q_hat, dim=1)
             bound = bf16_filter_bound(
-                qh_norm, qr_norm, rho=consts.rho, e_hat=consts.e_hat, nu_max=consts.nu_max,
-                terms_max=consts.terms_max, n_terms=consts.n_terms,
+                qh_norm,
+                qr_norm,
+                rho=consts.rho,
+                e_hat=consts.e_hat,
+                nu_max=consts.nu_max,
+                terms_max=consts.terms_max,
+                n_terms=consts.n_terms,
             )
             buf = torch.empty((B, L), dtype=torch.bfloat16, device=dev)
         else:
@@ -553,15 +577,21 @@ class ExactIndex:
         return rows, pos, counts
 
     def _chunk_exact_order(
-        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, k: int, s: int, nbc: int,
-        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], bf16: bool,
+        self,
+        X3: torch.Tensor,
+        best: torch.Tensor,
+        bound: torch.Tensor,
+        k: int,
+        s: int,
+        nbc: int,
+        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        bf16: bool,
     ) -> torch.Tensor:
         """One chunk where the scores' own order is the order of their values (fp32, or bf16 with G = 1).
 
         fp32 scores are s̃ (smaller is better): the oriented score is −s̃, and "−s̃ ≥ thr" is tested as
         "s̃ ≤ lim" with lim = −thr rounded up to fp32.
         """
-        B = X3.shape[0]
         if bf16:  # G == 1: every position is its own block (tiny matrices)
             bm = X3[:, 0, :].double()
             best = self._top_k(best, bm, k)
@@ -588,7 +618,13 @@ class ExactIndex:
         return best
 
     def _chunk_bf16(
-        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, k: int, s: int, nbc: int,
+        self,
+        X3: torch.Tensor,
+        best: torch.Tensor,
+        bound: torch.Tensor,
+        k: int,
+        s: int,
+        nbc: int,
         found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
         """One chunk of bf16 scores, compared through their int16 bit patterns.

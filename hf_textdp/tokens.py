@@ -116,7 +116,7 @@ class WordTokens:
     @staticmethod
     def decode_words(words: Sequence[str], seps: Sequence[str]) -> str:
         out = [seps[0]]
-        for w, s in zip(words, seps[1:]):
+        for w, s in zip(words, seps[1:], strict=False):
             out.append(w)
             out.append(s)
         return "".join(out)

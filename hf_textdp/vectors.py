@@ -101,7 +101,7 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
     keep_rows: list[int] = []
     numeric: list[str] = []
     dropped_ws = dropped_dup = 0
-    for no, line in enumerate(lines, 1):
+    for line in lines:
         s = line.strip(" \t\r")
         if not s:
             continue
@@ -207,9 +207,7 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
     if header_v is None:
         d = len(first) - 1
         if d < 1:
-            raise VectorFileError(
-                f"model: {name} line {first_no}: expected a word followed by at least one number."
-            )
+            raise VectorFileError(f"model: {name} line {first_no}: expected a word followed by at least one number.")
     kind = "word2vec" if header_v is not None else "glove"
     words: list[str] = []
     seen: set[str] = set()
@@ -247,9 +245,7 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
         words.append(word)
         numbers.extend(fields[n - d :])
     if header_v is not None and n_rows != header_v:
-        raise VectorFileError(
-            f"model: {name}: the word2vec header says {header_v} rows but the file has {n_rows}."
-        )
+        raise VectorFileError(f"model: {name}: the word2vec header says {header_v} rows but the file has {n_rows}.")
     try:
         mat64 = np.asarray(numbers, dtype=np.float64).reshape(len(words), d)
     except ValueError:
@@ -259,9 +255,7 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
             if len(fields) >= d + 1 and not (kind == "word2vec" and no == first_no):
                 for f in fields[len(fields) - d :]:
                     if not _is_float(f):
-                        raise VectorFileError(
-                            f"model: {name} line {no}: {f[:20]!r} is not a number."
-                        ) from None
+                        raise VectorFileError(f"model: {name} line {no}: {f[:20]!r} is not a number.") from None
         raise VectorFileError(f"model: {name}: a value is not a number.") from None
     if not np.isfinite(mat64).all():
         bad = int(np.nonzero(~np.isfinite(mat64).all(1))[0][0])

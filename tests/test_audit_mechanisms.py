@@ -7,13 +7,39 @@ metric-DP ones on (A)/(B)/(C).
 
 Observed worst LCB/claim (this file's seeds):
 
-TABLE
+| mechanism | fixture, release | correct | broken control | mutant |
+|---|---|---|---|---|
+| madlib | (C), nearest | 0.875 | radius Gamma(d, 1/(2ε)) | 1.820 |
+| laplace | (D), nearest | 0.915 | b halved | 1.874 |
+| laplace | (D) on the diagonal of R⁴, orthant event | 0.720 | b = Δ₂/ε | 1.618 |
+| gaussian | (D), nearest, δ = 1e-6 | 0.131 | — | — |
+| gaussian | (D), tail z > 3.7, δ = 1e-2 | 0.633 | Δ₂ = C (missing factor 2) | 2.103 |
+| truncated_laplace | (D), nearest | 0.908 | α doubled | 1.811 |
+| truncated_laplace | (D) on the axis of R⁹, vector | 0.199 | ``reference_code`` | 4.686 |
+| privemb | (B), m = 2, pair (4, 7), nearest | 0.712 | s halved | 1.508 |
+| privemb | (B), m = 2, pair (4, 7), nearest | — | noise s = 1 + β, certified claim | 1.656 |
+| tem | (C) | 0.761 | missing ½ | 1.529 |
+| santext | (C) | 0.700 | missing ½ | 1.569 |
+| santext_plus | (C), w = 0.5 (UMLDP, ε·d + ln(1/p)) | 0.317 | p applied to V_S tokens | 1.302 |
+| santext_plus | (C), w = 1 (metric DP) | 0.706 | missing ½ | 1.551 |
+| mahalanobis | (B), λ = 1, nearest | 0.724 | M^{−1/2} in place of M^{1/2} | 1.278 |
+| mahalanobis | (B), λ = 1, nearest | — | re-normalised direction | 1.032 (narrow) |
+
+Notes. Gaussian: at δ = 1e-6 the Δ₂ = C mutant is out of reach of n = 20,000 (best expected
+LCB/claim 0.74 even over every tail threshold), so its control runs at δ = 1e-2 with a public
+tail event. ``b = Δ₂/ε`` equals b = Δ₁/ε in 1-D, so that control runs on (D) laid along the
+diagonal of R⁴, where the orthant event reaches the L1 bound. ``reference_code`` needs ε < √d/2,
+so it runs on (D) laid along the first axis of R⁹. The privemb control "``certify=False`` with
+m = 2, β = 0.1" is expressed as the seed's noise scale s = 1 + β under the certified claim
+(s = L̂ = 2.348 for projection_seed = 3): ``certify=False`` alone also lowers its own pair bound,
+so its claim ε·‖Φ(φ(w) − φ(w'))‖/s is exact and the audit has nothing to catch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +48,9 @@ import pytest
 import torch
 
 from hf_textdp.audit import AuditResult, audit
+from hf_textdp.bounding import Sensitivity
 from hf_textdp.mechanisms import list_mechanisms
-from hf_textdp.mechanisms.base import Mechanism
+from hf_textdp.mechanisms.base import AdditiveMechanism, Mechanism
 from hf_textdp.mechanisms.laplace import Gaussian, Laplace, analytic_gaussian_sigma
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.mechanisms.mahalanobis import Mahalanobis
@@ -32,7 +59,6 @@ from hf_textdp.mechanisms.santext import Santext, SantextPlus
 from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class
-from hf_textdp.bounding import Sensitivity
 from hf_textdp.space import EmbeddingSpace, load_space
 from tests.utils import write_vectors
 
@@ -40,6 +66,32 @@ from tests.utils import write_vectors
 LINE_PAIRS = [(0, 1), (1, 2), (0, 3)]
 CLUSTER_PAIRS = [(0, 1), (1, 2)]
 CLIP_PAIRS = [(0, 3), (1, 2)]
+
+
+class OrthantStep(PostprocessStep):
+    """Public post-processing for pure/approximate-DP audits: 2 if min zᵢ > T, 1 if max zᵢ < −T, else 0.
+
+    The orthant events {all zᵢ > T} are where i.i.d. Laplace noise attains the L1 bound exactly
+    (P ratio e^{Σ|Δᵢ|/b}), which ``nearest`` over collinear points cannot express in d > 1; in 1-D
+    it is a tail event at a threshold T chosen (public, before any draw) for power.
+    """
+
+    name = "test_orthant"
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+
+    def apply(
+        self,
+        z: torch.Tensor,
+        mechanism: AdditiveMechanism,
+        space: EmbeddingSpace,
+        generators: Sequence[torch.Generator],
+        sizes: Sequence[int],
+    ) -> torch.Tensor:
+        hi = z.amin(dim=1) > self.threshold
+        lo = z.amax(dim=1) < -self.threshold
+        return torch.where(hi, 2, torch.where(lo, 1, 0)).to(torch.int64)
 
 
 def vector_step() -> PostprocessStep:
@@ -140,7 +192,8 @@ def test_laplace_halved_fails(clip_space: EmbeddingSpace) -> None:
 
 
 def test_laplace_l2_fails(diag_space: EmbeddingSpace) -> None:
-    assert not run(LaplaceL2(epsilon=1.0, clip_norm=1.0), Nearest(), diag_space, CLIP_PAIRS, 7203).passed
+    mech = LaplaceL2(epsilon=1.0, clip_norm=1.0)
+    assert not run(mech, OrthantStep(0.5), diag_space, CLIP_PAIRS, 7203).passed
 
 
 @pytest.fixture
@@ -152,7 +205,8 @@ def diag_space(tmp_path: Path) -> EmbeddingSpace:
 
 
 def test_laplace_diag_passes(diag_space: EmbeddingSpace) -> None:
-    assert run(Laplace(epsilon=1.0, clip_norm=1.0), Nearest(), diag_space, CLIP_PAIRS, 7204).passed
+    """Δ₁ = 2C√d = 4 is attained by the pair (0, 3): the orthant event has ratio exactly e^ε."""
+    assert run(Laplace(epsilon=1.0, clip_norm=1.0), OrthantStep(0.5), diag_space, CLIP_PAIRS, 7204).passed
 
 
 # --------------------------------------------------------------------------- gaussian (§3.7), fixture (D)
@@ -168,8 +222,18 @@ def test_gaussian_clip_passes(clip_space: EmbeddingSpace) -> None:
     assert run(Gaussian(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7301).passed
 
 
+# At δ = 1e-6 the halved σ is out of reach of n = 20,000 (best LCB/claim 0.74 even with the optimal
+# tail event); at δ = 1e-2 and the tail event z > 3.7 it is 1.90 in expectation (slack δ included).
+GAUSS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-2, "clip_norm": 1.0}
+
+
+def test_gaussian_tail_passes(clip_space: EmbeddingSpace) -> None:
+    res = run(Gaussian(**GAUSS), OrthantStep(3.7), clip_space, CLIP_PAIRS, 7303)
+    assert res.passed and res.delta_slack == 1e-2
+
+
 def test_gaussian_missing_two_fails(clip_space: EmbeddingSpace) -> None:
-    assert not run(GaussianMissingTwo(epsilon=1.0, clip_norm=1.0), Nearest(), clip_space, CLIP_PAIRS, 7302).passed
+    assert not run(GaussianMissingTwo(**GAUSS), OrthantStep(3.7), clip_space, CLIP_PAIRS, 7302).passed
 
 
 # --------------------------------------------------------------------------- truncated_laplace (§4.7)
@@ -211,25 +275,34 @@ class PrivembSeedScale(Privemb):
     """Mutation: the certified claim (s = L̂) with the seed's noise s = 1 + β (as ``certify=False``)."""
 
     def _radius_scale(self) -> float:
-        return (1.0 + self.options["beta"]) / self.epsilon
+        return (1.0 + float(self.options["beta"])) / self.epsilon
 
 
-PRIVEMB = {"m": 2, "beta": 0.1}
+# projection_seed = 3 gives L̂ = 2.348 on (B), reached by the pair (4, 7), far above 1 + β = 1.1
+PRIVEMB: dict[str, Any] = {"m": 2, "beta": 0.1, "projection_seed": 3}
+PRIVEMB_PAIR = [(4, 7)]
+
+
+def _privemb_epsilon(space: EmbeddingSpace) -> float:
+    """ε with claim exactly 1 for the pair (4, 7) (claim = ε‖Φ(φ₄ − φ₇)‖/L̂ = ε‖φ₄ − φ₇‖ there)."""
+    E64 = space.E.double()
+    return 1.0 / float(torch.linalg.vector_norm(E64[4] - E64[7]))
 
 
 def test_privemb_tiny_passes(tiny_space: EmbeddingSpace) -> None:
-    mech = Privemb(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
-    assert run(mech, Nearest(), tiny_space, [(0, 1)], 7501).passed
+    mech = Privemb(epsilon=_privemb_epsilon(tiny_space), **PRIVEMB)
+    res = run(mech, Nearest(), tiny_space, PRIVEMB_PAIR, 7501)
+    assert res.passed and res.rows[0].claim == pytest.approx(1.0, rel=1e-5)
 
 
 def test_privemb_halved_fails(tiny_space: EmbeddingSpace) -> None:
-    mech = PrivembHalved(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
-    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7502).passed
+    mech = PrivembHalved(epsilon=_privemb_epsilon(tiny_space), **PRIVEMB)
+    assert not run(mech, Nearest(), tiny_space, PRIVEMB_PAIR, 7502).passed
 
 
 def test_privemb_seed_scale_fails(tiny_space: EmbeddingSpace) -> None:
-    mech = PrivembSeedScale(epsilon=_tiny_epsilon(tiny_space), **PRIVEMB)
-    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7503).passed
+    mech = PrivembSeedScale(epsilon=_privemb_epsilon(tiny_space), **PRIVEMB)
+    assert not run(mech, Nearest(), tiny_space, PRIVEMB_PAIR, 7503).passed
 
 
 # --------------------------------------------------------------------------- tem (§6.6), santext (§9.1)
@@ -309,7 +382,8 @@ class MahalanobisRenormalised(Mahalanobis):
     def shape_noise(self, ru: torch.Tensor) -> torch.Tensor:
         z = super().shape_noise(ru)
         r = torch.linalg.vector_norm(ru, dim=1, keepdim=True)
-        return z / torch.linalg.vector_norm(z, dim=1, keepdim=True) * r
+        out: torch.Tensor = z / torch.linalg.vector_norm(z, dim=1, keepdim=True) * r
+        return out
 
 
 def _maha_eps(space: EmbeddingSpace, lam: float) -> float:
@@ -321,7 +395,9 @@ MAHA_LAM = 1.0
 
 
 def test_mahalanobis_tiny_passes(tiny_space: EmbeddingSpace) -> None:
-    res = run(Mahalanobis(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM), Nearest(), tiny_space, [(0, 1)], 7901)
+    res = run(
+        Mahalanobis(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM), Nearest(), tiny_space, [(0, 1)], 7901
+    )
     assert res.passed and res.rows[0].claim == pytest.approx(1.0, rel=1e-6)
 
 

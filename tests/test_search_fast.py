@@ -25,6 +25,7 @@ from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.search import (
     BF16_MAX_CANDIDATES,
     ExactIndex,
+    FilterName,
     _bf16_model_ok,
     bf16_filter_available,
     bf16_filter_bound,
@@ -51,7 +52,7 @@ def exact_knn(Q: np.ndarray, E: np.ndarray, k: int) -> list[list[int]]:
     cannot rule out (float64 errs by < 1e-13 relative here, so a row 1e-10 beyond the k-th is out)."""
     D64 = ((Q.astype(np.float64)[:, None, :] - E.astype(np.float64)[None]) ** 2).sum(-1)
     out = []
-    for q, row in zip(Q, D64):
+    for q, row in zip(Q, D64, strict=True):
         kth = np.sort(row)[k - 1]
         near = np.nonzero(row <= kth * (1 + 1e-10) + 1e-300)[0]
         exact = sorted(
@@ -86,7 +87,7 @@ def noisy_case() -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("filt", ["bf16", "fp32"])
 @pytest.mark.parametrize("chunk", [None, 64, 700])
 @pytest.mark.parametrize("k", [1, 2])
-def test_filters_equal_float64_brute_force(noisy_case: Any, filt: str, chunk: int | None, k: int) -> None:
+def test_filters_equal_float64_brute_force(noisy_case: Any, filt: FilterName, chunk: int | None, k: int) -> None:
     """Every filter, chunk size and k: equal to float64 brute force (2,000 queries)."""
     if filt == "bf16" and not _bf16_model_ok():
         pytest.skip("no exact bf16 matrix product on this build")
@@ -128,7 +129,7 @@ F_CASES = [("bf16", 1), ("bf16", 2), ("fp32", 1), ("fp32", 2)]
 
 @bf16_ok
 @pytest.mark.parametrize(("filt", "k"), F_CASES, ids=[f"{f}-k{k}" for f, k in F_CASES])
-def test_near_ties_equal_exact_arithmetic(filt: str, k: int) -> None:
+def test_near_ties_equal_exact_arithmetic(filt: FilterName, k: int) -> None:
     """Queries on perpendicular bisectors of row pairs, nudged by 0 or ±1 ulp, against Fraction
     arithmetic (seed 7102): every decision here is a near tie that only the verify step can settle."""
     rng = np.random.default_rng(7102)
@@ -162,7 +163,7 @@ N_CASES = [
 @bf16_ok
 @pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])
 @pytest.mark.parametrize("filt", ["bf16", "fp32"])
-def test_constructed_cases_both_filters(E: np.ndarray, q: np.ndarray, k: int, expected: Any, filt: str) -> None:
+def test_constructed_cases_both_filters(E: np.ndarray, q: np.ndarray, k: int, expected: Any, filt: FilterName) -> None:
     """Spec §1.5 N1–N5 with each filter and chunk size, and embedded in a large matrix of far rows."""
     for chunk in (1, 2, None):
         got = ExactIndex(torch.from_numpy(E), filter=filt).search(torch.from_numpy(q), k, chunk_size=chunk)
@@ -228,7 +229,11 @@ def test_bf16_bound_holds_on_random_data() -> None:
     beta = bf16_filter_bound(
         torch.linalg.vector_norm(q_hat, dim=1),
         torch.linalg.vector_norm(Qt.double() - q_hat, dim=1),
-        rho=c.rho, e_hat=c.e_hat, nu_max=c.nu_max, terms_max=c.terms_max, n_terms=c.n_terms,
+        rho=c.rho,
+        e_hat=c.e_hat,
+        nu_max=c.nu_max,
+        terms_max=c.terms_max,
+        n_terms=c.n_terms,
     )
     t = Qt.double() @ idx.E.double().T - idx.sq64 / 2
     u = 2.0**-8
@@ -297,7 +302,8 @@ def static_fixture(folder: Path) -> tuple[str, list[str]]:
     E = (0.15 * rng.standard_normal((400, 12))).astype(np.float32)
     path = folder / "static.txt"
     path.write_text(
-        "".join(w + " " + " ".join(repr(float(x)) for x in row) + "\n" for w, row in zip(words, E)), encoding="utf-8"
+        "".join(w + " " + " ".join(repr(float(x)) for x in row) + "\n" for w, row in zip(words, E, strict=True)),
+        encoding="utf-8",
     )
     texts = []
     for _ in range(40):
@@ -377,9 +383,12 @@ def test_batch_split_and_release_list_api_agree(tmp_path: Path) -> None:
             parts.setdefault(key, []).extend(v)
     assert parts == whole
     space = priv.space
-    pos = [torch.from_numpy(space.classify(np.asarray(ids))[1]) for ids in priv({"text": texts}, list(range(40)))["input_ids"]]
+    pos = [
+        torch.from_numpy(space.classify(np.asarray(ids))[1])
+        for ids in priv({"text": texts}, list(range(40)))["input_ids"]
+    ]
     pos = [p[p >= 0] for p in pos]
     rel = priv._release(pos, list(range(len(pos))))
     flat = priv._release_flat(torch.cat(pos), [int(p.numel()) for p in pos], list(range(len(pos))))
     assert torch.equal(torch.cat(rel), flat)
-    assert all(r.dtype == torch.int64 and r.numel() == p.numel() for r, p in zip(rel, pos))
+    assert all(r.dtype == torch.int64 and r.numel() == p.numel() for r, p in zip(rel, pos, strict=True))
