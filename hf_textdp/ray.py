@@ -10,9 +10,10 @@ run needs ``id_column=``: an int column holding each row's id, assigned from the
 repartitioning, for example ``hf_ds.add_column("id", range(len(hf_ds)))`` before
 ``ray.data.from_huggingface(hf_ds)``, or an id column written into the parquet/jsonl files. With it, row k
 draws the noise of index k in an in-memory run (spec §1.6), so the output equals the single-process output
-row for row, whatever the block layout, the batch size or the number of actors (sort by the id column, or set
-``DataContext.get_current().execution_options.preserve_order = True``). Without a seed every row draws fresh
-OS entropy and no id is needed.
+row for row, whatever the block layout, the batch size or the number of actors. Match rows by the id column:
+Ray Data does not promise the order of output rows (even ``execution_options.preserve_order = True`` left
+blocks of a written file out of order in about one run in five here, ray 2.60). Without a seed every row
+draws fresh OS entropy and no id is needed.
 
 **The seed** travels to the actors inside Ray's object store, as it travels to ``num_proc`` workers in a
 local run; Ray may spill objects to its local temporary folder under memory pressure. Run seeded jobs on a
@@ -326,15 +327,16 @@ def privatize_ray_files(
 ) -> dict[str, Any]:
     """Read a file or folder with Ray Data, privatize it, write parquet and the report (``--engine ray``).
 
-    ``output`` is a ``.parquet`` file (the files Ray writes, merged in the driver) or a folder of parquet
-    files with ``privacy_report.json`` inside. Rows keep the source order. Connects to the cluster named by
-    ``RAY_ADDRESS`` (e.g. ``auto``) or starts a local Ray when Ray is not initialized yet. On a cluster,
-    ``source`` and ``output`` must be paths every node sees (a shared file system). ``concurrency=N`` (the
-    CLI's ``--num-proc``) is an autoscaling pool of 1 to N actors, so a small machine never waits forever for
-    a CPU (see :func:`privatize_ray`).
+        ``output`` is a ``.parquet`` file (the files Ray writes, merged in the driver) or a folder of parquet
+        files with ``privacy_report.json`` inside. Rows are mostly in source order (Ray Data is asked to preserve
+    it) but not always: match them by the id column. Connects to the cluster named by
+        ``RAY_ADDRESS`` (e.g. ``auto``) or starts a local Ray when Ray is not initialized yet. On a cluster,
+        ``source`` and ``output`` must be paths every node sees (a shared file system). ``concurrency=N`` (the
+        CLI's ``--num-proc``) is an autoscaling pool of 1 to N actors, so a small machine never waits forever for
+        a CPU (see :func:`privatize_ray`).
 
-    Returns:
-        `dict`: the report, counted from the rows read back from ``output``.
+        Returns:
+            `dict`: the report, counted from the rows read back from ``output``.
     """
     ray = _import_ray()
     from .pipeline import REPORT_NAME, report_path_for
@@ -361,7 +363,7 @@ def privatize_ray_files(
         ray.init(log_to_driver=False)
     context = ray.data.DataContext.get_current()
     preserve_order = context.execution_options.preserve_order
-    context.execution_options.preserve_order = True  # the output keeps the source order, as a local run does
+    context.execution_options.preserve_order = True  # mostly source order: cheap, though Ray does not promise it
     try:
         ds = privatize_ray(
             _read(source),

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .search import U32, ExactIndex, exact_fp32_matmul
+from .search import U32, ExactIndex, _threads, exact_fp32_matmul
 from .utils.io import atomic_write_text
 from .utils.logging import get_logger
 
@@ -68,8 +68,17 @@ def rho1(index: ExactIndex, positions: torch.Tensor | None = None, block: int = 
     return out
 
 
-def diameter(E: torch.Tensor, block: int = 2048) -> float:
-    """Exact float64 diameter: fp32 Gram pass, then float64 re-check of every pair within 2τ of the max."""
+def diameter(E: torch.Tensor, block: int = 512) -> float:
+    """Exact float64 diameter: fp32 Gram pass, then float64 re-check of every pair within 2τ of the max.
+
+    τ bounds the error of an fp32 squared distance ``‖a‖² + ‖b‖² − 2a·b`` (spec §1.5's argument with
+    both norms rounded), so every pair whose true squared distance is the maximum has an fp32 value
+    within 2τ of the largest fp32 value. Per block of rows: one product against the rows from the
+    block on (the distance is symmetric), the row maxima (one pass), and
+    only the rows whose maximum reaches the running threshold are searched for pairs; the threshold
+    from fewer rows is lower, so the pairs kept are a superset. The passes around the products run on
+    one thread (see :meth:`ExactIndex.search`).
+    """
     V, d = E.shape
     E = E.to(torch.float32).contiguous()
     sq64 = (E.double() ** 2).sum(1)
@@ -81,21 +90,33 @@ def diameter(E: torch.Tensor, block: int = 2048) -> float:
     cand_i: list[torch.Tensor] = []
     cand_j: list[torch.Tensor] = []
     ET = (-2.0 * E).T.contiguous()
-    with exact_fp32_matmul():
+    threads = torch.get_num_threads()
+    serial = E.device.type == "cpu" and threads > 1
+    with exact_fp32_matmul(), _threads(1 if serial else None):
+        buf = torch.empty(min(block, V) * V, dtype=torch.float32, device=E.device)
         for s in range(0, V, block):
             e = min(s + block, V)
-            S = torch.addmm(n32, E[s:e], ET) + n32[s:e, None]  # fp32 squared distances
-            bmax = float(S.max())
-            best = max(best, bmax)
-            i, j = torch.nonzero(S.double() >= best - 2 * tau, as_tuple=True)
-            cand_i.append(i + s)
-            cand_j.append(j)
-    ii = torch.cat(cand_i)
-    jj = torch.cat(cand_j)
-    E64 = E.double()
-    D = ((E64[ii] - E64[jj]) ** 2).sum(1)
-    keep = D >= 0  # all; the threshold filter only bounds the work
-    return float(torch.sqrt(D[keep].max()))
+            # the distance is symmetric: rows s..e against columns s..V cover every pair once
+            S = buf[: (e - s) * (V - s)].view(e - s, V - s)
+            with _threads(threads if serial else None):
+                torch.addmm(n32[s:], E[s:e], ET[:, s:], out=S)
+            S.add_(n32[s:e, None])  # fp32 squared distances
+            rmax = S.amax(1)
+            best = max(best, float(rmax.max()))
+            lim = torch.tensor(best - 2 * tau, dtype=torch.float64)
+            lim32 = lim.float()
+            if float(lim32) > float(lim):  # round the threshold down: the kept pairs stay a superset
+                lim32 = torch.nextafter(lim32, torch.tensor(-math.inf))
+            rows = torch.nonzero(rmax >= lim32).squeeze(1)
+            if rows.numel():
+                i, j = torch.nonzero(S[rows] >= lim32, as_tuple=True)
+                cand_i.append(rows[i] + s)
+                cand_j.append(j + s)
+        ii = torch.cat(cand_i)
+        jj = torch.cat(cand_j)
+        E64 = E.double()
+        D = ((E64[ii] - E64[jj]) ** 2).sum(1)
+    return float(torch.sqrt(D.max()))
 
 
 def scale_stats(E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | None = None) -> ScaleStats:

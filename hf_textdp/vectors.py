@@ -7,13 +7,16 @@ detected by its magic bytes; ragged rows and non-numbers raise :class:`VectorFil
 Speed: the numbers of all rows are parsed by one C-level pass (``numpy.fromstring``, correctly rounded
 like ``float()``) when every row has the plain shape ``word`` + d numbers made of ``[0-9eE+-.]``.
 Anything else (and any doubt: a count that does not add up, a parse error) goes through the
-line-by-line reference parser, which gives the same result and raises the errors of spec §1.3.
+line-by-line reference parser, which gives the same result and raises the errors of spec §1.3. A
+successful parse is cached by the SHA-256 of the file's bytes (``$HF_TEXTDP_CACHE/vectors``;
+``HF_TEXTDP_VECTOR_CACHE=0`` turns it off), so a later load costs one read and one hash.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -22,9 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from .errors import VectorFileError
+from .utils.logging import get_logger
 
 
 __all__ = ["StaticVectors", "read_vectors"]
+
+logger = get_logger(__name__)
 
 _SPLIT = re.compile(r"[ \t]+")
 _INT = re.compile(r"^[0-9]+$")
@@ -55,28 +61,91 @@ def read_vectors(path: str | Path) -> StaticVectors:
     path = Path(path)
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
+    cached = _cache_load(sha)
+    if cached is not None:
+        return cached
+    result = _parse_bytes(raw, path.name, sha)
+    _cache_store(result)
+    return result
+
+
+def _parse_bytes(raw: bytes, name: str, sha: str) -> StaticVectors:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except OSError as err:
-            raise VectorFileError(f"model: {path.name} looks gzip-compressed but cannot be decompressed.") from err
+            raise VectorFileError(f"model: {name} looks gzip-compressed but cannot be decompressed.") from err
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     if b"\x00" in raw[:65536]:
-        raise VectorFileError(
-            f"model: {path.name} is not a UTF-8 text vector file (binary word2vec is not supported)."
-        )
+        raise VectorFileError(f"model: {name} is not a UTF-8 text vector file (binary word2vec is not supported).")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise VectorFileError(
-            f"model: {path.name} is not valid UTF-8 at byte {err.start} (binary word2vec is not supported)."
+            f"model: {name} is not valid UTF-8 at byte {err.start} (binary word2vec is not supported)."
         ) from err
     lines = text.split("\n")
-    fast = _parse_fast(lines, path.name, sha)
+    fast = _parse_fast(lines, name, sha)
     if fast is not None:
         return fast
-    return _parse_reference(lines, path.name, sha)
+    return _parse_reference(lines, name, sha)
+
+
+# --------------------------------------------------------------------------- parse cache
+_CACHE_VERSION = "v1"
+
+
+def _cache_file(sha: str) -> Path | None:
+    if os.environ.get("HF_TEXTDP_VECTOR_CACHE", "1") == "0":
+        return None
+    from .scale import cache_dir
+
+    return cache_dir() / "vectors" / f"{sha}.{_CACHE_VERSION}.npz"
+
+
+def _cache_load(sha: str) -> StaticVectors | None:
+    """The parse of the file whose bytes hash to ``sha``, if an earlier load cached it (else None).
+
+    The cache is content-addressed (SHA-256 of the file's bytes), so it can only hold this file's
+    parse; only successful parses are stored, so every error is raised by the parser itself. Any
+    problem reading the entry (missing, truncated, another version) means a fresh parse.
+    """
+    path = _cache_file(sha)
+    if path is None or not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            matrix = np.ascontiguousarray(z["matrix"], dtype=np.float32)
+            words = bytes(z["words"]).decode("utf-8").split("\n") if z["words"].size else []
+            kind = str(z["kind"])
+            dropped = z["dropped"].tolist()
+        if matrix.ndim != 2 or matrix.shape[0] != len(words) or kind not in ("glove", "word2vec"):
+            return None
+        return StaticVectors(words, matrix, kind, sha, int(dropped[0]), int(dropped[1]))
+    except (OSError, ValueError, KeyError, UnicodeDecodeError, IndexError):
+        return None
+
+
+def _cache_store(vec: StaticVectors) -> None:
+    path = _cache_file(vec.file_sha256)
+    if path is None:
+        return
+    from .utils.io import atomic_open
+
+    try:
+        # kept words never contain whitespace (spec §1.3), so a newline separates them unambiguously
+        words = np.frombuffer("\n".join(vec.words).encode("utf-8"), dtype=np.uint8)
+        with atomic_open(path, "wb") as fh:
+            np.savez(
+                fh,
+                matrix=vec.matrix,
+                words=words,
+                kind=np.str_(vec.kind),
+                dropped=np.asarray([vec.dropped_whitespace, vec.dropped_duplicate], dtype=np.int64),
+            )
+    except OSError as err:  # a read-only or full cache folder only costs speed
+        logger.debug("could not write the vector cache: %s", err)
 
 
 _NUMBER_CHARS = b"0123456789eE+-. \n"

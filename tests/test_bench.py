@@ -126,3 +126,24 @@ def test_cli_bench_bad_arguments(
 def test_default_cases_are_registered() -> None:
     for case in DEFAULT_CASES:
         bench._parse_case(case)
+
+
+def test_bench_static_vectors_one_word_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vector file as the model: one word per row, and the vector-file load figures."""
+    import numpy as np
+
+    from tests.utils import WORDS, write_vectors
+
+    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+    words = sorted(set(WORDS))
+    vec = write_vectors(tmp_path / "v.txt", words, np.random.default_rng(7200).standard_normal((len(words), 6)))
+    text = tmp_path / "t.txt"
+    text.write_text("the movie was good\nthe plot was boring and slow\n", encoding="utf-8")
+    report = run_bench(
+        model=str(vec), mechanisms=["madlib"], text=text, rows=12, one_word=True, cold_start=False, reference_tokens=5
+    )
+    assert report.rows == 12 and report.cases[0].error is None and report.cases[0].tokens > 0
+    vl = report.vector_load
+    assert vl is not None and vl["rows"] == len(words) and vl["d"] == 6
+    assert vl["read_s"] >= 0 and vl["parse_s"] > 0 and vl["cached_s"] > 0
+    assert "vector file" in format_table(report)

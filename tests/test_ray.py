@@ -163,8 +163,8 @@ def test_a_killed_worker_loses_no_row_and_duplicates_none(ray_session, cfg, refe
 
 @pytest.mark.slow
 def test_cli_engine_ray_equals_the_local_engine(ray_session, cfg, tmp_path, capsys):
-    """``--engine ray`` writes the local engine's parquet file (same rows, order, types and report), or a folder
-    of parquet files with the report inside."""
+    """``--engine ray`` writes the local engine's rows (matched by id: Ray does not promise row order), types and
+    report, to a parquet file or a folder of parquet files with the report inside."""
     import datasets
     import pyarrow.parquet as pq
 
@@ -181,12 +181,17 @@ def test_cli_engine_ray_equals_the_local_engine(ray_session, cfg, tmp_path, caps
     argv = ["privatize", str(src), str(distributed), *common, "--engine", "ray", "--num-proc", "2"]
     assert main([*argv, "--batch-size", "7"]) == 0
     assert "with Ray: 40 rows" in capsys.readouterr().out
-    assert pq.read_table(distributed).equals(pq.read_table(local), check_metadata=True)
+    table = pq.read_table(distributed)
+    ids = table.column("id").to_pylist()
+    table = table.take(sorted(range(len(ids)), key=ids.__getitem__))  # (Table.sort_by warns in some pyarrows)
+    assert table.equals(pq.read_table(local), check_metadata=True)
     assert privacy_report(distributed) == privacy_report(local)
     assert main(argv) == 2  # the output exists now
     assert "already exists" in capsys.readouterr().err
 
     assert main(["privatize", str(src), str(folder), *common, "--engine", "ray"]) == 0
     rows = datasets.load_dataset("parquet", data_files=str(folder / "*.parquet"), split="train")
-    assert [dict(r) for r in rows] == [dict(r) for r in datasets.Dataset.from_parquet(str(local))]
+    assert sorted((dict(r) for r in rows), key=lambda r: r["id"]) == [
+        dict(r) for r in datasets.Dataset.from_parquet(str(local))
+    ]
     assert privacy_report(folder) == privacy_report(local)

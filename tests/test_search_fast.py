@@ -392,3 +392,79 @@ def test_batch_split_and_release_list_api_agree(tmp_path: Path) -> None:
     flat = priv._release_flat(torch.cat(pos), [int(p.numel()) for p in pos], list(range(len(pos))))
     assert torch.equal(torch.cat(rel), flat)
     assert all(r.dtype == torch.int64 and r.numel() == p.numel() for r, p in zip(rel, pos, strict=True))
+
+
+@pytest.mark.parametrize(("V", "d", "block"), [(5, 2, 512), (700, 3, 64), (1300, 16, 100), (2000, 8, 512)])
+def test_diameter_equals_float64_pairs(V: int, d: int, block: int) -> None:
+    """The blocked, symmetric diameter pass equals the float64 maximum over all pairs (seed 7107)."""
+    from hf_textdp.scale import diameter
+
+    E = torch.from_numpy(np.random.default_rng(7107 + V).standard_normal((V, d)).astype(F32))
+    E64 = E.double()
+    ref = max(float(((E64[i] - E64) ** 2).sum(1).max()) for i in range(V)) ** 0.5
+    assert diameter(E, block=block) == ref
+
+
+# --------------------------------------------------------------------------- static vectors: fast parse and cache
+VECTOR_FILES = {
+    "plain": "a 1 2\nb 3 4\nc -0.5 1e-3\n",
+    "word2vec": "3 2\nx 1 2\ny 3 4\nz 5 6\n",
+    "bom-crlf-blank": "\ufeffa 1 2\r\n\r\nb 3 4\r\na 9 9\r\nnew\u00a0york 5 5\r\nc 0 1\r\n",
+    "tabs-and-runs": "a\t1 2\nb  3\t 4\nmulti word 1 2\n e 1e5 -2.5E-3 \n",
+    "python-only-syntax": "a 1 2\nb 3 4\nc 1_0 2\n",
+    "signs-and-dots": "a 1 2\nb 3 4\nc +.5 5.\n",
+    "exponent-only": "a 1 2\nb 3 4\nc 1e 2\n",
+    "hex-float": "a 1 2\nb 3 4\nc 0x1p3 2\n",
+    "nan-in-dropped-word": "a 1 2\nb 3 4\nx\u2003y nan 2\n",
+    "nan-in-kept-word": "a 1 2\nb 3 4\nc nan 2\n",
+    "ragged-short": "a 1 2\nb 3\n",
+    "ragged-long": "a 1 2\nb 3 4 5\n",
+    "w2v-count": "3 2\na 1 2\nb 3 4\n",
+    "correctly-rounded": "a 0.1 2.2250738585072014e-308\nb 3.4028234e38 4.9e-324\nc 0.30000000000000004 3\n",
+}
+
+
+def _vectors_or_error(fn: Any) -> Any:
+    try:
+        v = fn()
+    except ValueError as err:
+        return ("error", type(err).__name__, str(err))
+    return (v.words, v.matrix.tobytes(), v.matrix.dtype.str, v.kind, v.dropped_whitespace, v.dropped_duplicate)
+
+
+@pytest.mark.parametrize("content", list(VECTOR_FILES.values()), ids=list(VECTOR_FILES))
+def test_vector_fast_parse_equals_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str) -> None:
+    """read_vectors (fast path, falling back where needed) gives the reference parser's result or error."""
+    from hf_textdp import vectors
+
+    monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "0")
+    p = tmp_path / "v.txt"
+    p.write_text(content, encoding="utf-8")
+    lines = content.lstrip("\ufeff").split("\n")
+    ref = _vectors_or_error(lambda: vectors._parse_reference(lines, "v.txt", "x"))
+    got = _vectors_or_error(lambda: vectors.read_vectors(p))
+    assert got == ref
+
+
+def test_vector_cache_hit_equals_parse_and_skips_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hf_textdp import vectors
+
+    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "1")
+    rng = np.random.default_rng(7108)
+    words = [f"w{i}" for i in range(300)] + ["new\u00a0york", "w3"]
+    p = tmp_path / "v.txt"
+    p.write_text("".join(f"{w} " + " ".join(f"{x:.6g}" for x in rng.standard_normal(7)) + "\n" for w in words))
+    first = vectors.read_vectors(p)
+    entries = list((tmp_path / "cache" / "vectors").glob("*.npz"))
+    assert len(entries) == 1
+    second = vectors.read_vectors(p)
+    assert _vectors_or_error(lambda: first) == _vectors_or_error(lambda: second)
+    assert second.file_sha256 == first.file_sha256 and second.dropped_whitespace == 1
+    entries[0].write_bytes(b"corrupt")  # a damaged entry means a fresh parse
+    assert _vectors_or_error(lambda: vectors.read_vectors(p)) == _vectors_or_error(lambda: first)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a 1 2\nb 3 x\n")
+    for _ in range(2):  # errors are never cached
+        with pytest.raises(ValueError, match="line 2: 'x' is not a number"):
+            vectors.read_vectors(bad)
