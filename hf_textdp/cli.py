@@ -399,8 +399,14 @@ class BenchCommand:
 
 
 COMMANDS: list[Any] = [
-    PrivatizeCommand, CalibrateCommand, ReportCommand, AuditCommand, EnvCommand,
-    EvaluateCommand, CardCommand, PushCommand,
+    PrivatizeCommand,
+    CalibrateCommand,
+    ReportCommand,
+    AuditCommand,
+    EnvCommand,
+    EvaluateCommand,
+    CardCommand,
+    PushCommand,
 ]
 COMMANDS.append(BenchCommand)
 

@@ -173,8 +173,11 @@ def bf16_filter_bound(
       product of two bf16 numbers (8-bit significands) has at most 16 significant bits, so it is exact
       in fp32; n exact terms summed in fp32 in any order, with or without FMA, err by at most
       γ_n·Σ|terms| (Higham, Accuracy and Stability, eq. 3.5), and Σ|q̂_j ê_cj| ≤ ‖q̂‖‖ê_c‖.
-    * β_ν = (u_bf16² + (d + 2)·u₆₄)·ν_max·1.01: |ν_c − ν64_c| ≤ (d+1)u₆₄ν_c (float64 sum of d squares
-      of fp32 numbers, each square exact) and |ν64_c − h_c − l_c| ≤ u_bf16·|ν64_c − h_c| ≤ u_bf16²·ν64_c.
+    * β_ν = (2u_bf16² + (d + 3)·u₆₄)·ν_max·1.01: |ν_c − ν64_c| ≤ (d+1)u₆₄ν_c (float64 sum of d squares
+      of fp32 numbers, each square exact); ν64_c − h_c is exact (Sterbenz) and at most 2u_bf16·ν64_c
+      even if the conversion to bf16 rounds twice (through fp32), so |ν64_c − h_c − l_c| ≤ 2u_bf16²·ν64_c.
+
+    The bound uses the residuals r_q, r_c themselves, so it holds whatever rounding produced q̂ and ê_c.
     * β_abs = 2⁻¹⁰⁰·(1 + ‖q̂‖ + Ê): covers underflow (products or residuals below 2⁻¹²⁶, flushed or
       gradual), which the relative bounds above do not; every such effect is below n·2⁻¹²⁶·(…).
 
@@ -191,7 +194,7 @@ def bf16_filter_bound(
     gamma_n = n * u / (1.0 - n * u)
     beta_in = q_hat_norm * rho + q_res_norm * (e_hat + rho)
     beta_acc = gamma_n * (q_hat_norm * e_hat + terms_max)
-    beta_nu = (UBF16 * UBF16 + (n + 1) * U64) * nu_max * 1.01
+    beta_nu = (2.0 * UBF16 * UBF16 + (n + 1) * U64) * nu_max * 1.01
     beta_abs = 2.0**-100 * (1.0 + q_hat_norm + e_hat)
     beta: torch.Tensor = (beta_in + beta_acc + beta_nu + beta_abs) * (1.0 + 2.0**-20)
     return beta
@@ -357,11 +360,17 @@ class ExactIndex:
     def Em2T(self) -> torch.Tensor:
         """−2·Eᵀ ``[d, V]`` fp32, contiguous (exact: power-of-two scaling); used by the samplers."""
         if self._em2t is None:
-            self._em2t = (-2.0 * self.E).T.contiguous()
+            with self._lock:
+                if self._em2t is None:
+                    self._em2t = (-2.0 * self.E).T.contiguous()
         return self._em2t
 
     def _fp32_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(n32 padded with +inf, −2·Eᵀ padded with zero columns) to Vp positions."""
+        with self._lock:
+            return self._fp32_operands_locked()
+
+    def _fp32_operands_locked(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._fp32_pad is None:
             pad = self.Vp - self.V
             n32 = torch.cat([self.n32, torch.full((pad,), math.inf, device=self.device)])
@@ -372,6 +381,10 @@ class ExactIndex:
 
     def _bf16_operands(self) -> tuple[torch.Tensor, _Bf16Constants]:
         """[ê_c, −h_c, −l_c, 0…]ᵀ as bf16 ``[K, Vp]`` (K = d + 2 rounded up to 32) and the bound constants."""
+        with self._lock:
+            return self._bf16_operands_locked()
+
+    def _bf16_operands_locked(self) -> tuple[torch.Tensor, _Bf16Constants]:
         if self._bf16 is None:
             d, V = self.d, self.V
             K = _round_up(d + 2, 32)

@@ -22,6 +22,7 @@ CASE_FIELDS = {
     "tokens_per_s",
     "bound_tokens_per_s",
     "fraction_of_bound",
+    "fraction_paired",
     "peak_rss_mb",
     "search_filter",
     "rounds",
@@ -64,6 +65,7 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
         assert set(case) == CASE_FIELDS
         assert case["error"] is None, case["error"]
         assert case["tokens"] > 0 and case["tokens_per_s"] > 0 and case["fraction_of_bound"] > 0
+        assert case["fraction_paired"] > 0
         assert len(case["rounds"]) == 1 and case["peak_rss_mb"] > 0
     madlib, tem = report["cases"]
     assert madlib["search_filter"] in ("bf16", "fp32") and tem["search_filter"] is None
