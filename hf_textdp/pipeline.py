@@ -32,7 +32,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -341,6 +341,48 @@ def _shard_rows(path: Path) -> int | None:
         return None
 
 
+def take_over_work_dir(
+    work: Path,
+    output: Path,
+    new: dict[str, Any],
+    old: dict[str, Any] | None,
+    reason: str | None,
+    finished: Callable[[], int],
+    *,
+    resume: bool,
+    overwrite: bool,
+) -> None:
+    """Resume a sharded run's work folder, or clear it and write the ``new`` manifest.
+
+    ``old`` is the manifest found there (``None``: none) and ``reason`` why it cannot be resumed
+    (``None``: it can). Shared by the in-memory and streaming sharded writers.
+    """
+    if old is not None:
+        if resume and reason is None:
+            logger.info("resuming %s: %d finished shard(s) in %s", output, finished(), work)
+            return
+        if resume and not overwrite:
+            raise ResumeError(
+                f"resume=True cannot continue the partial run in {str(work)!r}: {reason}. Pass "
+                "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
+            )
+        if not resume and not overwrite:
+            raise OutputExistsError(
+                f"output {str(output)!r}: a partial run exists in {str(work)!r} "
+                f"({finished()} finished shard(s)); pass resume=True (--resume) to continue it or "
+                "overwrite=True (--overwrite) to start over."
+            )
+        logger.warning("discarding the partial run in %s (overwrite=True)", work)
+    for child in work.iterdir():
+        if child.name == LOCK_NAME:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    atomic_write_text(work / MANIFEST_NAME, dumps_json(new))
+
+
 class _ShardedRun:
     """One ``privatize_dataset(..., output_dir=...)`` call over in-memory or memory-mapped splits."""
 
@@ -445,31 +487,10 @@ class _ShardedRun:
 
     def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
         old = self._read_manifest()
-        if old is not None:
-            reason = self._mismatch(old, new)
-            if resume and reason is None:
-                logger.info("resuming %s: %d finished shard(s) in %s", self.output, self._finished(), self.work)
-                return
-            if resume and not overwrite:
-                raise ResumeError(
-                    f"resume=True cannot continue the partial run in {str(self.work)!r}: {reason}. Pass "
-                    "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
-                )
-            if not resume and not overwrite:
-                raise OutputExistsError(
-                    f"output {str(self.output)!r}: a partial run exists in {str(self.work)!r} "
-                    f"({self._finished()} finished shard(s)); pass resume=True (--resume) to continue it or "
-                    "overwrite=True (--overwrite) to start over."
-                )
-            logger.warning("discarding the partial run in %s (overwrite=True)", self.work)
-        for child in self.work.iterdir():
-            if child.name == LOCK_NAME:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        atomic_write_text(self.work / MANIFEST_NAME, dumps_json(new))
+        reason = None if old is None else self._mismatch(old, new)
+        take_over_work_dir(
+            self.work, self.output, new, old, reason, self._finished, resume=resume, overwrite=overwrite
+        )
 
     def _read_manifest(self) -> dict[str, Any] | None:
         try:

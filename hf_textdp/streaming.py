@@ -39,13 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from .accounting import Totals
-from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, ParameterTypeError, ResumeError
+from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, ParameterTypeError
 from .pipeline import (
     DEFAULT_SHARD_SIZE,
     FILE_FORMATS,
     LOCK_NAME,
     MANIFEST_NAME,
     save_output,
+    take_over_work_dir,
     totals_from_columns,
     work_dir_for,
 )
@@ -250,33 +251,12 @@ class _StreamRun:
 
     def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
         old = self._read_json(self.work / MANIFEST_NAME)
-        if old is not None:
-            reason = self._mismatch(old, new)
-            if reason is None and not self.resumable and self._finished():
-                reason = "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
-            if resume and reason is None:
-                logger.info("resuming %s: %d finished shard(s) in %s", self.output, self._finished(), self.work)
-                return
-            if resume and not overwrite:
-                raise ResumeError(
-                    f"resume=True cannot continue the partial run in {str(self.work)!r}: {reason}. Pass "
-                    "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
-                )
-            if not resume and not overwrite:
-                raise OutputExistsError(
-                    f"output {str(self.output)!r}: a partial run exists in {str(self.work)!r} "
-                    f"({self._finished()} finished shard(s)); pass resume=True (--resume) to continue it or "
-                    "overwrite=True (--overwrite) to start over."
-                )
-            logger.warning("discarding the partial run in %s (overwrite=True)", self.work)
-        for child in self.work.iterdir():
-            if child.name == LOCK_NAME:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-        atomic_write_text(self.work / MANIFEST_NAME, dumps_json(new))
+        reason = None if old is None else self._mismatch(old, new)
+        if old is not None and reason is None and not self.resumable and self._finished():
+            reason = "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
+        take_over_work_dir(
+            self.work, self.output, new, old, reason, self._finished, resume=resume, overwrite=overwrite
+        )
 
     @staticmethod
     def _read_json(path: Path) -> dict[str, Any] | None:
