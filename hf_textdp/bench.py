@@ -419,26 +419,17 @@ def _vector_load(path: Path) -> dict[str, Any]:
     }
 
 
+def _privatize_cli(src: Path, out: Path, model: str, device: str, epsilon: float, timeout: float) -> dict[str, Any]:
+    """``hf-textdp privatize SRC OUT`` in a fresh interpreter (seed 1), as :func:`_run_cli` reports it."""
+    argv = ["privatize", str(src), str(out), "--epsilon", str(epsilon), "--model", model, "--device", device]
+    return _run_cli(argv + ["--seed", "1"], timeout=timeout)
+
+
 def _cold_start(model: str, device: str, texts: Sequence[str], epsilon: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hf_textdp_bench_") as tmp:
         src = Path(tmp) / "in.jsonl"
         src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:30]), encoding="utf-8")
-        res = _run_cli(
-            [
-                "privatize",
-                str(src),
-                str(Path(tmp) / "out.jsonl"),
-                "--epsilon",
-                str(epsilon),
-                "--model",
-                model,
-                "--device",
-                device,
-                "--seed",
-                "1",
-            ],
-            timeout=600,
-        )
+        res = _privatize_cli(src, Path(tmp) / "out.jsonl", model, device, epsilon, timeout=600)
     res["rows"] = min(30, len(texts))
     return res
 
@@ -450,22 +441,7 @@ def _memory_run(model: str, device: str, text_path: Path, epsilon: float) -> dic
             texts, _ = load_texts(src, None)
             src = Path(tmp) / "in.jsonl"
             src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-        res = _run_cli(
-            [
-                "privatize",
-                str(src),
-                str(Path(tmp) / "out.jsonl"),
-                "--epsilon",
-                str(epsilon),
-                "--model",
-                model,
-                "--device",
-                device,
-                "--seed",
-                "1",
-            ],
-            timeout=3600,
-        )
+        res = _privatize_cli(src, Path(tmp) / "out.jsonl", model, device, epsilon, timeout=3600)
     res["text"] = text_path.name
     return res
 

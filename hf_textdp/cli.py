@@ -284,20 +284,33 @@ class EvaluateCommand:
     @staticmethod
     def register_subcommand(sub: Any) -> None:
         p = sub.add_parser("evaluate", help="run a SentEval recipe: privatize, encode, classify, plot")
-        p.add_argument("recipe", help="a recipes/*.yaml file")
-        p.add_argument("--output", default=None, help="results folder (default results/<recipe name>)")
+        p.add_argument("recipe", nargs="+", help="one or more recipes/*.yaml files")
+        p.add_argument(
+            "--output", default=None, help="results root; each recipe writes <output>/<its folder> (default results)"
+        )
         p.add_argument("--no-resume", action="store_true", help="recompute results that already exist")
+        p.add_argument(
+            "--jobs", type=int, default=1, help="worker processes sharing the units of all the recipes (default 1)"
+        )
+        p.add_argument("--device", default="cpu", help="where the privatizers run: cpu, cuda or cuda:N (default cpu)")
         p.set_defaults(command=EvaluateCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .evaluation.recipe import run_recipe_file
+        from .evaluation.recipe import run_recipes
 
         root = Path(args.output or "results")
-        folder, written = run_recipe_file(
-            args.recipe, root, resume=not args.no_resume, progress=lambda m: print(m, flush=True)
+        done = run_recipes(
+            args.recipe,
+            root,
+            jobs=args.jobs,
+            device=args.device,
+            resume=not args.no_resume,
+            progress=lambda m: print(m, flush=True),
         )
-        print(f"wrote {len(written)} result files and plots in {folder}; summary {root / 'README.md'}")
+        for folder, written in done:
+            print(f"wrote {len(written)} result files and plots in {folder}")
+        print(f"summary {root / 'README.md'}")
         return 0
 
 

@@ -341,6 +341,45 @@ def _shard_rows(path: Path) -> int | None:
         return None
 
 
+def manifest_mismatch(
+    old: dict[str, Any], new: dict[str, Any], *, format_reason: str, own_reasons: dict[str, str]
+) -> str | None:
+    """Why the manifest ``old`` of a work folder cannot be resumed by the run ``new`` (``None``: it can).
+
+    Checked in order: the format, the privatizer's settings (config, matrix, columns, seeded or not),
+    the writer's ``own_reasons`` (key: why a different value blocks resuming), the splits. Shared by
+    the in-memory and streaming sharded writers.
+    """
+    reasons = {
+        "format": format_reason,
+        "config_sha256": "its PrivatizerConfig differs from this run's",
+        "space_sha256": "its model's embedding matrix differs from this run's",
+        "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
+        "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
+        "seeded": "it was "
+        + ("seeded" if old.get("seeded") else "unseeded")
+        + " and this run is "
+        + ("seeded" if new["seeded"] else "unseeded"),
+        **own_reasons,
+        "splits": "its splits differ from this run's",
+    }
+    for key, reason in reasons.items():
+        if old.get(key) != new[key]:
+            return reason
+    return None
+
+
+def lock_work_dir(work: Path, output: Path) -> int:
+    """Take the lock of a sharded run's work folder (its descriptor), or say that another run holds it."""
+    lock = try_lock(work / LOCK_NAME)
+    if lock is None:
+        raise OutputExistsError(
+            f"output {str(output)!r}: another run is writing it (its work folder {str(work)!r} is "
+            "locked); wait for it to finish or stop it."
+        )
+    return lock
+
+
 def take_over_work_dir(
     work: Path,
     output: Path,
@@ -441,24 +480,15 @@ class _ShardedRun:
 
     @staticmethod
     def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-        reasons = {
-            "format": "it was written in another work-folder format",
-            "config_sha256": "its PrivatizerConfig differs from this run's",
-            "space_sha256": "its model's embedding matrix differs from this run's",
-            "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
-            "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
-            "seeded": "it was "
-            + ("seeded" if old.get("seeded") else "unseeded")
-            + " and this run is "
-            + ("seeded" if new["seeded"] else "unseeded"),
-            "shard_size": f"its shard_size was {old.get('shard_size')!r}, this run's is {new['shard_size']!r}",
-            "input_sha256": "its input differs from this run's (rows, columns, files or splits)",
-            "splits": "its splits differ from this run's",
-        }
-        for key, reason in reasons.items():
-            if old.get(key) != new[key]:
-                return reason
-        return None
+        return manifest_mismatch(
+            old,
+            new,
+            format_reason="it was written in another work-folder format",
+            own_reasons={
+                "shard_size": f"its shard_size was {old.get('shard_size')!r}, this run's is {new['shard_size']!r}",
+                "input_sha256": "its input differs from this run's (rows, columns, files or splits)",
+            },
+        )
 
     def _shard_path(self, split: _Split, k: int) -> Path:
         return self.work / split.folder / f"shard-{k:05d}.arrow"
@@ -472,12 +502,7 @@ class _ShardedRun:
         new = self.manifest()
         self.work.parent.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(exist_ok=True)
-        self._lock = try_lock(self.work / LOCK_NAME)
-        if self._lock is None:
-            raise OutputExistsError(
-                f"output {str(self.output)!r}: another run is writing it (its work folder {str(self.work)!r} is "
-                "locked); wait for it to finish or stop it."
-            )
+        self._lock = lock_work_dir(self.work, self.output)
         try:
             self._take_over(new, resume=resume, overwrite=overwrite)
         except BaseException:

@@ -50,6 +50,7 @@ __all__ = [
     "unsafe_claim",
     "truncated_geometric_ranks",
     "rank_select",
+    "rank_select_knn",
     "median_rho1_subset",
 ]
 
@@ -297,6 +298,54 @@ def rank_select(
     return out
 
 
+#: ranks up to this are answered by a k-nearest-neighbour query from the pivot (spec §7.4 step 3)
+KNN_MAX_RANK = 256
+
+
+def rank_select_knn(
+    index: ExactIndex, pivots: torch.Tensor, ranks: torch.Tensor, *, max_rank: int = KNN_MAX_RANK
+) -> torch.Tensor:
+    """:func:`rank_select` for small ranks by an exact k-nearest-neighbour query from the pivot (spec §7.4).
+
+    The candidate of rank r ≥ 1 from pivot p is the r-th nearest candidate other than p in the order
+    (exact ‖φ(p) − φ(y)‖₂², id): the exact search of spec §1.5 with ``exclude=p`` and k ≥ r, column
+    r − 1. That search returns the exact order (ties to the lowest id), which is the order of
+    :func:`rank_select` wherever the float64 distances there are themselves ordered like the exact ones
+    (every case but float64 near-ties between different rows). Pivots are grouped by k = the next power
+    of two ≥ r, so each group is one batched search, and k does not change a row's answer (the search is
+    exact). Ranks above ``max_rank`` go to :func:`rank_select` (O(V) per token). No V × V.
+
+    Args:
+        index (`ExactIndex`): the rows ``nearest`` searched.
+        pivots (`torch.Tensor`): int64 positions ``[N]``.
+        ranks (`torch.Tensor`): int64 ranks ``[N]`` in [0, V − 1].
+        max_rank (`int`, defaults to `KNN_MAX_RANK`): the largest rank answered by the search.
+
+    Returns:
+        `torch.Tensor`: int64 positions ``[N]`` on CPU.
+    """
+    pivots = pivots.to(torch.int64).cpu()
+    ranks = ranks.to(torch.int64).cpu()
+    out = pivots.clone()
+    V = index.V
+    small = (ranks > 0) & (ranks <= max_rank)
+    if V > 1 and bool(small.any()):
+        rows = torch.nonzero(small).squeeze(1)
+        r = ranks[rows]
+        bucket = torch.ceil(torch.log2(r.double())).to(torch.int64)  # k = 2**bucket ≥ r
+        for b in torch.unique(bucket).tolist():
+            sel = rows[bucket == b]
+            k = min(2 ** int(b), V - 1)
+            p = pivots[sel]
+            nn = index.search(index.E[p.to(index.device)], k, exclude=p)
+            out[sel] = nn[torch.arange(sel.numel()), ranks[sel] - 1]
+    large = ranks > max_rank
+    if bool(large.any()):
+        rows = torch.nonzero(large).squeeze(1)
+        out[rows] = rank_select(index, pivots[rows], ranks[rows])
+    return out
+
+
 _RHO_CACHE: weakref.WeakKeyDictionary[ExactIndex, float] = weakref.WeakKeyDictionary()
 RANK_SUBSET = 4096
 
@@ -373,7 +422,7 @@ class Rank(PostprocessStep):
         pivots = index.search(z, 1)[:, 0].cpu()
         lam = self.rank_constant(mechanism, space) * mechanism.epsilon
         ranks = truncated_geometric_ranks(_row_uniforms(generators, sizes), lam, index.V)
-        return rank_select(index, pivots, ranks)
+        return rank_select_knn(index, pivots, ranks)
 
 
 # --------------------------------------------------------------------------- §7.5, §7.6 vectors

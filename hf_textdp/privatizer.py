@@ -25,7 +25,7 @@ from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
-from .rng import row_generator, validate_seed
+from .rng import row_generator, validate_seed, validate_split, validate_stream
 from .scale import scale_stats
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
 from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
@@ -71,10 +71,8 @@ class Privatizer:
             raise InvalidParameterError(f"text_column must be a non-empty str, got {text_column!r}.")
         if id_column is not None and (not isinstance(id_column, str) or not id_column):
             raise InvalidParameterError(f"id_column must be a non-empty str or None, got {id_column!r}.")
-        if not isinstance(split, str):
-            raise ParameterTypeError(f"split must be a str, got {type(split).__name__}.")
-        if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < _I63:
-            raise InvalidParameterError(f"stream must be an int in [0, 2**63), got {stream!r}.")
+        validate_split(split)
+        validate_stream(stream)
         self.text_column = text_column
         self.id_column = id_column
         self.split = split
@@ -425,8 +423,14 @@ class Privatizer:
         act_sizes = [sizes[i] for i in active]
         parts = torch.split(positions, act_sizes)
         if isinstance(mech, SelectionMechanism):
-            outs = _map_rows(lambda j: mech.sample(space, parts[j], gens[j]).cpu(), len(active), device)
-            return torch.cat(outs)
+            # rows in consecutive groups (a speed choice of the mechanism; outputs are per row either way)
+            groups = mech.row_groups(space, act_sizes)
+            done = _map_rows(
+                lambda j: mech.sample_rows(space, [parts[i] for i in groups[j]], [gens[i] for i in groups[j]]),
+                len(groups),
+                device,
+            )
+            return torch.cat([o.cpu() for outs in done for o in outs])
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
         x = mech.inputs(space, positions)  # one gather for the batch; row r's rows are a contiguous slice
         xs = torch.split(x, act_sizes)

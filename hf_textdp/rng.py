@@ -16,7 +16,7 @@ import torch
 from .errors import InvalidParameterError, ParameterTypeError
 
 
-__all__ = ["derive_row_seed", "row_generator", "fresh_seed", "validate_seed"]
+__all__ = ["derive_row_seed", "row_generator", "fresh_seed", "validate_seed", "validate_split", "validate_stream"]
 
 _KEY_PREFIX = b"hf_textdp/rng/v1\x00"
 _U64 = 2**64
@@ -32,6 +32,20 @@ def validate_seed(seed: Any, name: str = "seed") -> int | None:
     if not 0 <= seed < _U64:
         raise InvalidParameterError(f"{name} must be an int in [0, 2**64), got a value out of range.")
     return int(seed)
+
+
+def validate_split(split: Any) -> str:
+    """Check that the split name (part of the noise key) is a str; return it."""
+    if not isinstance(split, str):
+        raise ParameterTypeError(f"split must be a str, got {type(split).__name__}.")
+    return split
+
+
+def validate_stream(stream: Any) -> int:
+    """Check that the noise stream (0, or epoch + 1 for collators) is an int in [0, 2**63); return it."""
+    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < _I63:
+        raise InvalidParameterError(f"stream must be an int in [0, 2**63), got {stream!r}.")
+    return stream
 
 
 def derive_row_seed(seed: int, row_id: int, split: str = "", stream: int = 0) -> int:
@@ -51,10 +65,8 @@ def derive_row_seed(seed: int, row_id: int, split: str = "", stream: int = 0) ->
     validate_seed(seed)
     if isinstance(row_id, bool) or not isinstance(row_id, int) or not 0 <= row_id < _I63:
         raise InvalidParameterError(f"row_id must be an int in [0, 2**63), got {row_id!r}.")
-    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < _I63:
-        raise InvalidParameterError(f"stream must be an int in [0, 2**63), got {stream!r}.")
-    if not isinstance(split, str):
-        raise ParameterTypeError(f"split must be a str, got {type(split).__name__}.")
+    validate_stream(stream)
+    validate_split(split)
     split_utf8 = split.encode("utf-8")
     key = (
         _KEY_PREFIX

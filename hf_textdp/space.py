@@ -228,24 +228,64 @@ def _embedding_param_name(config: Any) -> tuple[str, str]:
     raise TokenizerNotSupportedError("model: could not locate the input-embedding parameter of this architecture.")
 
 
-def _read_safetensors_tensor(folder: Path, names: list[str]) -> torch.Tensor | None:
+# The module holding the input-embedding weight in common architectures (BERT family: word_embeddings,
+# GPT-2: wte, Llama/OPT: embed_tokens, T5: shared, GPT-NeoX: embed_in), to find it without the modelling code.
+_EMBEDDING_MODULES = frozenset({"word_embeddings", "wte", "embed_tokens", "shared", "embed_in"})
+
+
+def _safetensors_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (single file or sharded index); empty if none."""
     from safetensors import safe_open
 
     index = folder / "model.safetensors.index.json"
-    files: list[tuple[Path, str]] = []
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
-        for n in names:
-            if n in weight_map:
-                files.append((folder / weight_map[n], n))
-    elif (folder / "model.safetensors").is_file():
-        files = [(folder / "model.safetensors", n) for n in names]
-    for f, n in files:
-        with safe_open(str(f), framework="pt") as sf:
-            if n in sf.keys():
+        return {str(n): folder / str(f) for n, f in weight_map.items()}
+    single = folder / "model.safetensors"
+    if single.is_file():
+        with safe_open(str(single), framework="pt") as sf:
+            return {str(n): single for n in sf.keys()}
+    return {}
+
+
+def _read_safetensors_tensor(files: dict[str, Path], names: list[str]) -> torch.Tensor | None:
+    from safetensors import safe_open
+
+    for n in names:
+        if n in files:
+            with safe_open(str(files[n]), framework="pt") as sf:
                 tensor: torch.Tensor = sf.get_tensor(n)
                 return tensor
     return None
+
+
+def _known_embedding_name(config: Any, files: dict[str, Path]) -> str | None:
+    """The one stored tensor that is unambiguously the input embedding, found without building a model.
+
+    It must be the ``weight`` of a module in ``_EMBEDDING_MODULES``, the only such tensor, 2-D, with
+    ``config.vocab_size`` rows. Anything else (several candidates, tied copies stored twice, another
+    layout) returns ``None``, and the caller asks a model built on the meta device.
+    """
+    from safetensors import safe_open
+
+    vocab_size = getattr(config, "vocab_size", None)
+    found = [n for n in files if n.endswith(".weight") and n.split(".")[-2] in _EMBEDDING_MODULES]
+    if not isinstance(vocab_size, int) or len(found) != 1:
+        return None
+    with safe_open(str(files[found[0]]), framework="pt") as sf:
+        shape = sf.get_slice(found[0]).get_shape()
+    return found[0] if len(shape) == 2 and shape[0] == vocab_size else None
+
+
+def _embedding_names(config: Any, files: dict[str, Path]) -> list[str]:
+    """Stored names to try for the input-embedding weight, with and without the base-model prefix."""
+    known = _known_embedding_name(config, files)
+    if known is not None:
+        return [known]
+    name, prefix = _embedding_param_name(config)  # imports the modelling code (~1.5 s)
+    if prefix and name.startswith(prefix + "."):
+        return [name, name[len(prefix) + 1 :]]
+    return [name, f"{prefix}.{name}"] if prefix else [name]
 
 
 def load_hf_embeddings(folder: Path) -> torch.Tensor:
@@ -255,13 +295,9 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
     config = AutoConfig.from_pretrained(folder)
     weight: torch.Tensor | None = None
     try:
-        name, prefix = _embedding_param_name(config)
-        names = [name]
-        if prefix and name.startswith(prefix + "."):
-            names.append(name[len(prefix) + 1 :])
-        elif prefix:
-            names.append(f"{prefix}.{name}")
-        weight = _read_safetensors_tensor(folder, names)
+        files = _safetensors_files(folder)
+        if files:
+            weight = _read_safetensors_tensor(files, _embedding_names(config, files))
     except Exception as err:  # noqa: BLE001 - fall back to the full load below
         logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
     if weight is None:

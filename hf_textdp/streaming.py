@@ -31,7 +31,6 @@ it cannot be checked: resume with the same seed to get the output of an uninterr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -43,15 +42,17 @@ from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, Par
 from .pipeline import (
     DEFAULT_SHARD_SIZE,
     FILE_FORMATS,
-    LOCK_NAME,
     MANIFEST_NAME,
+    _sha256_json,
+    lock_work_dir,
+    manifest_mismatch,
     save_output,
     take_over_work_dir,
     totals_from_columns,
     work_dir_for,
 )
 from .privatizer import Privatizer
-from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json, release_lock, try_lock
+from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json, release_lock
 from .utils.logging import get_logger
 
 
@@ -156,10 +157,6 @@ def save_streaming(
     return report
 
 
-def _sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-
-
 class _StreamRun:
     """One :func:`save_streaming` call: the work folder, its manifest, the shards and the assembly."""
 
@@ -203,23 +200,14 @@ class _StreamRun:
 
     @staticmethod
     def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
-        reasons = {
-            "format": "it is not a streaming run (or was written in another work-folder format)",
-            "config_sha256": "its PrivatizerConfig differs from this run's",
-            "space_sha256": "its model's embedding matrix differs from this run's",
-            "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
-            "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
-            "seeded": "it was "
-            + ("seeded" if old.get("seeded") else "unseeded")
-            + " and this run is "
-            + ("seeded" if new["seeded"] else "unseeded"),
-            "output_format": f"it wrote {old.get('output_format')!r}, this run writes {new['output_format']!r}",
-            "splits": "its splits differ from this run's",
-        }
-        for key, reason in reasons.items():
-            if old.get(key) != new[key]:
-                return reason
-        return None
+        return manifest_mismatch(
+            old,
+            new,
+            format_reason="it is not a streaming run (or was written in another work-folder format)",
+            own_reasons={
+                "output_format": f"it wrote {old.get('output_format')!r}, this run writes {new['output_format']!r}"
+            },
+        )
 
     def _finished(self) -> int:
         return sum(self._progress(name)["shards"] for name in self.parts) if self.work.is_dir() else 0
@@ -236,12 +224,7 @@ class _StreamRun:
             )
         new = self.manifest()  # loads the model: a bad model fails before anything is written
         self.work.mkdir(parents=True, exist_ok=True)
-        self._lock = try_lock(self.work / LOCK_NAME)
-        if self._lock is None:
-            raise OutputExistsError(
-                f"output {str(self.output)!r}: another run is writing it (its work folder {str(self.work)!r} is "
-                "locked); wait for it to finish or stop it."
-            )
+        self._lock = lock_work_dir(self.work, self.output)
         try:
             self._take_over(new, resume=resume, overwrite=overwrite)
         except BaseException:

@@ -35,7 +35,7 @@ from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
 from .privatizer import Privatizer
-from .rng import validate_seed
+from .rng import validate_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, resolve_model
 
 
@@ -102,9 +102,7 @@ class PrivateEncoder:
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
         self.config = config
         self.seed = validate_seed(seed)
-        if not isinstance(split, str):
-            raise ParameterTypeError(f"split must be a str, got {type(split).__name__}.")
-        self.split = split
+        self.split = validate_split(split)
         self.stream = stream
         self._source: str | None = None
         self._tokenizer: Any = None
@@ -465,8 +463,7 @@ class PrivateTokenizer:
         split: str = "",
         stream: int = 0,
     ) -> None:
-        if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < _I63:
-            raise InvalidParameterError(f"stream must be an int in [0, 2**63), got {stream!r}.")
+        validate_stream(stream)
         self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=stream)
         if config.postprocess == "vector":
             raise InvalidParameterError(

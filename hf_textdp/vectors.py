@@ -182,9 +182,9 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
             word, nums = s[:cut], s[cut + 1 :]
         else:  # the reference rule for this row; anything irregular goes back to the reference parser
             fields = _SPLIT.split(s)
-            n = len(fields)
-            if n < d + 1 or (n > d + 1 and _is_float(fields[n - d - 1])):
+            if _ragged(fields, d) is not None:
                 return None
+            n = len(fields)
             word, nums = " ".join(fields[: n - d]), " ".join(fields[n - d :])
         row = len(numeric)
         numeric.append(nums)
@@ -225,58 +225,61 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
     return StaticVectors(words, mat64.astype(np.float32), kind, sha, dropped_ws, dropped_dup)
 
 
-def _header(lines: list[str], name: str) -> tuple[int, int | None, int] | None:
-    """(d, word2vec row count or None, 1-based line of the first row), or None for an empty file."""
+def _first_rows(lines: list[str]) -> tuple[list[str] | None, int, list[str] | None]:
+    """Fields of the first non-blank line, its 1-based number, and the fields of the second (or None)."""
     first: list[str] | None = None
     first_no = 0
-    second: list[str] | None = None
     for no, line in enumerate(lines, 1):
         s = line.strip(" \t\r")
         if not s:
             continue
-        if first is None:
-            first, first_no = _SPLIT.split(s), no
-        else:
-            second = _SPLIT.split(s)
-            break
-    if first is None:
-        return None
+        if first is not None:
+            return first, first_no, _SPLIT.split(s)
+        first, first_no = _SPLIT.split(s), no
+    return first, first_no, None
+
+
+def _layout(first: list[str], second: list[str] | None) -> tuple[int, int | None]:
+    """(d, word2vec row count or None): a ``V d`` header counts only when the next row has d numbers.
+
+    d < 1 means the first row holds no number (an error for the reference parser).
+    """
     if len(first) == 2 and _INT.match(first[0]) and _INT.match(first[1]) and int(first[0]) >= 1 and int(first[1]) >= 1:
         d = int(first[1])
         if second is not None and len(second) >= d + 1:
-            return d, int(first[0]), first_no
-    d = len(first) - 1
+            return d, int(first[0])
+    return len(first) - 1, None
+
+
+def _ragged(fields: list[str], d: int) -> str | None:
+    """Why ``fields`` is not a word followed by d numbers (spec §1.3), or None when it is."""
+    n = len(fields)
+    if n < d + 1:
+        return f"ragged row with {n - 1} values, expected {d}"
+    if n > d + 1 and _is_float(fields[n - d - 1]):
+        return f"ragged row with more than {d} values"
+    return None
+
+
+def _header(lines: list[str], name: str) -> tuple[int, int | None, int] | None:
+    """(d, word2vec row count or None, 1-based line of the first row), or None for an empty file."""
+    first, first_no, second = _first_rows(lines)
+    if first is None:
+        return None
+    d, header_v = _layout(first, second)
     if d < 1:
         return None
-    return d, None, first_no
+    return d, header_v, first_no
 
 
 def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
     """The line-by-line parser of spec §1.3: the reference result and every error message."""
-    # (line number, fields) of non-blank lines
-    first: list[str] | None = None
-    first_no = 0
-    second: list[str] | None = None
-    for no, line in enumerate(lines, 1):
-        s = line.strip(" \t\r")
-        if not s:
-            continue
-        if first is None:
-            first, first_no = _SPLIT.split(s), no
-        else:
-            second = _SPLIT.split(s)
-            break
+    first, first_no, second = _first_rows(lines)
     if first is None:
         raise VectorFileError(f"model: {name} holds no vectors (the file is empty).")
-    header_v: int | None = None
-    if len(first) == 2 and _INT.match(first[0]) and _INT.match(first[1]) and int(first[0]) >= 1 and int(first[1]) >= 1:
-        d = int(first[1])
-        if second is not None and len(second) >= d + 1:
-            header_v = int(first[0])
-    if header_v is None:
-        d = len(first) - 1
-        if d < 1:
-            raise VectorFileError(f"model: {name} line {first_no}: expected a word followed by at least one number.")
+    d, header_v = _layout(first, second)
+    if d < 1:
+        raise VectorFileError(f"model: {name} line {first_no}: expected a word followed by at least one number.")
     kind = "word2vec" if header_v is not None else "glove"
     words: list[str] = []
     seen: set[str] = set()
@@ -293,15 +296,10 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
             skip_header = False
             continue
         fields = _SPLIT.split(s)
+        why = _ragged(fields, d)
+        if why is not None:
+            raise VectorFileError(f"model: {name} line {no}: {why} (d from line {first_no}).")
         n = len(fields)
-        if n < d + 1:
-            raise VectorFileError(
-                f"model: {name} line {no}: ragged row with {n - 1} values, expected {d} (d from line {first_no})."
-            )
-        if n > d + 1 and _is_float(fields[n - d - 1]):
-            raise VectorFileError(
-                f"model: {name} line {no}: ragged row with more than {d} values (d from line {first_no})."
-            )
         n_rows += 1
         word = " ".join(fields[: n - d])
         if any(ch.isspace() for ch in word):

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+
+if TYPE_CHECKING:
+    from hf_textdp.space import EmbeddingSpace
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,6 +53,70 @@ def tiny_random_vocab(tmp_path: Path) -> str:
     from tests.utils import tiny_random_vocabulary
 
     return str(tiny_random_vocabulary(tmp_path / "tiny_random.txt"))
+
+
+# --------------------------------------------------------------------------- caches (opt in per module:
+# ``pytestmark = pytest.mark.usefixtures("...")``)
+@pytest.fixture
+def private_textdp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$HF_TEXTDP_CACHE (scale, sensitivity and vector-parse caches) in this test's temporary folder."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HF_TEXTDP_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture(scope="module")
+def module_textdp_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """$HF_TEXTDP_CACHE in one fresh folder for a whole test module."""
+    cache = tmp_path_factory.mktemp("scale_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TEXTDP_CACHE", str(cache))
+        yield cache
+
+
+@pytest.fixture
+def isolated_datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own datasets cache, so nothing leaks between tests or into ~/.cache."""
+    import datasets
+
+    cache = tmp_path / "hf_datasets_cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    return cache
+
+
+# --------------------------------------------------------------------------- spaces
+@pytest.fixture
+def line_space(line_vocab: str) -> EmbeddingSpace:
+    """Audit fixture (A) of spec §11.3: w0..w3 at 0, 1, 2, 3."""
+    from hf_textdp.space import load_space
+
+    return load_space(line_vocab)
+
+
+@pytest.fixture
+def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
+    """Audit fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2))."""
+    from hf_textdp.space import load_space
+
+    return load_space(tiny_random_vocab)
+
+
+@pytest.fixture
+def cluster_space(tmp_path: Path) -> EmbeddingSpace:
+    """Audit fixture (C) of spec §11.3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
+    from hf_textdp.space import load_space
+    from tests.utils import cluster_vocabulary
+
+    return load_space(str(cluster_vocabulary(tmp_path / "cluster.txt")))
+
+
+@pytest.fixture(scope="module")
+def t5(tmp_path_factory: pytest.TempPathFactory, module_textdp_cache: Path) -> EmbeddingSpace:
+    """Spec §9's T5 (rows (0,0), (1,0), (0,1), (3,0), (0,4)) as a GloVe-file space, words t0..t4."""
+    from tests.utils import T5, make_space
+
+    return make_space(tmp_path_factory.mktemp("t5"), T5)
 
 
 def minilm_available() -> bool:

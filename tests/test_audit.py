@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,7 @@ from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.mechanisms.base import AdditiveMechanism, SelectionMechanism
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest, PostprocessStep, list_postprocess
-from hf_textdp.space import EmbeddingSpace, load_space
-from tests.utils import write_vectors
+from hf_textdp.space import EmbeddingSpace
 
 
 ALPHA = 1e-3
@@ -133,22 +131,7 @@ class ExpMechMissingHalf(ExpMech):
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture
-def line_space(line_vocab: str) -> EmbeddingSpace:
-    return load_space(line_vocab)
-
-
-@pytest.fixture
-def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
-    return load_space(tiny_random_vocab)
-
-
-@pytest.fixture
-def cluster_space(tmp_path: Path) -> EmbeddingSpace:
-    """Fixture (C): 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
-    pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
-    path = write_vectors(tmp_path / "cluster.txt", [f"c{i}" for i in range(12)], pts.reshape(-1, 1))
-    return load_space(str(path))
+# line_space (A), tiny_space (B) and cluster_space (C) of spec §11.3 are in conftest.py.
 
 
 def laplace_cdf(z: np.ndarray, eps: float) -> np.ndarray:

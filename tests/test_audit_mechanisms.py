@@ -105,26 +105,7 @@ def run(mech: Mechanism, step: PostprocessStep | None, space: EmbeddingSpace, pa
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture
-def line_space(line_vocab: str) -> EmbeddingSpace:
-    """(A) w0..w3 at 0, 1, 2, 3."""
-    return load_space(line_vocab)
-
-
-@pytest.fixture
-def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
-    """(B) default_rng(0).standard_normal((8, 2))."""
-    return load_space(tiny_random_vocab)
-
-
-@pytest.fixture
-def cluster_space(tmp_path: Path) -> EmbeddingSpace:
-    """(C) 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
-    pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
-    path = write_vectors(tmp_path / "cluster.txt", [f"c{i}" for i in range(12)], pts.reshape(-1, 1))
-    return load_space(str(path))
-
-
+# line_space (A), tiny_space (B) and cluster_space (C) are in conftest.py.
 @pytest.fixture
 def clip_space(tmp_path: Path) -> EmbeddingSpace:
     """(D) raw 1-D values −3, −0.5, 0.5, 3 (audited with clip_norm = 1)."""
@@ -139,11 +120,6 @@ def axis_space(tmp_path: Path) -> EmbeddingSpace:
     E[:, 0] = [-3.0, -0.5, 0.5, 3.0]
     path = write_vectors(tmp_path / "axis.txt", ["a0", "a1", "a2", "a3"], E)
     return load_space(str(path))
-
-
-def _tiny_epsilon(space: EmbeddingSpace) -> float:
-    E64 = space.E.double()
-    return 1.0 / float(torch.linalg.vector_norm(E64[0] - E64[1]))
 
 
 def test_every_registered_mechanism_is_covered() -> None:

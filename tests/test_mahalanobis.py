@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.mechanisms.mahalanobis import Mahalanobis
 from hf_textdp.space import EmbeddingSpace
-from tests.test_tem import T5, make_space
+from tests.utils import T5, make_space, synthetic_space
 
 
 ALPHA = 1e-3
@@ -50,31 +49,7 @@ def reference_matrices(E: np.ndarray, lam: float) -> tuple[np.ndarray, ...]:
     return S, St, M, ev, U @ np.diag(np.sqrt(ev)) @ U.T, U @ np.diag(1 / np.sqrt(ev)) @ U.T
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _scale_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_TEXTDP_CACHE", str(tmp_path_factory.mktemp("scale_cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def t5(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingSpace:
-    return make_space(tmp_path_factory.mktemp("t5"), T5)
-
-
-def synthetic_space(E: np.ndarray) -> EmbeddingSpace:
-    V = E.shape[0]
-    return EmbeddingSpace(
-        model_id="synthetic",
-        kind="glove",
-        candidate_ids=torch.arange(V),
-        E=torch.from_numpy(E.astype(np.float32)),
-        n_rows=V,
-        vocab_size=V,
-        structural_ids=frozenset(),
-        unk_id=None,
-        device=torch.device("cpu"),
-    )
+pytestmark = pytest.mark.usefixtures("module_textdp_cache")  # one fresh $HF_TEXTDP_CACHE per module
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,7 @@ N = 24
 TEXTS = corpus(N, seed=81)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_caches(tmp_path, monkeypatch):
-    import datasets
-
-    cache = tmp_path / "hf_datasets_cache"
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    return cache
+pytestmark = pytest.mark.usefixtures("isolated_datasets_cache")  # each test gets its own datasets cache
 
 
 @pytest.fixture

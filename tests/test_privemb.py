@@ -65,9 +65,7 @@ def t_space(t_path):
     return load_space(t_path)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_textdp_cache")  # $HF_TEXTDP_CACHE under tmp_path
 
 
 def test_registered():

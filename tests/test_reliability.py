@@ -45,15 +45,8 @@ SEED_NEEDLES = [b"918273645", b"36bbbe6d", b"36BBBE6D", SEED.to_bytes(8, "little
 CLI = [sys.executable, "-m", "hf_textdp.cli"]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_caches(tmp_path, monkeypatch):
-    """Each test gets its own datasets cache, so nothing leaks between tests or into ~/.cache."""
-    import datasets
-
-    cache = tmp_path / "hf_datasets_cache"
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
-    return cache
+# each test gets its own datasets cache, so nothing leaks between tests or into ~/.cache
+pytestmark = pytest.mark.usefixtures("isolated_datasets_cache")
 
 
 def _write_jsonl(path: Path, texts: list[Any], **extra: Any) -> Path:
@@ -958,7 +951,7 @@ LEAK_CASES = [
 
 
 @pytest.mark.parametrize(("how", "name", "keep"), [c[1:] for c in LEAK_CASES], ids=[c[0] for c in LEAK_CASES])
-def test_leak_scan(how, name, keep, tiny_bert, tmp_path, monkeypatch, capsys, _isolated_caches):
+def test_leak_scan(how, name, keep, tiny_bert, tmp_path, monkeypatch, capsys, isolated_datasets_cache):
     """Plant canary words and seed 918273645; grep every file the run writes (output, report, work folder,
     datasets cache, HF_TEXTDP_CACHE, logs, stderr). Canaries appear only with keep_original (then they must:
     the scanner can fail); the seed never."""
@@ -1015,9 +1008,9 @@ def test_leak_scan(how, name, keep, tiny_bert, tmp_path, monkeypatch, capsys, _i
     # the input's own datasets cache files hold its text by definition; everything else must not
     own = datasets.load_dataset("json", data_files=str(src), split="train").cache_files
     own_files = [f["filename"] for f in own]
-    roots = [out_root, _isolated_caches, textdp_cache, logs]
+    roots = [out_root, isolated_datasets_cache, textdp_cache, logs]
     hits = _scan(roots, canaries + SEED_NEEDLES, allowed=own_files)
-    assert all(Path(f).is_file() and f.startswith(str(_isolated_caches)) for f in own_files)
+    assert all(Path(f).is_file() and f.startswith(str(isolated_datasets_cache)) for f in own_files)
     assert _scan(own_files, canaries) != {}  # the input cache does hold the canaries (the scan can see them)
     written = sorted(str(p.relative_to(out_root)) for p in out_root.rglob("*") if p.is_file())
     if name.endswith((".jsonl", ".parquet", ".csv")):
@@ -1029,7 +1022,7 @@ def test_leak_scan(how, name, keep, tiny_bert, tmp_path, monkeypatch, capsys, _i
     assert _scan(roots, SEED_NEEDLES) == {}  # the seed: nowhere, ever
     if keep:  # the original text is in the data files (and may be in the cache of a plain map), nowhere else
         data_files = [str(p) for p in output.rglob("*.arrow")] if output.is_dir() else [str(output)]
-        assert {f for f in hits if not f.startswith(str(_isolated_caches))} == set(data_files), hits
+        assert {f for f in hits if not f.startswith(str(isolated_datasets_cache))} == set(data_files), hits
         assert all(set(hits[f]) == set(canaries) for f in data_files)
     else:
         assert hits == {}, hits

@@ -11,7 +11,6 @@ import math
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ import torch
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.santext import Santext, SantextPlus, check_not_input, load_frequencies, sensitive_set
-from hf_textdp.space import EmbeddingSpace
-from tests.test_tem import L12, T5, _MaxNumel, chi2_gof_pvalue, draw, exp_mech_law, make_space, worst_ratio
+from tests.test_tem import L12, _MaxNumel, chi2_gof_pvalue, draw, exp_mech_law, worst_ratio
+from tests.utils import T5, synthetic_space
 
 
 ALPHA = 1e-3
@@ -67,32 +66,7 @@ def plus_law(E: np.ndarray, eps: float, counts: np.ndarray, w: float, p: float) 
     return P
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _scale_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_TEXTDP_CACHE", str(tmp_path_factory.mktemp("scale_cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def t5(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingSpace:
-    return make_space(tmp_path_factory.mktemp("t5"), T5)
-
-
-def synthetic_space(E: np.ndarray) -> EmbeddingSpace:
-    V = E.shape[0]
-    return EmbeddingSpace(
-        model_id="synthetic",
-        kind="glove",
-        candidate_ids=torch.arange(V),
-        E=torch.from_numpy(E.astype(np.float32)),
-        n_rows=V,
-        vocab_size=V,
-        structural_ids=frozenset(),
-        unk_id=None,
-        device=torch.device("cpu"),
-        words=[f"t{i}" for i in range(V)],
-    )
+pytestmark = pytest.mark.usefixtures("module_textdp_cache")  # one fresh $HF_TEXTDP_CACHE per module
 
 
 # --------------------------------------------------------------------------- santext (§9.1)
@@ -190,9 +164,13 @@ def test_santext_memory_v200k():
 
 def test_santext_no_tensor_beyond_batch_times_chunk():
     """V = 200,000: no op in ``sample`` allocates more than B·chunk_size elements (B = 16 tokens)."""
+    from hf_textdp.mechanisms.gumbel_filter import fast_dense_available, filter_operands
+
     V, B, chunk, d = 200_000, 16, 4096, 8
-    space = synthetic_space(np.random.default_rng(9210).standard_normal((V, d)))
+    space = synthetic_space(np.random.default_rng(9210).standard_normal((V, d)), words=True)
     _ = space.index
+    if fast_dense_available(space.index):  # the filtered sampler's operands: built once per index, O(V·d)
+        filter_operands(space.index)
     with _MaxNumel() as mode:
         out = Santext(epsilon=1.0, chunk_size=chunk).sample(
             space, torch.arange(B), torch.Generator().manual_seed(9211)

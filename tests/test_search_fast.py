@@ -31,6 +31,7 @@ from hf_textdp.search import (
     bf16_filter_bound,
 )
 from tests.conftest import minilm_available
+from tests.utils import N_CASES
 
 
 F32 = np.float32
@@ -141,23 +142,6 @@ def test_near_ties_equal_exact_arithmetic(filt: FilterName, k: int) -> None:
     Q = np.concatenate(nudged)
     got = ExactIndex(torch.from_numpy(E), filter=filt).search(torch.from_numpy(Q), k).tolist()
     assert got == exact_knn(Q, E, k)
-
-
-N4_A, N4_B = F32(2.0**-30 * (1 + 2.0**-23)), F32(-(2.0**-30))
-N_CASES = [
-    ("N1-duplicate-rows", np.array([[0, 0], [1, 2], [5, 5], [1, 2]], F32), np.array([[1, 2]], F32), 1, [1]),
-    ("N2-exact-midpoint", np.array([[0, 0, 0], [1, 0, 0], [9, 9, 9]], F32), np.array([[0.5, 0, 0]], F32), 1, [0]),
-    ("N3-top2-tie-origin", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0, 0]], F32), 2, [0, 1]),
-    ("N3-top2-tie-diag", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0.25, 0.25]], F32), 2, [0, 1]),
-    ("N4-float64-wrong", np.array([[0, N4_A], [0, N4_B]], F32), np.array([[1, 0]], F32), 1, [1]),
-    (
-        "N5-fp32-tie",
-        np.array([[21, 39, -62], [21 + 2.0**-19, 39, -62]], F32),
-        np.array([[1066, -1755, 3928]], F32),
-        1,
-        [1],
-    ),
-]
 
 
 @bf16_ok

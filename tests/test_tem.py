@@ -8,8 +8,6 @@ package code). Statistical tests follow spec §11.1: fixed seeds unique per test
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +18,12 @@ from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownO
 from hf_textdp.mechanisms import SelectionMechanism, get_mechanism_class
 from hf_textdp.mechanisms.tem import Tem, tem_beta_for_gamma, tem_gamma
 from hf_textdp.space import EmbeddingSpace, load_space
-from tests.utils import write_vectors
+from tests.utils import T5, make_space, write_vectors
 
 
 ALPHA = 1e-3
 
-# T5 = rows (0,0), (1,0), (0,1), (3,0), (0,4) (ids 0-4); L12 = 0, 1, 2.00, 2.01, ..., 2.09 on a line.
-T5 = np.array([[0, 0], [1, 0], [0, 1], [3, 0], [0, 4]], dtype=np.float64)
+# T5 (tests.utils) = rows (0,0), (1,0), (0,1), (3,0), (0,4) (ids 0-4); L12 = 0, 1, 2.00, 2.01, ..., 2.09 on a line.
 L12 = np.array([[0.0, 0.0], [1.0, 0.0]] + [[2.0 + 0.01 * j, 0.0] for j in range(10)])
 GAMMA_T5_KAT = 2.7725887222  # ε = 2, β = 0.2, V = 5
 GAMMA_T5 = math.log(16.0)  # the same value in closed form (spec §6.6: γ = ln 16)
@@ -93,27 +90,13 @@ def chi2_gof_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
     return float(stats.chisquare(obs, exp).pvalue)
 
 
-def make_space(tmp_dir: Path, E: np.ndarray, name: str = "vocab.txt") -> EmbeddingSpace:
-    path = write_vectors(tmp_dir / name, [f"t{i}" for i in range(len(E))], E)
-    return load_space(str(path))
-
-
 def draw(mech: SelectionMechanism, space: EmbeddingSpace, w: int, n: int, seed: int) -> np.ndarray:
     g = torch.Generator().manual_seed(seed)
     out = mech.sample(space, torch.full((n,), w, dtype=torch.int64), g)
     return np.bincount(out.cpu().numpy(), minlength=space.V)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _scale_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HF_TEXTDP_CACHE", str(tmp_path_factory.mktemp("scale_cache")))
-        yield
-
-
-@pytest.fixture(scope="module")
-def t5(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingSpace:
-    return make_space(tmp_path_factory.mktemp("t5"), T5)
+pytestmark = pytest.mark.usefixtures("module_textdp_cache")  # one fresh $HF_TEXTDP_CACHE per module
 
 
 # --------------------------------------------------------------------------- γ (spec §6.2)
@@ -276,6 +259,7 @@ class _MaxNumel(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore
 @pytest.mark.parametrize("sampler", ["dense", "list"])
 def test_memory_is_batch_times_chunk(sampler):
     """V = 20,000, B = 64, chunk 1,024: no op allocates more than B·chunk elements (never V × V or B × V)."""
+    from hf_textdp.mechanisms.gumbel_filter import fast_dense_available, filter_operands
     from hf_textdp.space import EmbeddingSpace
 
     V, d, B, chunk = 20_000, 8, 64, 1024
@@ -292,6 +276,8 @@ def test_memory_is_batch_times_chunk(sampler):
         device=torch.device("cpu"),
     )
     _ = space.index  # built once per space, outside the measurement
+    if fast_dense_available(space.index):  # so are the filtered dense sampler's operands (O(V·d))
+        filter_operands(space.index)
     mech = Tem(epsilon=1.0, gamma=3.0, sampler=sampler, chunk_size=chunk)
     pos = torch.arange(0, V, V // B)[:B]
     with _MaxNumel() as mode:

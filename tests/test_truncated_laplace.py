@@ -51,9 +51,7 @@ def space16(tmp_path_factory):
     return _space(tmp_path_factory.mktemp("tl16"), 40, 16, 1016)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_textdp_cache")  # $HF_TEXTDP_CACHE under tmp_path
 
 
 def rel(a: float, b: float) -> float:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+
+if TYPE_CHECKING:
+    from hf_textdp.space import EmbeddingSpace
 
 
 WORDS = (
@@ -50,6 +55,64 @@ def tiny_random_vocabulary(path: Path) -> Path:
     """Fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2)) as fp32."""
     E = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
     return write_vectors(path, [f"w{i}" for i in range(8)], E)
+
+
+def cluster_vocabulary(path: Path) -> Path:
+    """Fixture (C) of spec §11.3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
+    pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
+    return write_vectors(path, [f"c{i}" for i in range(12)], pts.reshape(-1, 1))
+
+
+# T5 of spec §9 (tem, santext, mahalanobis known answers): rows (0,0), (1,0), (0,1), (3,0), (0,4), ids 0-4.
+T5 = np.array([[0, 0], [1, 0], [0, 1], [3, 0], [0, 4]], dtype=np.float64)
+
+
+def make_space(tmp_dir: Path, E: np.ndarray, name: str = "vocab.txt") -> EmbeddingSpace:
+    """``load_space`` of E written as a GloVe file with words t0, t1, …"""
+    from hf_textdp.space import load_space
+
+    path = write_vectors(tmp_dir / name, [f"t{i}" for i in range(len(E))], E)
+    return load_space(str(path))
+
+
+def synthetic_space(E: np.ndarray, *, words: bool = False) -> EmbeddingSpace:
+    """An in-memory static space over the rows of E (fp32, CPU), with words t0, t1, … when asked."""
+    import torch
+
+    from hf_textdp.space import EmbeddingSpace
+
+    V = E.shape[0]
+    return EmbeddingSpace(
+        model_id="synthetic",
+        kind="glove",
+        candidate_ids=torch.arange(V),
+        E=torch.from_numpy(E.astype(np.float32)),
+        n_rows=V,
+        vocab_size=V,
+        structural_ids=frozenset(),
+        unk_id=None,
+        device=torch.device("cpu"),
+        words=[f"t{i}" for i in range(V)] if words else None,
+    )
+
+
+# Exact-search near ties N1-N5 (name, E, q, k, expected nearest positions): madlib's and the fast search's tests.
+F32 = np.float32
+N4_A, N4_B = F32(2.0**-30 * (1 + 2.0**-23)), F32(-(2.0**-30))
+N_CASES = [
+    ("N1-duplicate-rows", np.array([[0, 0], [1, 2], [5, 5], [1, 2]], F32), np.array([[1, 2]], F32), 1, [1]),
+    ("N2-exact-midpoint", np.array([[0, 0, 0], [1, 0, 0], [9, 9, 9]], F32), np.array([[0.5, 0, 0]], F32), 1, [0]),
+    ("N3-top2-tie-origin", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0, 0]], F32), 2, [0, 1]),
+    ("N3-top2-tie-diag", np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], F32), np.array([[0.25, 0.25]], F32), 2, [0, 1]),
+    ("N4-float64-wrong", np.array([[0, N4_A], [0, N4_B]], F32), np.array([[1, 0]], F32), 1, [1]),
+    (
+        "N5-fp32-tie",
+        np.array([[21, 39, -62], [21 + 2.0**-19, 39, -62]], F32),
+        np.array([[1066, -1755, 3928]], F32),
+        1,
+        [1],
+    ),
+]
 
 
 def build_tiny_bert(folder: Path, vocab_size: int = 800, hidden: int = 16, seed: int = 0) -> Path:

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,9 @@ __all__ = [
     "load_recipe",
     "run_recipe",
     "run_recipe_file",
+    "run_recipes",
+    "recipe_units",
+    "UnitKey",
     "result_name",
     "SETTINGS",
 ]
@@ -56,6 +59,8 @@ __all__ = [
 logger = get_logger(__name__)
 
 SETTINGS: tuple[str, ...] = ("clean", "train_only", "train_and_test")
+UnitKey = tuple[str, int | None, float | None]
+"""One unit of work: (task, privatizer index, ε); (task, None, None) is the clean baseline."""
 METRICS_DIR = Path(__file__).resolve().parent / "metrics"
 
 
@@ -281,7 +286,13 @@ class _Privatized:
 
 
 def _privatize_task(
-    data: TaskData, spec: PrivatizerSpec, epsilon: float, recipe: Recipe, metrics: _Metrics, seed: int
+    data: TaskData,
+    spec: PrivatizerSpec,
+    epsilon: float,
+    recipe: Recipe,
+    metrics: _Metrics,
+    seed: int,
+    device: str = "cpu",
 ) -> _Privatized:
     from ..accounting import Totals
     from ..config import PrivatizerConfig
@@ -297,6 +308,7 @@ def _privatize_task(
         model=spec.model,
         postprocess=spec.postprocess,
         options=dict(spec.options),
+        device=device,
     )
     t0 = time.perf_counter()
     texts: dict[str, list[str]] = {}
@@ -371,11 +383,24 @@ def run_recipe(
     *,
     resume: bool = True,
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
+    only: Collection[UnitKey] | None = None,
+    plots: bool = True,
 ) -> list[Path]:
     """Run a recipe; write result JSONs, plots and the summary into ``output_dir``.
 
+    Args:
+        device (`str`, defaults to `"cpu"`): where the privatizers run (``"cuda"`` for a GPU). Seeded
+            outputs depend on the device type (spec §6.4), so each result records it.
+        only (`Collection[UnitKey]`, *optional*): run just these units (see :func:`recipe_units`);
+            :func:`run_recipes` uses it to spread a recipe over worker processes.
+        plots (`bool`, defaults to `True`): draw the plots when done.
+
     Returns the paths of the result files (existing ones included when ``resume``).
     """
+    from ..config import parse_device_name
+
+    parse_device_name(device)
     from .encoders import make_encoder
     from .plots import plot_recipe
 
@@ -438,14 +463,27 @@ def run_recipe(
         train_split = "all" if per_fold else "train"
 
         clean_path = out_dir / result_name(spec.name, None, None, "clean")
-        if resume and clean_path.exists():
-            clean_acc = json.loads(clean_path.read_text())["accuracy"]
-        else:
+        wanted = [
+            (i, eps)
+            for i, pspec in enumerate(recipe.privatizers)
+            if pspec.tasks is None or spec.name in pspec.tasks
+            for eps in pspec.epsilons
+            if only is None or (spec.name, i, eps) in only
+        ]
+        if only is not None and not wanted and (spec.name, None, None) not in only:
+            continue
+
+        def clean_accuracy(data: TaskData = data, entry: TaskEntry = entry, clean_path: Path = clean_path) -> float:
+            """The clean baseline's accuracy: read from its file, or computed (and saved) now."""
+            spec = data.spec
+            per_fold = spec.protocol == "cv"
+            if clean_path.exists() and (resume or only is not None and (spec.name, None, None) not in only):
+                return float(json.loads(clean_path.read_text())["accuracy"])
             t = time.perf_counter()
             feats = clean(data)
             res = run_protocol(
                 spec.protocol,
-                feats[train_split],
+                feats["all" if per_fold else "train"],
                 data.labels,
                 {"clean": feats},
                 recipe.classifier,
@@ -463,100 +501,271 @@ def run_recipe(
                 "timing_s": {"total": time.perf_counter() - t},
             }
             _save(clean_path, payload)
-            clean_acc = payload["accuracy"]
-            say(f"{spec.name}: clean {clean_acc:.2f}")
+            say(f"{spec.name}: clean {payload['accuracy']:.2f}")
+            return float(payload["accuracy"])
+
+        # a pooled private unit reads the baseline when it writes its files, by when the clean unit,
+        # run in another worker, has usually saved it
+        clean_acc: float | None = None
+        if only is None or (spec.name, None, None) in only:
+            clean_acc = clean_accuracy()
         written.append(clean_path)
 
-        for pspec in recipe.privatizers:
-            if pspec.tasks is not None and spec.name not in pspec.tasks:
+        for index, epsilon in wanted:
+            pspec = recipe.privatizers[index]
+            paths = {
+                s: out_dir / result_name(spec.name, pspec.name, epsilon, s) for s in ("train_only", "train_and_test")
+            }
+            if resume and all(p.exists() for p in paths.values()):
+                written.extend(paths.values())
                 continue
-            for epsilon in pspec.epsilons:
-                paths = {
-                    s: out_dir / result_name(spec.name, pspec.name, epsilon, s)
-                    for s in ("train_only", "train_and_test")
-                }
-                if resume and all(p.exists() for p in paths.values()):
-                    written.extend(paths.values())
-                    continue
-                seeds = recipe.noise_seeds or (recipe.seed,)
-                runs = []
-                for noise_seed in seeds:
-                    priv = _privatize_task(data, pspec, epsilon, recipe, metrics, noise_seed)
-                    t = time.perf_counter()
-                    feats_priv = _encode_splits(encoder, priv.texts)
-                    t_enc = time.perf_counter() - t
-                    feats = clean(data)
-                    t = time.perf_counter()
-                    tests = {"train_only": feats, "train_and_test": feats_priv}
-                    res = run_protocol(
-                        spec.protocol,
-                        feats_priv[train_split],
-                        data.labels,
-                        tests,
-                        recipe.classifier,
-                        dev=feats_priv.get("dev"),
-                    )
-                    runs.append((noise_seed, priv, res, t_enc, time.perf_counter() - t))
-                    say(
-                        f"{spec.name}: {pspec.name} eps={epsilon:g} "
-                        f"rate={priv.diagnostics['replacement_rate']:.3f} "
-                        f"train_only={100 * np.mean(res.values['train_only']):.2f} "
-                        f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
-                        f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {runs[-1][4]:.0f} s)"
-                    )
-                _, priv, res, _, _ = runs[0]
-                diagnostics = dict(priv.diagnostics)
-                if len(runs) > 1:
-                    rates = [r[1].diagnostics["replacement_rate"] for r in runs]
-                    diagnostics["replacement_rate"] = float(np.mean(rates))
-                    diagnostics["replacement_rate_per_seed"] = rates
-                for setting, path in paths.items():
-                    if len(runs) == 1:
-                        scored = score(res.values[setting], res.n_test, per_fold)
-                    else:
-                        means = [float(np.mean(r[2].values[setting])) for r in runs]
-                        scored = {
-                            "accuracy": 100.0 * float(np.mean(means)),
-                            "accuracy_std": 100.0 * float(np.std(means, ddof=1)),
-                            "accuracy_std_kind": "std_over_noise_seeds",
-                            "values": [100.0 * m for m in means],
-                        }
-                    payload = {
-                        **base(data, entry),
-                        "setting": setting,
-                        "mechanism": pspec.mechanism,
-                        "label": pspec.name,
-                        "postprocess": pspec.postprocess,
-                        "options": dict(pspec.options),
-                        "epsilon": epsilon,
-                        "delta": priv.report.get("delta"),
-                        **scored,
-                        "per_seed": [
-                            {
-                                "noise_seed_index": i,
-                                "accuracy": 100.0 * float(np.mean(r[2].values[setting])),
-                                "values": [100.0 * v for v in r[2].values[setting]],
-                                "replacement_rate": r[1].diagnostics["replacement_rate"],
-                            }
-                            for i, r in enumerate(runs)
-                        ],
-                        "clean_accuracy": clean_acc,
-                        "chosen_c": res.chosen_c,
-                        "privacy": {**_privacy_summary(priv.report), "diagnostics": diagnostics},
-                        "privacy_report": priv.report,
-                        "timing_s": {
-                            "privatize": sum(r[1].seconds for r in runs),
-                            "encode_private": sum(r[3] for r in runs),
-                            "classify": sum(r[4] for r in runs),
-                        },
+            seeds = recipe.noise_seeds or (recipe.seed,)
+            runs = []
+            for noise_seed in seeds:
+                priv = _privatize_task(data, pspec, epsilon, recipe, metrics, noise_seed, device)
+                t = time.perf_counter()
+                feats_priv = _encode_splits(encoder, priv.texts)
+                t_enc = time.perf_counter() - t
+                feats = clean(data)
+                t = time.perf_counter()
+                tests = {"train_only": feats, "train_and_test": feats_priv}
+                res = run_protocol(
+                    spec.protocol,
+                    feats_priv[train_split],
+                    data.labels,
+                    tests,
+                    recipe.classifier,
+                    dev=feats_priv.get("dev"),
+                )
+                runs.append((noise_seed, priv, res, t_enc, time.perf_counter() - t))
+                say(
+                    f"{spec.name}: {pspec.name} eps={epsilon:g} "
+                    f"rate={priv.diagnostics['replacement_rate']:.3f} "
+                    f"train_only={100 * np.mean(res.values['train_only']):.2f} "
+                    f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
+                    f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {runs[-1][4]:.0f} s)"
+                )
+            _, priv, res, _, _ = runs[0]
+            diagnostics = dict(priv.diagnostics)
+            if len(runs) > 1:
+                rates = [r[1].diagnostics["replacement_rate"] for r in runs]
+                diagnostics["replacement_rate"] = float(np.mean(rates))
+                diagnostics["replacement_rate_per_seed"] = rates
+            for setting, path in paths.items():
+                if len(runs) == 1:
+                    scored = score(res.values[setting], res.n_test, per_fold)
+                else:
+                    means = [float(np.mean(r[2].values[setting])) for r in runs]
+                    scored = {
+                        "accuracy": 100.0 * float(np.mean(means)),
+                        "accuracy_std": 100.0 * float(np.std(means, ddof=1)),
+                        "accuracy_std_kind": "std_over_noise_seeds",
+                        "values": [100.0 * m for m in means],
                     }
-                    _save(path, payload)
-                    written.append(path)
-    try:
-        plot_recipe(out_dir)
-    except ImportError:
-        logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
+                payload = {
+                    **base(data, entry),
+                    "setting": setting,
+                    "mechanism": pspec.mechanism,
+                    "label": pspec.name,
+                    "postprocess": pspec.postprocess,
+                    "options": dict(pspec.options),
+                    "epsilon": epsilon,
+                    "delta": priv.report.get("delta"),
+                    **scored,
+                    "per_seed": [
+                        {
+                            "noise_seed_index": i,
+                            "accuracy": 100.0 * float(np.mean(r[2].values[setting])),
+                            "values": [100.0 * v for v in r[2].values[setting]],
+                            "replacement_rate": r[1].diagnostics["replacement_rate"],
+                        }
+                        for i, r in enumerate(runs)
+                    ],
+                    "clean_accuracy": clean_acc if clean_acc is not None else clean_accuracy(),
+                    "chosen_c": res.chosen_c,
+                    "privacy": {**_privacy_summary(priv.report), "diagnostics": diagnostics},
+                    "privacy_report": priv.report,
+                    "device": device.split(":")[0],
+                    "timing_s": {
+                        "privatize": sum(r[1].seconds for r in runs),
+                        "encode_private": sum(r[3] for r in runs),
+                        "classify": sum(r[4] for r in runs),
+                    },
+                }
+                _save(path, payload)
+                written.append(path)
+    if plots:
+        try:
+            plot_recipe(out_dir)
+        except ImportError:
+            logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
     return written
+
+
+def recipe_units(recipe: Recipe, output_dir: str | os.PathLike[str], *, resume: bool = True) -> list[UnitKey]:
+    """The units of a recipe still to run: clean baselines first, then (task, privatizer, ε).
+
+    A private unit writes both settings' files; with ``resume`` the units whose files all exist
+    are left out.
+    """
+    out_dir = Path(output_dir)
+    units: list[UnitKey] = []
+    for entry in recipe.tasks:
+        if not (resume and (out_dir / result_name(entry.name, None, None, "clean")).exists()):
+            units.append((entry.name, None, None))
+    for entry in recipe.tasks:
+        for i, pspec in enumerate(recipe.privatizers):
+            if pspec.tasks is not None and entry.name not in pspec.tasks:
+                continue
+            for eps in pspec.epsilons:
+                files = [out_dir / result_name(entry.name, pspec.name, eps, s) for s in SETTINGS[1:]]
+                if not (resume and all(f.exists() for f in files)):
+                    units.append((entry.name, i, eps))
+    return units
+
+
+# Rough relative cost of a unit (classifier fits dominate): bigger CV tasks and the samplers first,
+# so that a pool of workers is not left waiting on one long unit at the end.
+_TASK_COST = {"mpqa": 6.0, "mr": 5.0, "cr": 2.5, "trec": 2.5, "sst5": 1.0}
+_SLOW_MECHANISMS = {"tem": 2.0, "santext": 2.0, "santext_plus": 2.0}
+
+
+def _unit_cost(recipe: Recipe, unit: UnitKey) -> float:
+    task, index, _ = unit
+    cost = _TASK_COST.get(task, 1.0)
+    if index is not None:
+        cost *= _SLOW_MECHANISMS.get(recipe.privatizers[index].mechanism, 1.0)
+    return cost
+
+
+def _run_unit(recipe_path: str, output_dir: str, unit: UnitKey, device: str) -> list[str]:
+    """Worker body of :func:`run_recipes`: a spawned process with one intra-op thread (the pool is the parallelism)."""
+    import torch
+
+    torch.set_num_threads(1)
+    recipe = load_recipe(recipe_path)
+    written = run_recipe(recipe, output_dir, resume=True, device=device, only={unit}, plots=False)
+    return [str(p) for p in written]
+
+
+def run_recipes(
+    paths: list[str | os.PathLike[str]],
+    output_root: str | os.PathLike[str] = "results",
+    *,
+    jobs: int = 1,
+    device: str = "cpu",
+    resume: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> list[tuple[Path, list[Path]]]:
+    """``hf-textdp evaluate R1 R2 ... --jobs N``: run recipes, spreading their units over N processes.
+
+    The units of all SentEval recipes (:func:`recipe_units`) share one pool of ``jobs`` spawned
+    worker processes: the clean baselines first, then the private units, longest first. Each unit
+    writes its own files atomically, so an interrupted run resumes where it stopped. Fine-tuning
+    recipes run one after the other in this process. A unit that fails does not stop the others;
+    the failures are raised together at the end.
+
+    Returns one (results folder, result files) pair per recipe. The summary table
+    ``output_root/README.md`` is rewritten afterwards.
+    """
+    from ..config import parse_device_name
+
+    parse_device_name(device)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise InvalidParameterError(f"jobs must be an integer >= 1, got {jobs!r}.")
+    if jobs == 1:
+        done = [
+            run_recipe_file(p, output_root, resume=resume, progress=progress, device=device, summary=False)
+            for p in paths
+        ]
+        from .summary import write_summary
+
+        write_summary(Path(output_root))
+        return done
+    say = progress or (lambda msg: logger.info(msg))
+    recipes: list[tuple[Recipe, Path]] = []
+    finetunes: list[str | os.PathLike[str]] = []
+    for p in paths:
+        if _is_finetune(p):
+            finetunes.append(p)
+            continue
+        recipe = load_recipe(p)
+        recipes.append((recipe, Path(output_root) / recipe.folder))
+    # one job per output file set: recipes sharing a results folder share their clean baselines
+    phases: list[list[tuple[float, str, str, UnitKey, str]]] = [[], []]
+    seen: set[tuple[str, str]] = set()
+    for recipe, folder in recipes:
+        folder.mkdir(parents=True, exist_ok=True)
+        for unit in recipe_units(recipe, folder, resume=resume):
+            index = unit[1]
+            label = "clean" if index is None else f"{recipe.privatizers[index].name}@{unit[2]:g}"
+            key = (str(folder), f"{unit[0]}/{label}")
+            if key in seen:
+                continue
+            seen.add(key)
+            job = (_unit_cost(recipe, unit), str(recipe.path), str(folder), unit, label)
+            phases[0 if index is None else 1].append(job)
+    failures: list[str] = []
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    for phase in phases:
+        phase.sort(key=lambda job: -job[0])
+    # clean baselines first (the executor starts jobs in submission order); private units that finish
+    # before their baseline compute it themselves
+    jobs_in_order = phases[0] + phases[1]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {
+            pool.submit(_run_unit, rp, where, unit, device): (where, unit, label)
+            for _, rp, where, unit, label in jobs_in_order
+        }
+        for n, fut in enumerate(as_completed(futures), 1):
+            where, unit, label = futures[fut]
+            name = f"{Path(where).name}: {unit[0]} {label}"
+            err = fut.exception()
+            if err is not None:
+                failures.append(f"{name}: {type(err).__name__}: {err}")
+                say(f"[{n}/{len(futures)}] FAILED {name}: {err}")
+            else:
+                say(f"[{n}/{len(futures)}] done {name}")
+    results: list[tuple[Path, list[Path]]] = []
+    for recipe, folder in recipes:
+        results.append((folder, _result_files(recipe, folder)))
+        try:
+            from .plots import plot_recipe
+
+            plot_recipe(folder)
+        except ImportError:
+            logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
+    for p in finetunes:
+        results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, summary=False))
+    from .summary import write_summary
+
+    write_summary(Path(output_root))
+    if failures:
+        raise RuntimeError(f"{len(failures)} recipe unit(s) failed:\n" + "\n".join(failures))
+    return results
+
+
+def _result_files(recipe: Recipe, folder: Path) -> list[Path]:
+    """The result files of a recipe that exist in ``folder``."""
+    files = []
+    for entry in recipe.tasks:
+        files.append(folder / result_name(entry.name, None, None, "clean"))
+        for pspec in recipe.privatizers:
+            if pspec.tasks is None or entry.name in pspec.tasks:
+                files += [
+                    folder / result_name(entry.name, pspec.name, e, s) for e in pspec.epsilons for s in SETTINGS[1:]
+                ]
+    return [f for f in files if f.exists()]
+
+
+def _is_finetune(path: str | os.PathLike[str]) -> bool:
+    import yaml
+
+    p = Path(path)
+    raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else None
+    return isinstance(raw, dict) and "finetune" in raw
 
 
 def run_recipe_file(
@@ -565,11 +774,13 @@ def run_recipe_file(
     *,
     resume: bool = True,
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
+    summary: bool = True,
 ) -> tuple[Path, list[Path]]:
     """``hf-textdp evaluate``: run a SentEval or fine-tuning recipe into ``output_root/<folder>``.
 
     Returns the recipe's results folder and the result files. The summary table
-    ``output_root/README.md`` is rewritten afterwards.
+    ``output_root/README.md`` is rewritten afterwards (unless ``summary=False``).
     """
     import yaml
 
@@ -591,6 +802,7 @@ def run_recipe_file(
     else:
         recipe = load_recipe(p)
         folder = Path(output_root) / recipe.folder
-        written = run_recipe(recipe, folder, resume=resume, progress=progress)
-    write_summary(Path(output_root))
+        written = run_recipe(recipe, folder, resume=resume, progress=progress, device=device)
+    if summary:
+        write_summary(Path(output_root))
     return folder, written

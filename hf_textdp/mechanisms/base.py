@@ -9,6 +9,7 @@ never changes: a changed privacy behaviour gets a new name (STYLE §1).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -125,3 +126,17 @@ class SelectionMechanism(Mechanism):
     @abc.abstractmethod
     def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """Output positions ``[n]`` for input positions ``[n]`` (one row's tokens, in order)."""
+
+    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
+        """Consecutive groups of rows that :meth:`sample_rows` takes together (default: each row alone).
+
+        Grouping is a speed choice only: each row still draws from its own generator, in its own order
+        (spec §1.6), and its outputs must not depend on the group.
+        """
+        return [[i] for i in range(len(sizes))]
+
+    def sample_rows(
+        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """:meth:`sample` for several rows, row ``i`` with generator ``gens[i]``; equal to calling it per row."""
+        return [self.sample(space, p, g) for p, g in zip(parts, gens, strict=True)]

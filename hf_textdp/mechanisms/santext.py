@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,9 @@ import torch
 from ..accounting import Claim
 from ..errors import InvalidParameterError, ParameterTypeError
 from ..scale import scale_stats
+from ..search import ExactIndex
 from ..validation import check_int, check_open_unit
+from .gumbel_filter import fast_dense_available, group_rows, gumbel_max_rows
 from .tem import Tem, gumbel_max_dense
 
 
@@ -263,6 +265,7 @@ class _PlusState:
     is_sensitive: torch.Tensor  # [V] bool
     n32: torch.Tensor  # [n_S] fp32
     em2t: torch.Tensor  # [d, n_S] fp32
+    index: ExactIndex  # the rows of V_S (filter operands of the fast dense sampler)
     source: dict[str, Any]
 
 
@@ -405,6 +408,7 @@ class SantextPlus(Santext):
             is_sensitive=is_sens,
             n32=index.n32[sens].contiguous(),
             em2t=index.Em2T[:, sens].contiguous(),
+            index=index if S.size == space.V else ExactIndex(space.E[sens], device=dev),
             source=source,
         )
         self._state = st
@@ -424,16 +428,53 @@ class SantextPlus(Santext):
         st = self._prepare(space)
         u = torch.rand(positions.numel(), dtype=torch.float64, generator=g, device=dev)
         sanitise = self.sanitise_mask(u, st.is_sensitive[positions])
-        j = gumbel_max_dense(
-            space.E[positions],
+        x = space.E[positions]
+        if fast_dense_available(st.index):  # same outputs and generator state as the reference (§6.4)
+            j = gumbel_max_rows(
+                [x],
+                [g],
+                st.index,
+                st.n32,
+                st.em2t,
+                scale=self.score_scale(),
+                gamma=math.inf,
+                chunk_size=self.chunk_size,
+            )[0]
+        else:
+            j = gumbel_max_dense(
+                x, st.n32, st.em2t, scale=self.score_scale(), gamma=math.inf, chunk_size=self.chunk_size, g=g
+            )
+        return torch.where(sanitise, st.sensitive[j], positions)
+
+    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
+        if math.isinf(self.epsilon) or not fast_dense_available(self._prepare(space).index):
+            return [[i] for i in range(len(sizes))]
+        return group_rows(sizes, self.GROUP_TOKENS)
+
+    def sample_rows(
+        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """:meth:`sample` for several rows: per row the sanitisation draw, then one filtered pass (§9.2)."""
+        st = self._prepare(space)
+        if math.isinf(self.epsilon) or len(parts) < 2 or not fast_dense_available(st.index):
+            return [self.sample(space, p, g) for p, g in zip(parts, gens, strict=True)]
+        dev = space.E.device
+        pos = [p.to(dev, torch.int64) for p in parts]
+        masks = []
+        for p, g in zip(pos, gens, strict=True):  # each row: its u [n] first, as in sample()
+            u = torch.rand(p.numel(), dtype=torch.float64, generator=g, device=dev)
+            masks.append(self.sanitise_mask(u, st.is_sensitive[p]))
+        js = gumbel_max_rows(
+            [space.E[p] for p in pos],
+            gens,
+            st.index,
             st.n32,
             st.em2t,
             scale=self.score_scale(),
             gamma=math.inf,
             chunk_size=self.chunk_size,
-            g=g,
         )
-        return torch.where(sanitise, st.sensitive[j], positions)
+        return [torch.where(m, st.sensitive[j], p) for m, j, p in zip(masks, js, pos, strict=True)]
 
     # ---------------------------------------------------------------- accounting
     def epsilon0(self, space: EmbeddingSpace) -> float:

@@ -22,7 +22,7 @@ row that stands for every candidate outside the γ-ball and is resolved uniforml
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -33,6 +33,7 @@ from ..scale import scale_stats
 from ..search import exact_fp32_matmul
 from ..validation import check_choice, check_float, check_int, check_open_unit
 from .base import SelectionMechanism
+from .gumbel_filter import fast_dense_available, group_rows, gumbel_max_rows
 
 
 if TYPE_CHECKING:
@@ -97,6 +98,35 @@ def _neg_log_neg_log(u: torch.Tensor) -> torch.Tensor:
     return u.log_().neg_().log_()
 
 
+def _dense_chunk(
+    x: torch.Tensor,
+    x_sq: torch.Tensor,
+    n32: torch.Tensor,
+    em2t: torch.Tensor,
+    c0: int,
+    c1: int,
+    *,
+    scale: float,
+    gamma: float,
+    g: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of the reference dense sampler (spec §6.4): the row maxima and their first indices.
+
+    The only place the normative per-chunk values are computed: :func:`gumbel_max_dense` and the exact
+    fallback of :func:`gumbel_max_rows` both call it, so both see the same bits. Call it inside
+    :func:`~hf_textdp.search.exact_fp32_matmul`.
+    """
+    s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
+    if gamma < math.inf:
+        s.clamp_(max=gamma)
+    s.mul_(-scale)
+    u = torch.rand((x.shape[0], c1 - c0), dtype=torch.float64, generator=g, device=x.device)
+    s.sub_(_neg_log_neg_log(u))
+    del u
+    m, j = s.max(dim=1)  # first index on ties
+    return m, j
+
+
 def gumbel_max_dense(
     x: torch.Tensor,
     n32: torch.Tensor,
@@ -135,14 +165,7 @@ def gumbel_max_dense(
     with exact_fp32_matmul():
         for c0 in range(0, V, chunk_size):
             c1 = min(c0 + chunk_size, V)
-            s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
-            if gamma < math.inf:
-                s.clamp_(max=gamma)
-            s.mul_(-scale)
-            u = torch.rand((B, c1 - c0), dtype=torch.float64, generator=g, device=dev)
-            s.sub_(_neg_log_neg_log(u))
-            del u
-            m, j = s.max(dim=1)  # first index on ties
+            m, j = _dense_chunk(x, x_sq, n32, em2t, c0, c1, scale=scale, gamma=gamma, g=g)
             upd = m > best  # a later chunk wins only on a strictly larger value
             best = torch.where(upd, m, best)
             arg = torch.where(upd, j + c0, arg)
@@ -329,8 +352,50 @@ class Tem(SelectionMechanism):
                 bottom_log_weight=self.bottom_log_weight,
                 bottom_rank=self.bottom_rank,
             )
+        if fast_dense_available(index):  # same outputs and generator state, far fewer distances (§6.4)
+            return gumbel_max_rows(
+                [x],
+                [g],
+                index,
+                index.n32,
+                index.Em2T,
+                scale=self.score_scale(),
+                gamma=gamma,
+                chunk_size=self.chunk_size,
+            )[0]
         return gumbel_max_dense(
             x, index.n32, index.Em2T, scale=self.score_scale(), gamma=gamma, chunk_size=self.chunk_size, g=g
+        )
+
+    #: tokens per row group of the filtered dense sampler (one bf16 product per chunk for the group)
+    GROUP_TOKENS: ClassVar[int] = 256
+
+    def _fast(self, space: EmbeddingSpace) -> bool:
+        return self.sampler == "dense" and not math.isinf(self.epsilon) and fast_dense_available(space.index)
+
+    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
+        """Consecutive rows up to :attr:`GROUP_TOKENS` tokens per group when the filtered sampler runs."""
+        if not self._fast(space):
+            return super().row_groups(space, sizes)
+        return group_rows(sizes, self.GROUP_TOKENS)
+
+    def sample_rows(
+        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """:meth:`sample` for several rows with one filtered pass (spec §6.4; outputs equal per row)."""
+        if not self._fast(space) or len(parts) < 2:
+            return super().sample_rows(space, parts, gens)
+        index = space.index
+        xs = [space.E[p.to(space.E.device, torch.int64)] for p in parts]
+        return gumbel_max_rows(
+            xs,
+            gens,
+            index,
+            index.n32,
+            index.Em2T,
+            scale=self.score_scale(),
+            gamma=self.gamma_for(space.V),
+            chunk_size=self.chunk_size,
         )
 
     # ---------------------------------------------------------------- accounting

@@ -1,0 +1,44 @@
+"""The public surface of ``hf_textdp`` loads lazily and stays what it was (DESIGN §4, cold start)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import hf_textdp
+
+
+def test_every_public_name_resolves_to_its_definition():
+    from hf_textdp.accounting import privacy_report
+    from hf_textdp.audit import audit
+    from hf_textdp.calibrate import calibrate
+    from hf_textdp.privatizer import Privatizer
+
+    assert hf_textdp.audit is audit and hf_textdp.calibrate is calibrate  # functions, not the submodules
+    assert hf_textdp.Privatizer is Privatizer and hf_textdp.privacy_report is privacy_report
+    for name in hf_textdp.__all__:
+        assert getattr(hf_textdp, name).__name__ == name
+    assert set(hf_textdp.__all__) <= set(dir(hf_textdp))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        hf_textdp.nothing_here  # noqa: B018
+
+
+def test_importing_the_package_and_the_cli_stays_light():
+    """``import hf_textdp.cli`` pulls in neither scipy.stats, torch, transformers nor datasets."""
+    code = (
+        "import sys, hf_textdp, hf_textdp.cli; "
+        "print(sorted(m for m in ('scipy.stats', 'torch', 'transformers', 'datasets') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_submodule_import_keeps_the_function_names():
+    code = (
+        "import hf_textdp.audit, hf_textdp.calibrate, hf_textdp; "
+        "print(callable(hf_textdp.audit), callable(hf_textdp.calibrate), type(hf_textdp.audit).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True", "function"]
