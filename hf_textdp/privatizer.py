@@ -396,17 +396,35 @@ class Privatizer:
         result[self.text_column] = ["" for _ in range(n)]
         return result
 
-    def _release(self, positions: list[torch.Tensor], row_ids: list[int]) -> list[torch.Tensor]:
+    def release_positions(
+        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
+    ) -> list[torch.Tensor]:
+        """Privatize already-classified tokens: each row's positions in the candidate set C.
+
+        The entry point for tokenizers and collators that tokenize themselves: row ``i``'s positions
+        ``positions[i]`` (int64, into ``space.candidate_ids``) are released with row ``row_ids[i]``'s
+        generator of ``stream`` (default: this privatizer's), exactly as :meth:`privatize` releases
+        a row's candidate tokens. Returns one result per row: positions ``[n_i]`` (or vectors for
+        ``postprocess="vector"``), on CPU. Accounting of the release is the caller's.
+        """
+        self._ensure()
+        if stream is not None:
+            validate_stream(stream)
+        return self._release(list(positions), list(row_ids), self.stream if stream is None else stream)
+
+    def _release(self, positions: list[torch.Tensor], row_ids: list[int], stream: int) -> list[torch.Tensor]:
         """Run the mechanism (and post-processing) for each row's candidate positions; one result per row."""
         sizes = [int(p.numel()) for p in positions]
         flat = (
             torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
         )
-        res = self._release_flat(flat, sizes, row_ids)
+        res = self._release_flat(flat, sizes, row_ids, stream)
         empty = torch.empty(0, dtype=torch.int64)
         return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
 
-    def _release_flat(self, positions: torch.Tensor, sizes: list[int], row_ids: list[int]) -> torch.Tensor:
+    def _release_flat(
+        self, positions: torch.Tensor, sizes: list[int], row_ids: list[int], stream: int | None = None
+    ) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
 
         One generator per row with candidates, one mechanism call per row (the row's draws, in position
@@ -419,7 +437,8 @@ class Privatizer:
         active = [i for i, n in enumerate(sizes) if n]
         if not active:
             return torch.empty(0, dtype=torch.int64)
-        gens = [row_generator(self.seed, row_ids[i], self.split, self.stream, device) for i in active]
+        stream = self.stream if stream is None else stream
+        gens = [row_generator(self.seed, row_ids[i], self.split, stream, device) for i in active]
         act_sizes = [sizes[i] for i in active]
         parts = torch.split(positions, act_sizes)
         if isinstance(mech, SelectionMechanism):

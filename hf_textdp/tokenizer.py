@@ -302,13 +302,9 @@ class PrivateEncoder:
             sel = cls == CANDIDATE
             priv_pos.append(kept[i][sel])
             cand_pos.append(torch.from_numpy(cpos[sel]))
-        priv = self.privatizer
-        old_stream = priv.stream
-        priv.stream = self.stream if stream is None else stream
-        try:
-            released = priv._release(cand_pos, ids_list)
-        finally:
-            priv.stream = old_stream
+        released = self.privatizer.release_positions(
+            cand_pos, ids_list, stream=self.stream if stream is None else stream
+        )
 
         cand_ids = space.candidate_ids.numpy()
         new_whole: list[np.ndarray] = []

@@ -277,3 +277,29 @@ def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkey
     third = ds.map(Privatizer(cfg), batched=True, with_indices=True)
     assert calls["n"] > n_first, "an unseeded rerun must draw fresh noise"
     assert third.cache_files != first.cache_files
+
+
+def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
+    """The public entry point of tokenizers/collators gives what privatize() gives for the same row and stream."""
+    cfg = PrivatizerConfig(epsilon=5.0, model=tiny_bert)
+    texts = [" ".join(corpus(12, seed=s)) for s in (3, 4)]
+    priv = Privatizer(cfg, seed=11)
+    out = _columns(priv, texts, [7, 9])["input_ids"]
+    from hf_textdp.tokens import make_tokens
+
+    space = priv.space
+    positions, expected = [], []
+    for enc, ids in zip(make_tokens(space).encode(texts), out, strict=True):
+        cls, pos = space.classify(np.asarray(enc.ids, dtype=np.int64))
+        _, new_pos = space.classify(np.asarray(ids, dtype=np.int64))
+        positions.append(torch.from_numpy(pos[cls == CANDIDATE]))
+        expected.append(new_pos[cls == CANDIDATE].tolist())
+    got = priv.release_positions(positions, [7, 9])
+    assert [g.tolist() for g in got] == expected and any(
+        e != p.tolist() for e, p in zip(expected, positions, strict=True)
+    )
+    other = Privatizer(cfg, seed=11, stream=1).release_positions(positions, [7, 9])
+    assert [g.tolist() for g in priv.release_positions(positions, [7, 9], stream=1)] == [o.tolist() for o in other]
+    assert priv.stream == 0  # the override does not change the privatizer
+    with pytest.raises(InvalidParameterError, match="stream"):
+        priv.release_positions(positions, [7, 9], stream=-1)
