@@ -428,23 +428,30 @@ class SantextPlus(Santext):
         st = self._prepare(space)
         u = torch.rand(positions.numel(), dtype=torch.float64, generator=g, device=dev)
         sanitise = self.sanitise_mask(u, st.is_sensitive[positions])
-        x = space.E[positions]
-        if fast_dense_available(st.index):  # same outputs and generator state as the reference (§6.4)
-            j = gumbel_max_rows(
-                [x],
-                [g],
+        j = self._dense_pass(st, [space.E[positions]], [g])[0]
+        return torch.where(sanitise, st.sensitive[j], positions)
+
+    def _dense_pass(
+        self, st: _PlusState, xs: list[torch.Tensor], gens: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """The §6.4 dense Gumbel pass over V_S, one row per generator (filtered where available: same outputs)."""
+        if fast_dense_available(st.index):
+            return gumbel_max_rows(
+                xs,
+                gens,
                 st.index,
                 st.n32,
                 st.em2t,
                 scale=self.score_scale(),
                 gamma=math.inf,
                 chunk_size=self.chunk_size,
-            )[0]
-        else:
-            j = gumbel_max_dense(
+            )
+        return [
+            gumbel_max_dense(
                 x, st.n32, st.em2t, scale=self.score_scale(), gamma=math.inf, chunk_size=self.chunk_size, g=g
             )
-        return torch.where(sanitise, st.sensitive[j], positions)
+            for x, g in zip(xs, gens, strict=True)
+        ]
 
     def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
         if math.isinf(self.epsilon) or not fast_dense_available(self._prepare(space).index):
@@ -464,16 +471,7 @@ class SantextPlus(Santext):
         for p, g in zip(pos, gens, strict=True):  # each row: its u [n] first, as in sample()
             u = torch.rand(p.numel(), dtype=torch.float64, generator=g, device=dev)
             masks.append(self.sanitise_mask(u, st.is_sensitive[p]))
-        js = gumbel_max_rows(
-            [space.E[p] for p in pos],
-            gens,
-            st.index,
-            st.n32,
-            st.em2t,
-            scale=self.score_scale(),
-            gamma=math.inf,
-            chunk_size=self.chunk_size,
-        )
+        js = self._dense_pass(st, [space.E[p] for p in pos], gens)
         return [torch.where(m, st.sensitive[j], p) for m, j, p in zip(masks, js, pos, strict=True)]
 
     # ---------------------------------------------------------------- accounting
