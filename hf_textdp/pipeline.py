@@ -422,7 +422,67 @@ def take_over_work_dir(
     atomic_write_text(work / MANIFEST_NAME, dumps_json(new))
 
 
-class _ShardedRun:
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or ``None`` when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class WorkFolderRun:
+    """What the in-memory and the streaming sharded writers share: the locked work folder beside
+    ``output``, whose manifest decides whether a partial run is resumed, refused or cleared
+    (:func:`take_over_work_dir`), and its removal when the run ends.
+
+    Subclasses set ``output`` and ``work`` and give :meth:`manifest`, :meth:`_mismatch` and
+    :meth:`_finished`.
+    """
+
+    output: Path
+    work: Path
+    _lock: int | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        raise NotImplementedError
+
+    def _finished(self) -> int:
+        raise NotImplementedError
+
+    def _refusal(self, old: dict[str, Any]) -> str | None:
+        """Why a partial run whose manifest matches cannot be continued anyway (default: it can)."""
+        return None
+
+    def _lock_and_take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
+        """Lock the existing work folder, then resume, refuse or clear what is in it; unlock on failure."""
+        self._lock = lock_work_dir(self.work, self.output)
+        try:
+            old = read_json_object(self.work / MANIFEST_NAME)
+            reason = None if old is None else (self._mismatch(old, new) or self._refusal(old))
+            take_over_work_dir(
+                self.work, self.output, new, old, reason, self._finished, resume=resume, overwrite=overwrite
+            )
+        except BaseException:
+            release_lock(self._lock)
+            self._lock = None
+            raise
+
+    def close(self, *, keep: bool) -> None:
+        """Release the lock; remove the work folder unless ``keep`` and it holds finished shards to resume."""
+        try:
+            if not keep or self._finished() == 0:
+                shutil.rmtree(self.work, ignore_errors=True)
+        finally:
+            release_lock(self._lock)
+            self._lock = None
+
+
+class _ShardedRun(WorkFolderRun):
     """One ``privatize_dataset(..., output_dir=...)`` call over in-memory or memory-mapped splits."""
 
     def __init__(
@@ -448,7 +508,6 @@ class _ShardedRun:
         self.shard_size = shard_size
         self.batch_size = batch_size
         self.num_proc = num_proc
-        self._lock: int | None = None
 
     # ---------------------------------------------------------------- the manifest
     def manifest(self) -> dict[str, Any]:
@@ -502,36 +561,7 @@ class _ShardedRun:
         new = self.manifest()
         self.work.parent.mkdir(parents=True, exist_ok=True)
         self.work.mkdir(exist_ok=True)
-        self._lock = lock_work_dir(self.work, self.output)
-        try:
-            self._take_over(new, resume=resume, overwrite=overwrite)
-        except BaseException:
-            release_lock(self._lock)
-            self._lock = None
-            raise
-
-    def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
-        old = self._read_manifest()
-        reason = None if old is None else self._mismatch(old, new)
-        take_over_work_dir(
-            self.work, self.output, new, old, reason, self._finished, resume=resume, overwrite=overwrite
-        )
-
-    def _read_manifest(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads((self.work / MANIFEST_NAME).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def close(self, *, keep: bool) -> None:
-        """Release the lock; remove the work folder unless ``keep`` and it holds finished shards to resume."""
-        try:
-            if not keep or self._finished() == 0:
-                shutil.rmtree(self.work, ignore_errors=True)
-        finally:
-            release_lock(self._lock)
-            self._lock = None
+        self._lock_and_take_over(new, resume=resume, overwrite=overwrite)
 
     # ---------------------------------------------------------------- the work
     def compute(self) -> None:

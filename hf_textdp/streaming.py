@@ -31,9 +31,7 @@ it cannot be checked: resume with the same seed to get the output of an uninterr
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +41,16 @@ from .pipeline import (
     DEFAULT_SHARD_SIZE,
     FILE_FORMATS,
     MANIFEST_NAME,
+    WorkFolderRun,
     _sha256_json,
-    lock_work_dir,
     manifest_mismatch,
+    read_json_object,
     save_output,
-    take_over_work_dir,
     totals_from_columns,
     work_dir_for,
 )
 from .privatizer import Privatizer
-from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json, release_lock
+from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json
 from .utils.logging import get_logger
 
 
@@ -157,7 +155,7 @@ def save_streaming(
     return report
 
 
-class _StreamRun:
+class _StreamRun(WorkFolderRun):
     """One :func:`save_streaming` call: the work folder, its manifest, the shards and the assembly."""
 
     def __init__(
@@ -180,7 +178,6 @@ class _StreamRun:
         # postprocess="vector" releases no input_ids to count token classes from: its report counts what the
         # privatizers saw in this process, so such a run cannot be continued by another process.
         self.resumable = first.config.postprocess != "vector"
-        self._lock: int | None = None
         self._run_totals: dict[str, Totals] = {}
 
     # ---------------------------------------------------------------- the manifest
@@ -224,48 +221,21 @@ class _StreamRun:
             )
         new = self.manifest()  # loads the model: a bad model fails before anything is written
         self.work.mkdir(parents=True, exist_ok=True)
-        self._lock = lock_work_dir(self.work, self.output)
-        try:
-            self._take_over(new, resume=resume, overwrite=overwrite)
-        except BaseException:
-            release_lock(self._lock)
-            self._lock = None
-            raise
+        self._lock_and_take_over(new, resume=resume, overwrite=overwrite)
 
-    def _take_over(self, new: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
-        old = self._read_json(self.work / MANIFEST_NAME)
-        reason = None if old is None else self._mismatch(old, new)
-        if old is not None and reason is None and not self.resumable and self._finished():
-            reason = "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
-        take_over_work_dir(
-            self.work, self.output, new, old, reason, self._finished, resume=resume, overwrite=overwrite
-        )
-
-    @staticmethod
-    def _read_json(path: Path) -> dict[str, Any] | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+    def _refusal(self, old: dict[str, Any]) -> str | None:
+        if not self.resumable and self._finished():
+            return "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
+        return None
 
     def _progress(self, name: str) -> dict[str, Any]:
-        data = self._read_json(self.work / self.folders[name] / PROGRESS_NAME)
+        data = read_json_object(self.work / self.folders[name] / PROGRESS_NAME)
         if data is None or not isinstance(data.get("shards"), int):
             return {"shards": 0, "rows": 0, "state": None, "done": False}
         return data
 
     def _shard_path(self, name: str, k: int) -> Path:
         return self.work / self.folders[name] / f"shard-{k:05d}.arrow"
-
-    def close(self, *, keep: bool) -> None:
-        """Release the lock; remove the work folder unless ``keep`` and it holds finished shards."""
-        try:
-            if not keep or self._finished() == 0:
-                shutil.rmtree(self.work, ignore_errors=True)
-        finally:
-            release_lock(self._lock)
-            self._lock = None
 
     # ---------------------------------------------------------------- the work
     def compute(self) -> None:
