@@ -402,7 +402,6 @@ def run_recipe(
 
     parse_device_name(device)
     from .encoders import make_encoder
-    from .plots import plot_recipe
 
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -595,11 +594,18 @@ def run_recipe(
                 _save(path, payload)
                 written.append(path)
     if plots:
-        try:
-            plot_recipe(out_dir)
-        except ImportError:
-            logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
+        _plot(out_dir)
     return written
+
+
+def _plot(folder: Path) -> None:
+    """The plots of a results folder; a warning instead when matplotlib is missing."""
+    try:
+        from .plots import plot_recipe
+
+        plot_recipe(folder)
+    except ImportError:
+        logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
 
 
 def recipe_units(recipe: Recipe, output_dir: str | os.PathLike[str], *, resume: bool = True) -> list[UnitKey]:
@@ -686,7 +692,7 @@ def run_recipes(
     recipes: list[tuple[Recipe, Path]] = []
     finetunes: list[str | os.PathLike[str]] = []
     for p in paths:
-        if _is_finetune(p):
+        if _finetune_raw(p) is not None:
             finetunes.append(p)
             continue
         recipe = load_recipe(p)
@@ -731,12 +737,7 @@ def run_recipes(
     results: list[tuple[Path, list[Path]]] = []
     for recipe, folder in recipes:
         results.append((folder, _result_files(recipe, folder)))
-        try:
-            from .plots import plot_recipe
-
-            plot_recipe(folder)
-        except ImportError:
-            logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
+        _plot(folder)
     for p in finetunes:
         results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, summary=False))
     from .summary import write_summary
@@ -760,12 +761,13 @@ def _result_files(recipe: Recipe, folder: Path) -> list[Path]:
     return [f for f in files if f.exists()]
 
 
-def _is_finetune(path: str | os.PathLike[str]) -> bool:
+def _finetune_raw(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The parsed YAML of a fine-tuning recipe (one with a ``finetune`` key); ``None`` for anything else."""
     import yaml
 
     p = Path(path)
     raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else None
-    return isinstance(raw, dict) and "finetune" in raw
+    return raw if isinstance(raw, dict) and "finetune" in raw else None
 
 
 def run_recipe_file(
@@ -782,23 +784,16 @@ def run_recipe_file(
     Returns the recipe's results folder and the result files. The summary table
     ``output_root/README.md`` is rewritten afterwards (unless ``summary=False``).
     """
-    import yaml
-
     from .summary import write_summary
 
     p = Path(path)
-    raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else None
-    if isinstance(raw, dict) and "finetune" in raw:
+    raw = _finetune_raw(p)
+    if raw is not None:
         from .finetune import run_finetune
 
         folder = Path(output_root) / str(raw.get("results_folder") or raw.get("name") or p.stem)
         written = run_finetune(raw, folder, recipe_path=p, progress=progress)
-        try:
-            from .plots import plot_recipe
-
-            plot_recipe(folder)
-        except ImportError:
-            pass
+        _plot(folder)
     else:
         recipe = load_recipe(p)
         folder = Path(output_root) / recipe.folder
