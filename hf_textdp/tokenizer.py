@@ -103,7 +103,7 @@ class PrivateEncoder:
         self.config = config
         self.seed = validate_seed(seed)
         self.split = validate_split(split)
-        self.stream = stream
+        self.stream = validate_stream(stream)
         self._source: str | None = None
         self._tokenizer: Any = None
         self._given = False  # a tokenizer object from the caller travels in the pickle; a path or None does not
@@ -459,7 +459,6 @@ class PrivateTokenizer:
         split: str = "",
         stream: int = 0,
     ) -> None:
-        validate_stream(stream)
         self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=stream)
         if config.postprocess == "vector":
             raise InvalidParameterError(

@@ -168,6 +168,16 @@ def test_unseeded_calls_draw_fresh_noise(tiny_bert):
     assert ptok(text)["input_ids"] != ptok(text)["input_ids"]
 
 
+@pytest.mark.parametrize("stream", [-1, True, 2**63, "0"])
+def test_bad_stream_refused_by_tokenizer_and_encoder(tiny_bert, stream):
+    from hf_textdp.tokenizer import PrivateEncoder
+
+    cfg = PrivatizerConfig(epsilon=1.0, model=tiny_bert)
+    for build in (PrivateTokenizer, PrivateEncoder):
+        with pytest.raises(InvalidParameterError, match=r"stream must be an int in \[0, 2\*\*63\)"):
+            build(None, cfg, stream=stream)
+
+
 @pytest.mark.parametrize(
     "build, error, match",
     [
