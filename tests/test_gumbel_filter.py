@@ -7,6 +7,7 @@ generator in the same state; ``rank_select_knn`` must give ``rank_select``'s can
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,11 +15,32 @@ import torch
 import hf_textdp.mechanisms.gumbel_filter as gf
 from hf_textdp.mechanisms.gumbel_filter import group_rows, gumbel_max_rows
 from hf_textdp.mechanisms.tem import Tem, gumbel_max_dense
+from hf_textdp.mt19937 import mirror_available
 from hf_textdp.postprocess import rank_select, rank_select_knn
 from hf_textdp.search import ExactIndex, _bf16_model_ok
 
 
 pytestmark = pytest.mark.skipif(not _bf16_model_ok(), reason="no bf16 product with the model of the filter bound")
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def scan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Both scans of the filter: fused compiled kernels (numba) and torch ops; same outputs required."""
+    if request.param == "torch":
+        monkeypatch.setattr(gf, "mirror_available", lambda: False)
+    elif not mirror_available():
+        pytest.skip("numba is not installed")
+    ran: list[str] = []
+    for name in ("_scan_compiled", "_scan_torch"):
+        orig = getattr(gf, name)
+
+        def spy(*args: object, _orig: object = orig, _name: str = name) -> object:
+            ran.append(_name)
+            return _orig(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(gf, name, spy)
+    yield request.param
+    assert ran and set(ran) == {f"_scan_{request.param}"}, ran
 
 
 def _matrix(kind: str, V: int, d: int, g: torch.Generator) -> torch.Tensor:
@@ -53,13 +75,13 @@ def _compare(E: torch.Tensor, scale: float, gamma: float, chunk: int, sizes: lis
     ("scale", "gamma", "chunk"),
     [(5.0, math.inf, 4096), (0.5, math.inf, 97), (20.0, 0.4, 300), (1e4, math.inf, 1000), (3.0, 0.0, 512)],
 )
-def test_filtered_sampler_equals_reference(kind: str, scale: float, gamma: float, chunk: int) -> None:
+def test_filtered_sampler_equals_reference(kind: str, scale: float, gamma: float, chunk: int, scan: str) -> None:
     g = torch.Generator().manual_seed(7)
     E = _matrix(kind, 1500, 12, g)
     _compare(E, scale, gamma, chunk, [5, 1, 17, 0, 3], seed=3)
 
 
-def test_exact_fallback_runs_and_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exact_fallback_runs_and_agrees(monkeypatch: pytest.MonkeyPatch, scan: str) -> None:
     calls = []
     orig = gf._exact_fallback
 
@@ -73,7 +95,7 @@ def test_exact_fallback_runs_and_agrees(monkeypatch: pytest.MonkeyPatch) -> None
     assert calls, "the test matrix should make some intervals overlap"
 
 
-def test_rows_do_not_depend_on_their_group() -> None:
+def test_rows_do_not_depend_on_their_group(scan: str) -> None:
     E = _matrix("gauss", 2000, 16, torch.Generator().manual_seed(2))
     index = ExactIndex(E)
     xs = [E[:9], E[100:103], E[500:530]]
@@ -89,13 +111,34 @@ def test_rows_do_not_depend_on_their_group() -> None:
         assert torch.equal(alone, together[i])
 
 
+@pytest.mark.parametrize("scale", [5.0, 40.0])
+def test_many_tokens_and_small_buffers(monkeypatch: pytest.MonkeyPatch, scan: str, scale: float) -> None:
+    """Hundreds of tokens per row, candidate buffers forced to grow mid-chunk, odd word offsets."""
+    monkeypatch.setattr(gf, "CAP_PER_TOKEN", 0)
+    E = _matrix("gauss", 3000, 24, torch.Generator().manual_seed(12))
+    index = ExactIndex(E, filter="fp32")
+    xs = [E[torch.randint(0, 3000, (n,), generator=torch.Generator().manual_seed(n))] for n in (150, 90)]
+    ref_g = [torch.Generator().manual_seed(40 + i) for i in range(2)]
+    new_g = [torch.Generator().manual_seed(40 + i) for i in range(2)]
+    for g in (ref_g[1], new_g[1]):
+        torch.randint(0, 5, (3,), generator=g)  # 3 words: the row's pairs start at an odd word
+    ref = [
+        gumbel_max_dense(x, index.n32, index.Em2T, scale=scale, gamma=math.inf, chunk_size=700, g=g)
+        for x, g in zip(xs, ref_g, strict=True)
+    ]
+    got = gumbel_max_rows(xs, new_g, index, index.n32, index.Em2T, scale=scale, gamma=math.inf, chunk_size=700)
+    for a, b, g1, g2 in zip(ref, got, ref_g, new_g, strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(g1.get_state(), g2.get_state())
+
+
 def test_group_rows() -> None:
     assert group_rows([3, 4, 0, 9, 2], 8) == [[0, 1, 2], [3], [4]]
     assert group_rows([], 8) == []
     assert sum(group_rows([1] * 1000, 256), []) == list(range(1000))
 
 
-def test_tem_sample_rows_equals_sample() -> None:
+def test_tem_sample_rows_equals_sample(scan: str) -> None:
     from tests.utils import synthetic_space
 
     space = synthetic_space(_matrix("gauss", 600, 8, torch.Generator().manual_seed(4)).numpy())

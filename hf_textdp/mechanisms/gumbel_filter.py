@@ -36,11 +36,13 @@ the block layout. Memory is O(B·chunk) per row group; no V × V.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
+from ..mt19937 import TorchMT, kernels, mirror_available
 from ..search import U32, U64, UBF16, bf16_filter_available, bf16_filter_bound, exact_fp32_matmul
 
 
@@ -52,6 +54,10 @@ __all__ = ["gumbel_max_rows", "fast_dense_available", "filter_operands", "group_
 
 #: columns per strided block of the block pass
 BLOCK = 64
+#: the filter product's rows are padded to a multiple of this
+PAD_ROWS = 32
+#: initial candidate slots per token of the compiled scan (the buffers grow when needed)
+CAP_PER_TOKEN = 64
 _REL = 2.0**-51  # relative slack for the float64 roundings of a and s (several u₆₄)
 
 
@@ -140,6 +146,155 @@ def _refined(
     return -d_hi - ell - b.kappa, -d_lo - ell + b.kappa
 
 
+#: the generator state of row r before chunk k, as ``get_state()`` returns it
+StateAt = Callable[[int, int], torch.Tensor]
+_Scan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, StateAt]
+
+
+def _scan_torch(
+    gens: list[torch.Generator],
+    row_start: list[int],
+    tok_row: torch.Tensor,
+    qa: torch.Tensor,
+    a_t: torch.Tensor,
+    c_lo: torch.Tensor,
+    c_hi: torch.Tensor,
+    bnd: _Bounds,
+    starts: list[int],
+    V: int,
+    chunk_size: int,
+) -> _Scan:
+    """Steps 1–2 with torch ops: each row's ``uniform_`` per chunk, then the block and column passes.
+
+    Returns T, the kept (token, column, hi, ℓ) and the generator states before each chunk.
+    """
+    N = tok_row.shape[0]
+    T = torch.full((N,), -math.inf, dtype=torch.float64)
+    kt = torch.empty(0, dtype=torch.int64)
+    kc = torch.empty(0, dtype=torch.int64)
+    kh = torch.empty(0, dtype=torch.float64)
+    ke = torch.empty(0, dtype=torch.float64)
+    states: list[list[torch.Tensor]] = [[] for _ in gens]
+    ar = torch.arange(N)
+    c_lo2, c_hi2 = c_lo[:, None], c_hi[:, None]
+    for c0 in starts:
+        c1 = min(c0 + chunk_size, V)
+        c = c1 - c0
+        u = torch.empty((N, c), dtype=torch.float64)
+        for r, g in enumerate(gens):  # each row's rand(B_i, c), written in place (same draws as torch.rand)
+            states[r].append(g.get_state())
+            u[row_start[r] : row_start[r + 1]].uniform_(0.0, 1.0, generator=g)
+        p32 = torch.mm(qa, a_t[:, c0:c1])[:N].float()
+        G = BLOCK if c >= 4 * BLOCK else 1
+        nb = c // G
+        main = G * nb
+        u3 = u[:, :main].view(-1, G, nb) if u.is_contiguous() and main == c else u[:, :main].reshape(-1, G, nb)
+        p3 = p32[:, :main].view(-1, G, nb) if main == c else p32[:, :main].reshape(-1, G, nb)
+        bu = u3.amax(1) if G > 1 else u3[:, 0]
+        bp = (p3.amax(1) if G > 1 else p3[:, 0]).double()
+        b_hi = bnd.upper(bp, _neg_log_neg_log(bu), c_lo2)
+        # a value that a column of this chunk reaches: the best lower bound in its most promising block
+        cols0 = b_hi.argmax(1)[:, None] + torch.arange(G)[None, :] * nb
+        e_lo = bnd.lower(p32.gather(1, cols0).double(), _neg_log_neg_log(u.gather(1, cols0)), c_hi2)
+        T = torch.maximum(T, e_lo.amax(1))
+        hr, hj = torch.nonzero(b_hi >= T[:, None], as_tuple=True)
+        ct = hr[:, None].expand(-1, G).reshape(-1)
+        cc = (hj[:, None] + torch.arange(G)[None, :] * nb).reshape(-1)
+        if main < c:
+            tr, tj = torch.meshgrid(ar, torch.arange(main, c), indexing="ij")
+            ct = torch.cat([ct, tr.reshape(-1)])
+            cc = torch.cat([cc, tj.reshape(-1)])
+        if ct.numel():
+            ell = _neg_log_neg_log(u[ct, cc])
+            pc = p32[ct, cc].double()
+            hi = bnd.upper(pc.clone(), ell, c_lo[ct])
+            lo = bnd.lower(pc, ell, c_hi[ct])
+            T = T.scatter_reduce(0, ct, lo, reduce="amax")
+            kt = torch.cat([kt, ct])
+            kc = torch.cat([kc, cc + c0])
+            kh = torch.cat([kh, hi])
+            ke = torch.cat([ke, ell])
+        ok = kh >= T[kt]  # prune everything kept so far
+        kt, kc, kh, ke = kt[ok], kc[ok], kh[ok], ke[ok]
+        del u, p32
+    return T, kt, kc, kh, ke, lambda r, k: states[r][k]
+
+
+def _scan_compiled(
+    gens: list[torch.Generator],
+    row_start: list[int],
+    tok_row: torch.Tensor,
+    qa: torch.Tensor,
+    a_t: torch.Tensor,
+    c_lo: torch.Tensor,
+    c_hi: torch.Tensor,
+    bnd: _Bounds,
+    starts: list[int],
+    V: int,
+    chunk_size: int,
+) -> _Scan:
+    """Steps 1–2 fused per token in compiled code (:func:`hf_textdp._kernels.scan_chunk`).
+
+    The generators' own MT19937 stream is drawn outside torch (:class:`~hf_textdp.mt19937.TorchMT`,
+    checked bit for bit against ``uniform_`` by :func:`~hf_textdp.mt19937.mirror_available`), token by
+    token in each row's order, so every row sees the reference's ``rand(B_i, c)``; the states are
+    written back at the end. Instead of block maxima, a token's columns with u below the level at which
+    even its best-scoring column could not reach T are skipped (one comparison each). Same T and kept
+    set semantics as :func:`_scan_torch`: kept columns all have hi ≥ T at the time they were seen.
+    """
+    kern = kernels()
+    N = tok_row.shape[0]
+    mts = TorchMT(gens)
+    t_best = np.full(N, -math.inf, dtype=np.float64)
+    prm = np.array([bnd.s_lo, bnd.s_hi, bnd.g_lo, bnd.g_hi, bnd.kappa, 2.0 * bnd.K], dtype=np.float64)
+    tok_np = tok_row.numpy()
+    lo_np = c_lo.numpy()
+    hi_np = c_hi.numpy()
+    cap = max(chunk_size, CAP_PER_TOKEN * N)
+    bufs = _grow(None, cap)
+    count = 0
+    snaps = []
+    for c0 in starts:
+        c1 = min(c0 + chunk_size, V)
+        snaps.append(mts.snapshot())
+        p16 = torch.mm(qa, a_t[:, c0:c1]).view(torch.int16).numpy().view(np.uint16)
+        b = 0
+        while True:
+            count, b = kern.scan_chunk(
+                mts.mt, mts.pos, mts.raw, tok_np, p16, lo_np, hi_np, t_best, prm, c0, *bufs, count, b
+            )
+            if b == N:
+                break
+            count = _prune(bufs, count, t_best)
+            if count + (c1 - c0) > bufs[0].shape[0] // 2:
+                bufs = _grow(bufs, 2 * bufs[0].shape[0])
+        count = _prune(bufs, count, t_best)
+    mts.store(gens)
+    kt, kc, kh, ke = (torch.from_numpy(a[:count].copy()) for a in bufs)
+    return torch.from_numpy(t_best), kt, kc, kh, ke, lambda r, k: mts.state_tensor(r, snaps[k])
+
+
+_Bufs = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _grow(bufs: _Bufs | None, cap: int) -> _Bufs:
+    """Candidate buffers (token, column, hi, ℓ) of ``cap`` slots, keeping the old contents."""
+    new = (np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.float64))
+    if bufs is not None:
+        n = bufs[0].shape[0]
+        for a, b in zip(new, bufs, strict=True):
+            a[:n] = b
+    return new
+
+
+def _prune(bufs: _Bufs, count: int, t_best: np.ndarray) -> int:
+    """Drop the kept columns whose hi fell below their token's T; returns the new count (in place)."""
+    keep = np.nonzero(bufs[2][:count] >= t_best[bufs[0][:count]])[0]
+    for a in bufs:
+        a[: keep.size] = a[keep]
+    return int(keep.size)
+
+
 def gumbel_max_rows(
     xs: Sequence[torch.Tensor],
     gens: Sequence[torch.Generator],
@@ -186,12 +341,13 @@ def gumbel_max_rows(
 
     a_t, consts = filter_operands(index)
     K = a_t.shape[0]
-    qa = torch.zeros((N, K), dtype=torch.bfloat16)
-    qa[:, :d] = x
-    qa[:, d : d + 2] = 1.0
+    # rows padded to a multiple of PAD_ROWS: the product's kernels are built per shape, so few shapes
+    qa = torch.zeros((-(-N // PAD_ROWS) * PAD_ROWS, K), dtype=torch.bfloat16)
+    qa[:N, :d] = x
+    qa[:N, d : d + 2] = 1.0
     x64 = x.double()
     xsq = (x64 * x64).sum(1)
-    q_hat = qa[:, :d].double()
+    q_hat = qa[:N, :d].double()
     beta = bf16_filter_bound(
         torch.linalg.vector_norm(q_hat, dim=1),
         torch.linalg.vector_norm(x64 - q_hat, dim=1),
@@ -209,58 +365,12 @@ def gumbel_max_rows(
     dmax = 2.0 * (float(xn.max()) + index.R) + 1.0
     kappa = 1e-12 * (41.0 + scale * min(gamma, dmax))
     bnd = _Bounds(c_lo, c_hi, scale=scale, gamma=gamma, kappa=kappa)
-    c_lo2, c_hi2 = c_lo[:, None], c_hi[:, None]
-
-    T = torch.full((N,), -math.inf, dtype=torch.float64)
-    kt = torch.empty(0, dtype=torch.int64)
-    kc = torch.empty(0, dtype=torch.int64)
-    kh = torch.empty(0, dtype=torch.float64)
-    ke = torch.empty(0, dtype=torch.float64)
-    states: list[list[torch.Tensor]] = [[] for _ in live]
-    ar = torch.arange(N)
 
     with exact_fp32_matmul():
-        for c0 in starts:
-            c1 = min(c0 + chunk_size, V)
-            c = c1 - c0
-            u = torch.empty((N, c), dtype=torch.float64)
-            for r, i in enumerate(live):  # each row's rand(B_i, c), written in place (same draws as torch.rand)
-                g = gens[i]
-                states[r].append(g.get_state())
-                u[row_start[r] : row_start[r + 1]].uniform_(0.0, 1.0, generator=g)
-            p32 = torch.mm(qa, a_t[:, c0:c1]).float()
-            G = BLOCK if c >= 4 * BLOCK else 1
-            nb = c // G
-            main = G * nb
-            u3 = u[:, :main].view(-1, G, nb) if u.is_contiguous() and main == c else u[:, :main].reshape(-1, G, nb)
-            p3 = p32[:, :main].view(-1, G, nb) if main == c else p32[:, :main].reshape(-1, G, nb)
-            bu = u3.amax(1) if G > 1 else u3[:, 0]
-            bp = (p3.amax(1) if G > 1 else p3[:, 0]).double()
-            b_hi = bnd.upper(bp, _neg_log_neg_log(bu), c_lo2)
-            # a value that a column of this chunk reaches: the best lower bound in its most promising block
-            cols0 = b_hi.argmax(1)[:, None] + torch.arange(G)[None, :] * nb
-            e_lo = bnd.lower(p32.gather(1, cols0).double(), _neg_log_neg_log(u.gather(1, cols0)), c_hi2)
-            T = torch.maximum(T, e_lo.amax(1))
-            hr, hj = torch.nonzero(b_hi >= T[:, None], as_tuple=True)
-            ct = hr[:, None].expand(-1, G).reshape(-1)
-            cc = (hj[:, None] + torch.arange(G)[None, :] * nb).reshape(-1)
-            if main < c:
-                tr, tj = torch.meshgrid(ar, torch.arange(main, c), indexing="ij")
-                ct = torch.cat([ct, tr.reshape(-1)])
-                cc = torch.cat([cc, tj.reshape(-1)])
-            if ct.numel():
-                ell = _neg_log_neg_log(u[ct, cc])
-                pc = p32[ct, cc].double()
-                hi = bnd.upper(pc.clone(), ell, c_lo[ct])
-                lo = bnd.lower(pc, ell, c_hi[ct])
-                T = T.scatter_reduce(0, ct, lo, reduce="amax")
-                kt = torch.cat([kt, ct])
-                kc = torch.cat([kc, cc + c0])
-                kh = torch.cat([kh, hi])
-                ke = torch.cat([ke, ell])
-            ok = kh >= T[kt]  # prune everything kept so far
-            kt, kc, kh, ke = kt[ok], kc[ok], kh[ok], ke[ok]
-            del u, p32
+        scan = _scan_compiled if mirror_available() else _scan_torch  # same numbers either way
+        T, kt, kc, kh, ke, state_at = scan(
+            [gens[i] for i in live], row_start, tok_row, qa, a_t, c_lo, c_hi, bnd, starts, V, chunk_size
+        )
 
         # refine the columns left with float64 distances (only E stays in the interval)
         cnt = torch.bincount(kt, minlength=N)
@@ -289,7 +399,7 @@ def gumbel_max_rows(
                 x,
                 tok_row,
                 row_sizes,
-                states,
+                state_at,
                 n32,
                 em2t,
                 starts,
@@ -313,7 +423,7 @@ def _exact_fallback(
     x: torch.Tensor,
     tok_row: torch.Tensor,
     row_sizes: list[int],
-    states: list[list[torch.Tensor]],
+    state_at: StateAt,
     n32: torch.Tensor,
     em2t: torch.Tensor,
     starts: list[int],
@@ -344,7 +454,7 @@ def _exact_fallback(
         need[at[in_row] - s0, ac[in_row]] = True
         for k in torch.nonzero(need.any(0)).squeeze(1).tolist():
             g = torch.Generator(device="cpu")
-            g.set_state(states[r][k])
+            g.set_state(state_at(r, k))
             c0 = starts[k]
             m, j = _dense_chunk(xr, x_sq, n32, em2t, c0, min(c0 + chunk_size, V), scale=scale, gamma=gamma, g=g)
             upd = need[:, k] & (m > best)  # chunks in increasing order: the earlier wins ties
