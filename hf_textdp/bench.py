@@ -306,6 +306,7 @@ def _run_case(
     d: int,
 ) -> BenchCase:
     from .config import PrivatizerConfig
+    from .postprocess import clear_neighbour_caches
     from .privatizer import Privatizer
 
     mech_name, post = _parse_case(case)
@@ -321,10 +322,17 @@ def _run_case(
     mech = priv.mechanism
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
+    elif getattr(mech, "sampler", None) == "dense":  # which scan of the filtered dense sampler ran
+        from .mechanisms.gumbel_filter import fast_dense_available
+        from .mt19937 import mirror_available
+
+        if fast_dense_available(priv.space.index):
+            out.search_filter = "numba" if mirror_available() else "torch"
     per_flop = 2.0 * V * d
     best_rate, best_bound = 0.0, 0.0
     with _RssSampler() as rss:
         for _ in range(max(1, repeats)):
+            clear_neighbour_caches()  # every pass starts cold: a repeat of the same rows must not gain
             before = matmul_bound(bound_repeats, device=device)
             start_tokens = priv.totals.dp_tokens
             t0 = time.perf_counter()

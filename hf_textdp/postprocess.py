@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -300,6 +301,63 @@ def rank_select(
 
 #: ranks up to this are answered by a k-nearest-neighbour query from the pivot (spec §7.4 step 3)
 KNN_MAX_RANK = 256
+#: neighbours kept per pivot by the per-index neighbour cache (int32: V × this at most, never V × V)
+KNN_CACHE_WIDTH = 64
+#: the smallest k searched for a pivot: a few more neighbours cost little and serve its later ranks
+KNN_MIN_K = 16
+
+
+class _NeighbourCache:
+    """The first neighbours of the pivots searched so far, for one index (filled lazily).
+
+    Row p of ``table`` holds, in its first ``length[p]`` columns, the positions of ranks 1, 2, … from
+    pivot p (the exact order of spec §1.5 with p excluded). A search for k neighbours gives the first k
+    of that order whatever k, the query block or the other pivots in the batch (the search is exact),
+    so a cached entry is the answer any later search would give. Memory: V × ``width`` int32, O(V),
+    allocated uninitialised (pages that no pivot has touched stay uncommitted).
+    """
+
+    def __init__(self, V: int, width: int) -> None:
+        self.width = width
+        self.table = torch.empty((V, width), dtype=torch.int32)  # rows are read only up to length[p]
+        self.length = torch.zeros(V, dtype=torch.int64)
+        self.lock = threading.Lock()
+
+    def lookup(self, pivots: torch.Tensor, ranks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hit mask, positions of the hits) for ranks ≥ 1."""
+        with self.lock:
+            hit = self.length[pivots] >= ranks
+            found = self.table[pivots[hit], ranks[hit] - 1].to(torch.int64)
+        return hit, found
+
+    def store(self, pivots: torch.Tensor, neighbours: torch.Tensor) -> None:
+        """Record ``neighbours[i]`` (the first k neighbours of ``pivots[i]``, distinct pivots)."""
+        n = min(neighbours.shape[1], self.width)
+        with self.lock:
+            longer = self.length[pivots] < n
+            if bool(longer.any()):
+                p = pivots[longer]
+                self.table[p, :n] = neighbours[longer, :n].to(torch.int32)
+                self.length[p] = n
+
+
+_KNN_CACHE: weakref.WeakKeyDictionary[ExactIndex, _NeighbourCache] = weakref.WeakKeyDictionary()
+_KNN_CACHE_LOCK = threading.Lock()
+
+
+def clear_neighbour_caches() -> None:
+    """Empty the rank step's neighbour caches (``hf-textdp bench`` times every pass from a cold cache)."""
+    with _KNN_CACHE_LOCK:
+        _KNN_CACHE.clear()
+
+
+def _neighbour_cache(index: ExactIndex) -> _NeighbourCache:
+    with _KNN_CACHE_LOCK:
+        cache = _KNN_CACHE.get(index)
+        if cache is None:
+            cache = _NeighbourCache(index.V, min(KNN_CACHE_WIDTH, max(index.V - 1, 1)))
+            _KNN_CACHE[index] = cache
+        return cache
 
 
 def rank_select_knn(
@@ -311,9 +369,12 @@ def rank_select_knn(
     (exact ‖φ(p) − φ(y)‖₂², id): the exact search of spec §1.5 with ``exclude=p`` and k ≥ r, column
     r − 1. That search returns the exact order (ties to the lowest id), which is the order of
     :func:`rank_select` wherever the float64 distances there are themselves ordered like the exact ones
-    (every case but float64 near-ties between different rows). Pivots are grouped by k = the next power
-    of two ≥ r, so each group is one batched search, and k does not change a row's answer (the search is
-    exact). Ranks above ``max_rank`` go to :func:`rank_select` (O(V) per token). No V × V.
+    (every case but float64 near-ties between different rows). Each distinct pivot is searched once,
+    with k = the next power of two ≥ max(its largest rank, ``KNN_MIN_K``), pivots with equal k in one
+    batched search; the first ``KNN_CACHE_WIDTH`` neighbours are kept per index (O(V) memory, see
+    :class:`_NeighbourCache`) and answer later ranks from the same pivot. Neither k, the batch nor the
+    cache changes a row's answer, because the search is exact. Ranks above ``max_rank`` go to
+    :func:`rank_select` (O(V) per token). No V × V.
 
     Args:
         index (`ExactIndex`): the rows ``nearest`` searched.
@@ -331,14 +392,25 @@ def rank_select_knn(
     small = (ranks > 0) & (ranks <= max_rank)
     if V > 1 and bool(small.any()):
         rows = torch.nonzero(small).squeeze(1)
-        r = ranks[rows]
-        bucket = torch.ceil(torch.log2(r.double())).to(torch.int64)  # k = 2**bucket ≥ r
-        for b in torch.unique(bucket).tolist():
-            sel = rows[bucket == b]
-            k = min(2 ** int(b), V - 1)
-            p = pivots[sel]
-            nn = index.search(index.E[p.to(index.device)], k, exclude=p)
-            out[sel] = nn[torch.arange(sel.numel()), ranks[sel] - 1]
+        cache = _neighbour_cache(index)
+        hit, found = cache.lookup(pivots[rows], ranks[rows])
+        out[rows[hit]] = found
+        rows = rows[~hit]
+        if rows.numel():
+            p, r = pivots[rows], ranks[rows]
+            uniq, inv = torch.unique(p, return_inverse=True)
+            need = torch.zeros(uniq.numel(), dtype=torch.int64).scatter_reduce_(0, inv, r, "amax")
+            bucket = torch.ceil(torch.log2(need.clamp(min=KNN_MIN_K).double())).to(torch.int64)
+            slot = torch.empty(uniq.numel(), dtype=torch.int64)
+            for b in torch.unique(bucket).tolist():
+                sel = torch.nonzero(bucket == b).squeeze(1)
+                k = min(2 ** int(b), V - 1)
+                ps = uniq[sel]
+                nn = index.search(index.E[ps.to(index.device)], k, exclude=ps)
+                cache.store(ps, nn)
+                slot[sel] = torch.arange(sel.numel())
+                mine = torch.nonzero(bucket[inv] == b).squeeze(1)
+                out[rows[mine]] = nn[slot[inv[mine]], r[mine] - 1]
     large = ranks > max_rank
     if bool(large.any()):
         rows = torch.nonzero(large).squeeze(1)

@@ -18,10 +18,18 @@ Gumbel transform over all columns it uses a proven interval for each ``s``:
    rounded sqrt, and float64 roundings of ``a`` and ``s`` bounded by relative 2⁻⁵¹. ``log(−log u)`` is
    decreasing in u, and two evaluations of it differ by far less than the slack κ = 10⁻¹²·(1 + |a| + |ℓ|)
    added to every bound. So each column gets lo ≤ s ≤ hi.
-2. **Blocks.** Columns are grouped in strided blocks of 64; a block's bound uses its largest t̃ and
-   its largest u (the smallest ``log(−log u)``), one transcendental per block. T, the largest lower
-   bound seen for a token, is a value that some column's s reaches, so a block or column with hi < T
-   holds no column that reaches the maximum nor ties it, and is skipped.
+2. **Skip.** T, the largest lower bound seen for a token, is a value that some column's s reaches,
+   so a column with hi < T can neither reach the maximum nor tie it, and is dropped. Two scans find
+   the columns with hi ≥ T, with the same result:
+
+   * *compiled* (:func:`_scan_compiled`, numba; the default where :func:`~hf_textdp.mt19937.mirror_available`):
+     each token's uniforms are drawn from its row's own MT19937 words, bit for bit what ``uniform_``
+     gives (:mod:`hf_textdp.mt19937`), then T starts from the lower bound of the best-scoring column.
+     Every other column scores at most the second-best t̃, so hi ≥ T needs ``log(−log u) ≤ X`` with X
+     from that score: one comparison of u against ``exp(−e^X)`` (rounded down) per column, in
+     blocks of 16 with a vectorised maximum. Only the rare columns above it get an interval.
+   * *torch* (:func:`_scan_torch`): each row's ``uniform_`` per chunk; columns grouped in strided
+     blocks of 64, a block's bound from its largest t̃ and its largest u, one transcendental per block.
 3. **Refine.** The columns left (hi ≥ T) get δ in float64 (relative error (d + 2)·u₆₄), which leaves
    only E in the interval. If one column is left, it is the reference's answer.
 4. **Exact fallback.** Otherwise the row's chunks that hold the columns left are recomputed with the
@@ -30,7 +38,7 @@ Gumbel transform over all columns it uses a proven interval for each ``s``:
    maximum wins, the earlier chunk on ties: the reference's own rule.
 
 The answer therefore never depends on the filter's rounding, on which rows share a product, or on
-the block layout. Memory is O(B·chunk) per row group; no V × V.
+the block layout or on the scan. Memory is O(B·chunk) per row group; no V × V.
 """
 
 from __future__ import annotations
