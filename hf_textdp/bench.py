@@ -323,11 +323,10 @@ def _run_case(
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
     elif getattr(mech, "sampler", None) == "dense":  # which scan of the filtered dense sampler ran
-        from .mechanisms.gumbel_filter import fast_dense_available
-        from .mt19937 import mirror_available
+        from .mechanisms.gumbel_filter import _compiled_scan, fast_dense_available
 
         if fast_dense_available(priv.space.index):
-            out.search_filter = "numba" if mirror_available() else "torch"
+            out.search_filter = "numba" if _compiled_scan() else "torch"
     per_flop = 2.0 * V * d
     best_rate, best_bound = 0.0, 0.0
     with _RssSampler() as rss:

@@ -176,3 +176,10 @@ def test_rank_knn_r6_known_order() -> None:
     for pivot, order in orders.items():
         got = rank_select_knn(index, torch.full((6,), pivot), torch.arange(6))
         assert got.tolist() == order
+
+
+def test_scan_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TEXTDP_SAMPLER_SCAN", "torch")
+    assert not gf._compiled_scan()
+    monkeypatch.setenv("HF_TEXTDP_SAMPLER_SCAN", "auto")
+    assert gf._compiled_scan() == mirror_available()

@@ -44,6 +44,7 @@ the block layout or on the scan. Memory is O(B·chunk) per row group; no V × V.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -303,6 +304,11 @@ def _prune(bufs: _Bufs, count: int, t_best: np.ndarray) -> int:
     return int(keep.size)
 
 
+def _compiled_scan() -> bool:
+    """The compiled scan, unless ``HF_TEXTDP_SAMPLER_SCAN=torch`` or the stream mirror is unavailable."""
+    return os.environ.get("HF_TEXTDP_SAMPLER_SCAN", "auto") != "torch" and mirror_available()
+
+
 def gumbel_max_rows(
     xs: Sequence[torch.Tensor],
     gens: Sequence[torch.Generator],
@@ -375,7 +381,7 @@ def gumbel_max_rows(
     bnd = _Bounds(c_lo, c_hi, scale=scale, gamma=gamma, kappa=kappa)
 
     with exact_fp32_matmul():
-        scan = _scan_compiled if mirror_available() else _scan_torch  # same numbers either way
+        scan = _scan_compiled if _compiled_scan() else _scan_torch  # same numbers either way
         T, kt, kc, kh, ke, state_at = scan(
             [gens[i] for i in live], row_start, tok_row, qa, a_t, c_lo, c_hi, bnd, starts, V, chunk_size
         )
