@@ -43,6 +43,7 @@ the block layout or on the scan. Memory is O(B·chunk) per row group; no V × V.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -160,24 +161,31 @@ StateAt = Callable[[int, int], torch.Tensor]
 _Scan = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, StateAt]
 
 
-def _scan_torch(
-    gens: list[torch.Generator],
-    row_start: list[int],
-    tok_row: torch.Tensor,
-    qa: torch.Tensor,
-    a_t: torch.Tensor,
-    c_lo: torch.Tensor,
-    c_hi: torch.Tensor,
-    bnd: _Bounds,
-    starts: list[int],
-    V: int,
-    chunk_size: int,
-) -> _Scan:
+@dataclasses.dataclass(frozen=True)
+class _ScanJob:
+    """What a scan (steps 1–2) needs: the rows' generators and layout, the filter operands, the bounds."""
+
+    gens: list[torch.Generator]  # one per row with tokens
+    row_start: list[int]  # row r's tokens are [row_start[r], row_start[r + 1])
+    tok_row: torch.Tensor  # the row of each token
+    qa: torch.Tensor  # bf16 filter rows of the tokens (padded to a multiple of PAD_ROWS)
+    a_t: torch.Tensor  # bf16 filter operand of the columns
+    c_lo: torch.Tensor
+    c_hi: torch.Tensor
+    bnd: _Bounds
+    starts: list[int]  # chunk starts
+    V: int
+    chunk_size: int
+
+
+def _scan_torch(job: _ScanJob) -> _Scan:
     """Steps 1–2 with torch ops: each row's ``uniform_`` per chunk, then the block and column passes.
 
     Returns T, the kept (token, column, hi, ℓ) and the generator states before each chunk.
     """
-    N = tok_row.shape[0]
+    gens, row_start, qa, a_t, c_lo, c_hi, bnd = job.gens, job.row_start, job.qa, job.a_t, job.c_lo, job.c_hi, job.bnd
+    starts, V, chunk_size = job.starts, job.V, job.chunk_size
+    N = job.tok_row.shape[0]
     T = torch.full((N,), -math.inf, dtype=torch.float64)
     kt = torch.empty(0, dtype=torch.int64)
     kc = torch.empty(0, dtype=torch.int64)
@@ -229,19 +237,7 @@ def _scan_torch(
     return T, kt, kc, kh, ke, lambda r, k: states[r][k]
 
 
-def _scan_compiled(
-    gens: list[torch.Generator],
-    row_start: list[int],
-    tok_row: torch.Tensor,
-    qa: torch.Tensor,
-    a_t: torch.Tensor,
-    c_lo: torch.Tensor,
-    c_hi: torch.Tensor,
-    bnd: _Bounds,
-    starts: list[int],
-    V: int,
-    chunk_size: int,
-) -> _Scan:
+def _scan_compiled(job: _ScanJob) -> _Scan:
     """Steps 1–2 fused per token in compiled code (:func:`hf_textdp._kernels.scan_chunk`).
 
     The generators' own MT19937 stream is drawn outside torch (:class:`~hf_textdp.mt19937.TorchMT`,
@@ -252,13 +248,14 @@ def _scan_compiled(
     set semantics as :func:`_scan_torch`: kept columns all have hi ≥ T at the time they were seen.
     """
     kern = kernels()
-    N = tok_row.shape[0]
+    gens, qa, a_t, bnd, starts, V, chunk_size = job.gens, job.qa, job.a_t, job.bnd, job.starts, job.V, job.chunk_size
+    N = job.tok_row.shape[0]
     mts = TorchMT(gens)
     t_best = np.full(N, -math.inf, dtype=np.float64)
     prm = np.array([bnd.s_lo, bnd.s_hi, bnd.g_lo, bnd.g_hi, bnd.kappa, 2.0 * bnd.K], dtype=np.float64)
-    tok_np = tok_row.numpy()
-    lo_np = c_lo.numpy()
-    hi_np = c_hi.numpy()
+    tok_np = job.tok_row.numpy()
+    lo_np = job.c_lo.numpy()
+    hi_np = job.c_hi.numpy()
     cap = max(chunk_size, CAP_PER_TOKEN * N)
     bufs = _grow(None, cap)
     count = 0
@@ -382,9 +379,8 @@ def gumbel_max_rows(
 
     with exact_fp32_matmul():
         scan = _scan_compiled if _compiled_scan() else _scan_torch  # same numbers either way
-        T, kt, kc, kh, ke, state_at = scan(
-            [gens[i] for i in live], row_start, tok_row, qa, a_t, c_lo, c_hi, bnd, starts, V, chunk_size
-        )
+        job = _ScanJob([gens[i] for i in live], row_start, tok_row, qa, a_t, c_lo, c_hi, bnd, starts, V, chunk_size)
+        T, kt, kc, kh, ke, state_at = scan(job)
 
         # refine the columns left with float64 distances (only E stays in the interval)
         cnt = torch.bincount(kt, minlength=N)
