@@ -16,6 +16,7 @@ check fails, or numba is not installed, callers keep using torch.
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 from typing import Any
 
@@ -24,6 +25,8 @@ import torch
 
 
 __all__ = ["TorchMT", "mirror_available", "kernels"]
+
+logger = logging.getLogger(__name__)
 
 N_STATE = 624
 _STATE_BYTES = 5056  # sizeof(CPUGeneratorImplState) on the platforms torch ships for
@@ -35,7 +38,7 @@ def kernels() -> Any:
     """The compiled kernels module (:mod:`hf_textdp._kernels`), or None without numba."""
     try:
         from . import _kernels
-    except ImportError:  # numba is an optional speed-up; torch's own path is used without it
+    except Exception:  # no numba (or a broken one): torch's own path is used
         return None
     return _kernels
 
@@ -90,10 +93,23 @@ def _unpack(blob: bytes) -> tuple[int, int]:
 
 @functools.cache
 def mirror_available() -> bool:
-    """Whether the compiled kernels reproduce ``uniform_`` here: numbers and end state, checked once."""
+    """Whether the compiled kernels reproduce ``uniform_`` here: numbers and end state, checked once.
+
+    Also compiles (or loads from numba's cache) the filter's kernel; any failure of numba here (no
+    writable cache, an unsupported CPU) means False: the callers then use torch ops, with the same
+    numbers.
+    """
     k = kernels()
     if k is None:
         return False
+    try:
+        return _check(k)
+    except Exception as err:  # any compiler or cache failure: fall back to torch
+        logger.info("hf_textdp: compiled samplers unavailable (%s: %s); using torch ops", type(err).__name__, err)
+        return False
+
+
+def _check(k: Any) -> bool:
     probe = torch.Generator(device="cpu")
     if probe.get_state().numel() != _STATE_BYTES:
         return False
@@ -110,4 +126,17 @@ def mirror_available() -> bool:
         st.store([new_g])
         if not (np.array_equal(ref, got) and torch.equal(ref_g.get_state(), new_g.get_state())):
             return False
+    _warm_scan(k)
     return True
+
+
+def _warm_scan(k: Any) -> None:
+    """Compile (or load) ``scan_chunk`` on a tiny input, so that a failure shows here, not mid-run."""
+    st = TorchMT([torch.Generator(device="cpu").manual_seed(0)])
+    n = 1
+    bufs = (np.empty(8, np.int64), np.empty(8, np.int64), np.empty(8, np.float64), np.empty(8, np.float64))
+    prm = np.array([1.0, 1.0, np.inf, np.inf, 1e-12, 2.0**-7], dtype=np.float64)
+    k.scan_chunk(
+        st.mt, st.pos, st.raw, np.zeros(n, np.int64), np.zeros((n, 4), np.uint16),
+        np.ones(n), np.ones(n), np.full(n, -np.inf), prm, 0, *bufs, 0, 0,
+    )  # fmt: skip

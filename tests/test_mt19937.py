@@ -77,3 +77,23 @@ def test_a_wrong_stream_is_caught() -> None:
         raw[:] = words
         swapped = (((raw[1::2].astype(np.uint64) & 0x1FFFFF) << 32) | raw[0::2]).astype(np.float64) * 2.0**-53
         assert not np.array_equal(swapped, ref)
+
+
+def test_a_failing_compiler_falls_back_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hf_textdp.mt19937 as m
+
+    class Broken:
+        def __getattr__(self, name: str) -> object:
+            def fail(*args: object) -> None:
+                raise RuntimeError("cannot cache function: no locator available")
+
+            return fail
+
+    monkeypatch.setattr(m, "kernels", lambda: Broken())
+    m.mirror_available.cache_clear()
+    try:
+        assert m.mirror_available() is False
+    finally:
+        monkeypatch.undo()
+        m.mirror_available.cache_clear()
+    assert m.mirror_available()
