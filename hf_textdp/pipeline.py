@@ -675,7 +675,9 @@ def privatize_dataset(
         The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
         and the columns ``input_ids``, ``attention_mask``, ``dp_tokens``, ``dp_epsilon`` (``dp_delta``).
         With a folder output it is the saved dataset (memory-mapped); with a file output, the same rows in
-        memory. The report is ``hf_textdp.privacy_report(output_dir)``.
+        memory; with ``streaming=True`` and an output, a stream over the saved output (iterating it reads
+        the saved rows and never privatizes the source again). The report is
+        ``hf_textdp.privacy_report(output_dir)``.
 
     Raises:
         OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``).
@@ -750,6 +752,9 @@ def privatize_dataset(
             from .streaming import save_streaming
 
             save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite, shard_size=shard_size)
+            # a stream over the saved rows: iterating the mapped stream again would privatize the source
+            # a second time (fresh noise without a seed: a second release of the same text)
+            return load_source(output, streaming=True)
         return out
 
     for priv in privatizers.values():

@@ -174,7 +174,13 @@ def test_streaming_output_goes_through_save_streaming(cfg, tmp_path, monkeypatch
     """An IterableDataset output is handed to ``streaming.save_streaming`` (owned by the streaming module)."""
     streaming = pytest.importorskip("hf_textdp.streaming")
     calls = []
-    monkeypatch.setattr(streaming, "save_streaming", lambda ds, output, privs, **kw: calls.append((output, kw)))
+    real = streaming.save_streaming
+
+    def spy(ds, output, privs, **kw):
+        calls.append((output, kw))
+        return real(ds, output, privs, **kw)
+
+    monkeypatch.setattr(streaming, "save_streaming", spy)
     privatize_dataset(
         _source("jsonl", tmp_path), cfg, seed=SEED, streaming=True, output_dir=tmp_path / "s.jsonl", shard_size=7
     )

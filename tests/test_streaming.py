@@ -149,6 +149,23 @@ def test_dataset_dict_streams_to_a_folder_with_split_keys(cfg, tmp_path):
     assert privacy_report(tmp_path / "dd")["totals"]["rows"] == N + 9
 
 
+@pytest.mark.parametrize("name", ["s.jsonl", "folder"])
+def test_streamed_output_returns_the_saved_rows_not_a_second_release(cfg, tmp_path, name):
+    """Without a seed, iterating a lazily mapped stream twice would draw fresh noise each time: the
+    returned stream must read what was saved."""
+    import datasets
+
+    out = privatize_dataset(_source().to_iterable_dataset(), cfg, streaming=True, output_dir=tmp_path / name)
+    assert isinstance(out, datasets.IterableDataset)
+    first, second = list(out), list(out)
+    assert first == second
+    if name == "folder":
+        saved = list(datasets.load_from_disk(str(tmp_path / name)))
+    else:
+        saved = list(datasets.load_dataset("json", data_files=str(tmp_path / name), split="train"))
+    assert first == saved and len(first) == N
+
+
 def test_vector_output_report_counts_the_streamed_rows(tiny_bert, tmp_path):
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert, postprocess="vector")
     texts = TEXTS[:6] + ["zebra☃ ok"]
