@@ -80,6 +80,10 @@ class PostprocessStep(abc.ABC):
     def parameters(self) -> dict[str, Any]:
         return dict(self.options)
 
+    def report_parameters(self, mechanism: AdditiveMechanism, space: EmbeddingSpace) -> dict[str, Any]:
+        """The options as the privacy report shows them: :meth:`parameters`, plus resolved values."""
+        return self.parameters()
+
     def check_mechanism(self, mechanism: AdditiveMechanism) -> None:
         """Raise :class:`InvalidParameterError` if this step does not apply to ``mechanism``.
 
@@ -479,6 +483,11 @@ class Rank(PostprocessStep):
         if c == "auto":
             return median_rho1_subset(mechanism.search_index(space)) / 100.0
         return float(c)
+
+    def report_parameters(self, mechanism: AdditiveMechanism, space: EmbeddingSpace) -> dict[str, Any]:
+        """``rank_c`` as given, ``rank_c_value`` (c, resolved for ``"auto"``) and ``rank_lambda`` = c·ε."""
+        c = self.rank_constant(mechanism, space)
+        return {**self.parameters(), "rank_c_value": c, "rank_lambda": c * mechanism.epsilon}
 
     def apply(
         self,

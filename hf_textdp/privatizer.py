@@ -229,7 +229,11 @@ class Privatizer:
             mechanism=mech.name,
             parameters=mech.parameters(),
             postprocess=self.config.postprocess if mech.kind == "additive" else "none",
-            postprocess_parameters=self._step.parameters() if self._step is not None else {},
+            postprocess_parameters=(
+                self._step.report_parameters(mech, space)
+                if self._step is not None and isinstance(mech, AdditiveMechanism)
+                else {}
+            ),
             claim=claim,
             details=mech.details(space),
             candidate_set=space.candidate_set_info(),

@@ -207,6 +207,22 @@ def test_rank_auto_is_cached(small_path, monkeypatch):
     c2 = Rank().rank_constant(mech, space)
     assert c1 == c2 > 0
     assert len(calls) <= 1
+    # the report shows the resolved constant next to "auto"
+    shown = step.report_parameters(mech, space)
+    assert shown == {"rank_c": "auto", "rank_c_value": c1, "rank_lambda": c1 * 1.0}
+    assert Rank(rank_c=0.04).report_parameters(Madlib(epsilon=5.0), space)["rank_lambda"] == pytest.approx(0.2)
+    assert Top2().report_parameters(mech, space) == Top2().parameters()
+
+
+def test_privacy_report_resolves_rank_c(tiny_bert):
+    from hf_textdp import PrivatizerConfig
+    from hf_textdp.privatizer import Privatizer
+
+    priv = Privatizer(PrivatizerConfig(epsilon=20.0, model=tiny_bert, postprocess="rank"), seed=3)
+    priv.privatize(["a short text"])
+    params = priv.privacy_report()["postprocess_parameters"]
+    c = Rank().rank_constant(priv.mechanism, priv.space)
+    assert params == {"rank_c": "auto", "rank_c_value": c, "rank_lambda": c * 20.0}
 
 
 @pytest.mark.minilm
