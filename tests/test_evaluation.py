@@ -421,3 +421,27 @@ def test_select_c_warm_path_matches_cold_fits():
             best, best_acc = c, float(np.mean(accs))
     assert select_c(X, y, config, 5) == best
     assert best != config.c_grid[0]  # the search had something to choose
+
+
+@pytest.mark.parametrize(("n_labels", "expected"), [(2, 2), (7, 6)])
+def test_plots_split_by_setting_when_crowded(tmp_path, n_labels, expected):
+    pytest.importorskip("matplotlib")
+    import json
+
+    from hf_textdp.evaluation.plots import plot_recipe
+
+    (tmp_path / "mr__clean.json").write_text(json.dumps({"task": "mr", "setting": "clean", "accuracy": 75.0}))
+    for i in range(n_labels):
+        for setting in ("train_only", "train_and_test"):
+            for eps in (10.0, 20.0):
+                res = {
+                    "task": "mr", "setting": setting, "label": f"m{i}", "epsilon": eps, "accuracy": 50.0 + eps + i,
+                    "privacy": {"diagnostics": {"replacement_rate": 1.0 / eps}},
+                }  # fmt: skip
+                (tmp_path / f"mr__m{i}__eps{eps:g}__{setting}.json").write_text(json.dumps(res))
+    written = plot_recipe(tmp_path)
+    assert len(written) == expected and all(p.is_file() and p.stat().st_size > 1000 for p in written)
+    names = {p.name for p in written}
+    assert {"accuracy_vs_epsilon.png", "accuracy_vs_replacement_rate.png"} <= names
+    if expected == 6:
+        assert "accuracy_vs_replacement_rate__train_and_test.png" in names
