@@ -578,3 +578,23 @@ def test_madlib_test_mode_infinite_epsilon(line_vocab: str) -> None:
     assert Nearest().apply(q, mech, space, [g], [4]).tolist() == [0, 1, 2, 3]
     with pytest.raises(InvalidParameterError, match="epsilon"):
         Madlib(epsilon=math.inf)
+
+
+@pytest.mark.parametrize("d", [3, 300, 384])
+def test_perturb_rows_equals_perturb_row_by_row(d):
+    """The batched elementwise work gives each row exactly its own perturb() (spec §1.6, §2.2)."""
+    g = torch.Generator().manual_seed(d)
+    sizes = [1, 0, 17, 1, 1, 40, 2]
+    xs = [torch.randn(n, d, generator=g) for n in sizes]
+    mech = Madlib(epsilon=7.5)
+    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))])
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))]
+    want = torch.cat([mech.perturb(x, gg) for x, gg in zip(xs, gens, strict=True)])
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    # mutation check: drawing a row's two kinds in the other order changes the output
+    swapped = []
+    for x, gg in zip(xs, [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))], strict=True):
+        X = torch.empty((x.shape[0], d), dtype=torch.float64).exponential_(1.0, generator=gg)
+        G = torch.randn((x.shape[0], d), dtype=torch.float64, generator=gg)
+        swapped.append((x.double() + X.sum(1, keepdim=True) / 7.5 * G / G.norm(dim=1, keepdim=True)).float())
+    assert not torch.equal(torch.cat(swapped), want)

@@ -115,6 +115,14 @@ class AdditiveMechanism(Mechanism):
     def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """Noisy vectors ``[n, k]`` fp32 for inputs ``x`` ``[n, d]`` fp32 (one row's tokens, in order)."""
 
+    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
+        """:meth:`perturb` of several rows, concatenated (row i with generator ``gens[i]``).
+
+        Equal to ``torch.cat([perturb(x, g) ...])``; a mechanism may do the elementwise work once for
+        all rows, as long as each row's draws stay its own and in its order (spec §1.6).
+        """
+        return torch.cat([self.perturb(x, g) for x, g in zip(xs, gens, strict=True)], 0)
+
 
 class SelectionMechanism(Mechanism):
     """Samples an output candidate for each token directly (spec §6, §9)."""
