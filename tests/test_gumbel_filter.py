@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import hf_textdp.mechanisms.gumbel_filter as gf
-from hf_textdp.mechanisms.gumbel_filter import group_rows, gumbel_max_rows
+from hf_textdp.mechanisms.gumbel_filter import group_rows, gumbel_max_rows, sampler_groups
 from hf_textdp.mechanisms.tem import Tem, gumbel_max_dense
 from hf_textdp.mt19937 import mirror_available
 from hf_textdp.postprocess import rank_select, rank_select_knn
@@ -130,6 +130,15 @@ def test_many_tokens_and_small_buffers(monkeypatch: pytest.MonkeyPatch, scan: st
     for a, b, g1, g2 in zip(ref, got, ref_g, new_g, strict=True):
         assert torch.equal(a, b)
         assert torch.equal(g1.get_state(), g2.get_state())
+
+
+def test_sampler_groups_spread_small_batches() -> None:
+    assert [len(g) for g in sampler_groups([1] * 800, 256, threads=2)] == [100] * 8
+    assert [len(g) for g in sampler_groups([25] * 1000, 256, threads=2)][:3] == [10, 10, 10]  # capped at 256
+    assert sampler_groups([1] * 10, 256, threads=2) == [list(range(10))]  # never below 32 tokens
+    for sizes in ([3, 0, 500, 2, 2], [1] * 77, []):
+        groups = sampler_groups(sizes, 256, threads=4)
+        assert sum(groups, []) == list(range(len(sizes)))
 
 
 def test_group_rows() -> None:

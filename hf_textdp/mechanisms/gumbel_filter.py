@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ..search import ExactIndex, _Bf16Constants
 
 
-__all__ = ["gumbel_max_rows", "fast_dense_available", "filter_operands", "group_rows"]
+__all__ = ["gumbel_max_rows", "fast_dense_available", "filter_operands", "group_rows", "sampler_groups"]
 
 #: columns per strided block of the block pass
 BLOCK = 64
@@ -101,6 +101,23 @@ def group_rows(sizes: Sequence[int], max_tokens: int) -> list[list[int]]:
     if cur:
         groups.append(cur)
     return groups
+
+
+def sampler_groups(sizes: Sequence[int], max_tokens: int, *, threads: int | None = None) -> list[list[int]]:
+    """:func:`group_rows` with groups small enough to give every intra-op thread work.
+
+    Groups hold up to ``max_tokens`` tokens, fewer when the batch is small: at least 4 groups per thread
+    where the batch has the tokens for it, never below 32 tokens (the product's rows come in multiples
+    of 32). Rows are sampled alone either way, so the grouping never changes an output.
+
+    Example:
+
+    >>> [len(g) for g in sampler_groups([1] * 800, 256, threads=2)]
+    [100, 100, 100, 100, 100, 100, 100, 100]
+    """
+    threads = torch.get_num_threads() if threads is None else threads
+    total = sum(int(k) for k in sizes)
+    return group_rows(sizes, min(max_tokens, max(PAD_ROWS, -(-total // (4 * max(1, threads))))))
 
 
 def _neg_log_neg_log(u: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from ..errors import InvalidParameterError, ParameterTypeError
 from ..scale import scale_stats
 from ..search import ExactIndex
 from ..validation import check_int, check_open_unit
-from .gumbel_filter import fast_dense_available, group_rows, gumbel_max_rows
+from .gumbel_filter import fast_dense_available, gumbel_max_rows, sampler_groups
 from .tem import Tem, gumbel_max_dense
 
 
@@ -456,7 +456,7 @@ class SantextPlus(Santext):
     def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
         if math.isinf(self.epsilon) or not fast_dense_available(self._prepare(space).index):
             return [[i] for i in range(len(sizes))]
-        return group_rows(sizes, self.GROUP_TOKENS)
+        return sampler_groups(sizes, self.GROUP_TOKENS)
 
     def sample_rows(
         self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]

@@ -33,7 +33,7 @@ from ..scale import scale_stats
 from ..search import exact_fp32_matmul
 from ..validation import check_choice, check_float, check_int, check_open_unit
 from .base import SelectionMechanism
-from .gumbel_filter import fast_dense_available, group_rows, gumbel_max_rows
+from .gumbel_filter import fast_dense_available, gumbel_max_rows, sampler_groups
 
 
 if TYPE_CHECKING:
@@ -377,7 +377,7 @@ class Tem(SelectionMechanism):
         """Consecutive rows up to :attr:`GROUP_TOKENS` tokens per group when the filtered sampler runs."""
         if not self._fast(space):
             return super().row_groups(space, sizes)
-        return group_rows(sizes, self.GROUP_TOKENS)
+        return sampler_groups(sizes, self.GROUP_TOKENS)
 
     def sample_rows(
         self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
