@@ -499,9 +499,9 @@ def _map_rows(fn: Callable[[int], _T], n: int, device: torch.device, *, parallel
     order on this thread, their ops still single-threaded.
     """
     workers = torch.get_num_threads()
-    if device.type != "cpu" or workers <= 1:
+    if device.type != "cpu" or workers <= 1 or (parallel and n < 4 * workers):
         return [fn(j) for j in range(n)]
-    if not parallel or n < 4 * workers:  # row-sized ops: one thread each, as in the pool
+    if not parallel:  # row-sized ops: one thread each, as in the pool
         with _one_thread():
             return [fn(j) for j in range(n)]
     first = fn(0)
