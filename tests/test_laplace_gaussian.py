@@ -20,6 +20,7 @@ from hf_textdp.config import PrivatizerConfig as _Config
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.laplace import Gaussian, Laplace, gaussian_delta
+from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace
 from hf_textdp.space import load_space
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
@@ -527,3 +528,32 @@ def test_reference_code_report(tiny_model):
 def test_sensitivity_object_doc():
     s = Sensitivity(l1=1.0, l2=0.5, linf=0.5, exact=False)
     assert s.to_dict() == {"l1": 1.0, "l2": 0.5, "linf": 0.5, "exact": False}
+
+
+@pytest.mark.parametrize("bound", ["clip", "vocab_exact", "observed_range", "minmax", "unit", "jl"])
+@pytest.mark.parametrize("cls", [Laplace, Gaussian, TruncatedLaplace], ids=["laplace", "gaussian", "trunc"])
+def test_perturb_rows_equals_perturb_row_by_row(space16, bound, cls):
+    """Batched transform and noise give each row exactly its own perturb() (spec §1.6)."""
+    kwargs = {"match_space": "raw"} if bound == "minmax" else {}
+    mech = cls(epsilon=6.0, bound=bound, **kwargs)
+    mech.setup(space16)
+    sizes = [3, 0, 1, 7, 1, 12]
+    g = torch.Generator().manual_seed(41)
+    xs = [space16.E[torch.randint(0, space16.V, (n,), generator=g)] for n in sizes]
+    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
+    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+
+
+def test_perturb_rows_keeps_an_overridden_sample_noise(space16):
+    """A variant that overrides sample_noise (as the audit's broken mechanisms do) is what runs."""
+
+    class ZeroNoise(TruncatedLaplace):
+        def sample_noise(self, n, k, g, device):
+            return torch.zeros((n, k), dtype=torch.float64, device=device)
+
+    mech = ZeroNoise(epsilon=6.0)
+    mech.setup(space16)
+    xs = [space16.E[:3], space16.E[3:4]]
+    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(2)])
+    assert torch.equal(got, mech.transform_input(space16.E[:4]).float())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -255,6 +256,37 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
     def transform_input(self, x: torch.Tensor) -> torch.Tensor:
         """x̃ = T(x) in float64 (spec §3.2)."""
         return self._require_state().transform.apply(x)
+
+    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
+        """:meth:`perturb` for several rows: per row only its noise draws and T's norms or products.
+
+        The noise of row i is :meth:`sample_noise` with ``gens[i]``, in row order; T is
+        :meth:`Transform.apply_rows <hf_textdp.bounding.Transform.apply_rows>`; the sum, T⁻¹ (``minmax``)
+        and the fp32 rounding are elementwise. So the result equals ``torch.cat([perturb(x, g) ...])``
+        bit for bit, with fewer small ops per row.
+        """
+        state = self._require_state()
+        if math.isinf(self.epsilon) or len(xs) < 2:
+            return super().perturb_rows(xs, gens)
+        for x in xs:
+            if x.ndim != 2 or x.shape[1] != state.transform.d_in:
+                raise InvalidParameterError(f"x must have shape [n, {state.transform.d_in}], got {tuple(x.shape)}.")
+        sizes = [int(x.shape[0]) for x in xs]
+        x = torch.cat(list(xs), 0)
+        xt = state.transform.apply_rows(x, sizes)
+        k = xt.shape[1]
+        if any(sizes):
+            xt = xt + self.noise_rows(sizes, k, gens, x.device)
+        if state.map_back:
+            xt = state.transform.inverse(xt)
+        return xt.to(torch.float32)
+
+    def noise_rows(
+        self, sizes: Sequence[int], k: int, gens: Sequence[torch.Generator], device: torch.device
+    ) -> torch.Tensor:
+        """The noise of consecutive rows: :meth:`sample_noise` of each row with its generator, concatenated."""
+        parts = [self.sample_noise(n, k, g, device) for n, g in zip(sizes, gens, strict=True) if n]
+        return torch.cat(parts, 0) if parts else torch.empty((0, k), dtype=torch.float64, device=device)
 
     def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """``(T(x) + z).float()`` for the rows x of one dataset row (spec §3.4); z is fresh per token.

@@ -20,6 +20,7 @@ which is **not** private (δ ≥ 0.25 for an antipodal pair along an axis, spec 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -179,6 +180,11 @@ def sample_truncated_laplace(
     ``z = s·(−log1p(v·expm1(−αA))/α)`` (|z| ≤ A exactly; log1p/expm1 keep small αA accurate).
     """
     u = torch.rand((n, k), dtype=torch.float64, generator=g, device=device)
+    return truncated_laplace_from_uniform(u, alpha, A)
+
+
+def truncated_laplace_from_uniform(u: torch.Tensor, alpha: float, A: float) -> torch.Tensor:
+    """The inverse CDF of :func:`sample_truncated_laplace`, elementwise on float64 uniforms ``u``."""
     t = 2.0 * u - 1.0
     s = torch.where(t < 0, -1.0, 1.0).to(torch.float64)
     v = t.abs()
@@ -225,6 +231,25 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
     def sample_noise(self, n: int, k: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
         c: TruncatedLaplaceConstants = self._require_state().noise
         return sample_truncated_laplace(n, k, c.alpha, c.A, g, device)
+
+    def noise_rows(
+        self, sizes: Sequence[int], k: int, gens: Sequence[torch.Generator], device: torch.device
+    ) -> torch.Tensor:
+        """Each row's uniforms from its generator into one buffer, then one inverse CDF for all rows.
+
+        The inverse CDF is elementwise, so this equals :meth:`sample_noise` row by row. A subclass that
+        overrides :meth:`sample_noise` keeps it (the row-by-row path).
+        """
+        if type(self).sample_noise is not TruncatedLaplace.sample_noise:
+            return super().noise_rows(sizes, k, gens, device)
+        c: TruncatedLaplaceConstants = self._require_state().noise
+        u = torch.empty((sum(sizes), k), dtype=torch.float64, device=device)
+        s = 0
+        for n, g in zip(sizes, gens, strict=True):
+            if n:
+                u[s : s + n].uniform_(0.0, 1.0, generator=g)  # torch.rand((n, k)) of that row
+                s += n
+        return truncated_laplace_from_uniform(u, c.alpha, c.A)
 
     def warning_text(self) -> str:
         return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (§4.4)"
