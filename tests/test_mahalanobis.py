@@ -282,3 +282,23 @@ def test_privatizer_end_to_end(tmp_path):
     assert report["metric"] == "mahalanobis"
     assert report["epsilon_token"] == pytest.approx(20.0 * report["scale"]["diam"], rel=1e-12)
     assert report["details"]["diam_M"] == report["scale"]["diam"]
+
+
+def test_perturb_rows_equals_perturb_row_by_row(aniso16):
+    """Each row's draws and product by M^{1/2} on its own slice: exactly its perturb() (spec §1.6)."""
+    mech = setup_mech(aniso16, epsilon=3.0)
+    sizes = [2, 0, 1, 9, 1]
+    g = torch.Generator().manual_seed(9)
+    xs = [aniso16.E[torch.randint(0, aniso16.V, (n,), generator=g)] for n in sizes]
+    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
+    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+
+    class Unshaped(Mahalanobis):  # a broken variant overriding shape_noise keeps the row-by-row path
+        def shape_noise(self, ru):
+            return ru
+
+    bad = setup_mech(aniso16, Unshaped, epsilon=3.0)
+    rows = bad.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
+    assert torch.equal(rows, torch.cat([bad.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)]))
+    assert not torch.equal(rows, want)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,6 +189,35 @@ class Mahalanobis(AdditiveMechanism):
             raise RuntimeError("Mahalanobis: call setup(space) before sampling (M depends on the space).")
         d = self._state.M_half.shape[0]
         return self.shape_noise(sample_madlib_noise(n, d, self.epsilon, g, device))
+
+    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
+        """:meth:`perturb` for several rows, bit for bit: per row its two draws, their two reductions and
+        the product by M^{1/2} (each on the row's own slice, the same ops on the same shapes as
+        :meth:`noise`), the elementwise rest once for all rows."""
+        if self._state is None:
+            raise RuntimeError("Mahalanobis: call setup(space) before perturb (M depends on the space).")
+        if math.isinf(self.epsilon) or len(xs) < 2 or type(self).shape_noise is not Mahalanobis.shape_noise:
+            return super().perturb_rows(xs, gens)
+        sizes = [int(x.shape[0]) for x in xs]
+        x = torch.cat(list(xs), 0)
+        N, d = x.shape[0], self._state.M_half.shape[0]
+        dev = x.device
+        G = torch.empty((N, d), dtype=torch.float64, device=dev)
+        X = torch.empty((N, d), dtype=torch.float64, device=dev)
+        r = torch.empty((N, 1), dtype=torch.float64, device=dev)
+        norm = torch.empty((N, 1), dtype=torch.float64, device=dev)
+        s = 0
+        for n, g in zip(sizes, gens, strict=True):
+            if n:
+                G[s : s + n].normal_(generator=g)  # sample_madlib_noise's draw 1
+                X[s : s + n].exponential_(1.0, generator=g)  # draw 2
+                torch.sum(X[s : s + n], dim=1, keepdim=True, out=r[s : s + n])
+                torch.linalg.vector_norm(G[s : s + n], dim=1, keepdim=True, out=norm[s : s + n])
+                s += n
+        ru = (r / self.epsilon) * (G / norm)
+        M_half = self._state.M_half.to(dev)
+        Z = torch.cat([part @ M_half for part in torch.split(ru, [n for n in sizes if n])], 0)
+        return (x.double() + Z).float()
 
     def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         if self._state is None:
