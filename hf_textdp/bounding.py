@@ -197,12 +197,8 @@ class Transform:
         x = x.to(torch.float64)
         if self.bound == "vocab_exact":
             return x.clone()
-        if self.bound == "clip":
-            assert self.clip_norm is not None
-            norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-            # T(0) = 0: a row with norm ≤ C is multiplied by exactly 1 (unchanged bit for bit)
-            factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
-            return x * factor
+        if self.bound in ("clip", "unit"):
+            return self._by_norm(x, torch.linalg.vector_norm(x, dim=1, keepdim=True))
         if self.bound == "observed_range":
             assert self.v_max is not None
             return x.clamp(-self.v_max, self.v_max)
@@ -210,9 +206,6 @@ class Transform:
             lo, span = self._lo_span(x.device)
             scaled: torch.Tensor = (x - lo) / span
             return scaled
-        if self.bound == "unit":
-            unit: torch.Tensor = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
-            return unit
         assert self.bound == "jl" and self.matrix is not None
         A = torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64)
         projected: torch.Tensor = x @ A.T
@@ -232,15 +225,20 @@ class Transform:
             for n in sizes:
                 torch.linalg.vector_norm(x[s : s + n], dim=1, keepdim=True, out=norm[s : s + n])
                 s += n
-            if self.bound == "unit":
-                unit: torch.Tensor = x / norm
-                return unit
-            assert self.clip_norm is not None
-            factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
-            return x * factor
+            return self._by_norm(x, norm)
         if self.bound == "jl":
             return torch.cat([self.apply(part) for part in torch.split(x, list(sizes))], 0)
         return self.apply(x)  # elementwise: vocab_exact, observed_range, minmax
+
+    def _by_norm(self, x: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+        """``clip`` and ``unit`` given the vectors' norms ``[n, 1]`` (float64)."""
+        if self.bound == "unit":
+            unit: torch.Tensor = x / norm
+            return unit
+        assert self.bound == "clip" and self.clip_norm is not None
+        # T(0) = 0: a row with norm ≤ C is multiplied by exactly 1 (unchanged bit for bit)
+        factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
+        return x * factor
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
         """T⁻¹(y) in float64 (``minmax`` and ``vocab_exact`` only)."""
