@@ -49,6 +49,33 @@ def sample_madlib_noise(
     return z
 
 
+def sample_madlib_noise_rows(
+    sizes: Sequence[int], d: int, epsilon: float, gens: Sequence[torch.Generator], device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """:func:`sample_madlib_noise` of consecutive rows (``sizes[i]`` vectors from ``gens[i]``), concatenated.
+
+    Row i's draws fill its own slice of one buffer (``normal_`` and ``exponential_`` on a contiguous
+    [n_i, d] slice are ``randn``/``exponential_`` of that shape), in spec §2.2's order, and its sums and
+    norms are taken on that slice alone; the elementwise rest (÷ε, G/‖G‖, r·u) is the same float64
+    operation per element whatever the batch. So the result equals the per-row calls bit for bit.
+    """
+    N = sum(sizes)
+    G = torch.empty((N, d), dtype=torch.float64, device=device)
+    X = torch.empty((N, d), dtype=torch.float64, device=device)
+    r = torch.empty((N, 1), dtype=torch.float64, device=device)
+    norm = torch.empty((N, 1), dtype=torch.float64, device=device)
+    s = 0
+    for n, g in zip(sizes, gens, strict=True):
+        if n:
+            e = s + n
+            G[s:e].normal_(generator=g)  # draw 1
+            X[s:e].exponential_(1.0, generator=g)  # draw 2
+            torch.sum(X[s:e], dim=1, keepdim=True, out=r[s:e])
+            torch.linalg.vector_norm(G[s:e], dim=1, keepdim=True, out=norm[s:e])
+            s = e
+    return (r / epsilon) * (G / norm)
+
+
 class Madlib(AdditiveMechanism):
     """Multivariate Laplace noise on the model's own input embeddings (spec §2).
 
@@ -113,33 +140,13 @@ class Madlib(AdditiveMechanism):
         return (xt + z).float()
 
     def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
-        """:meth:`perturb` for several rows: per row only its two draws and their two row reductions.
-
-        Row i's draws fill its own slice of one buffer (``normal_`` and ``exponential_`` on a contiguous
-        [n_i, d] slice are ``randn``/``exponential_`` of that shape), from ``gens[i]``, in spec §2.2's order;
-        its sums and norms are computed on that slice alone. The elementwise rest (÷ε, G/‖G‖, r·u, x + z,
-        the fp32 rounding) is the same float64 operation per element whatever the batch, so the result
-        equals ``torch.cat([perturb(x, g) ...])`` bit for bit, with far fewer small ops per row.
-        """
+        """:meth:`perturb` for several rows (:func:`sample_madlib_noise_rows`, then x + z and the fp32
+        rounding, elementwise): equal to ``torch.cat([perturb(x, g) ...])`` bit for bit, with far fewer
+        small ops per row."""
         if self.options["bound"] != "none" or math.isinf(self.epsilon) or len(xs) < 2:
             return super().perturb_rows(xs, gens)
-        sizes = [int(x.shape[0]) for x in xs]
         x = torch.cat(list(xs), 0)
-        N, d = x.shape
-        G = torch.empty((N, d), dtype=torch.float64, device=x.device)
-        X = torch.empty((N, d), dtype=torch.float64, device=x.device)
-        r = torch.empty((N, 1), dtype=torch.float64, device=x.device)
-        norm = torch.empty((N, 1), dtype=torch.float64, device=x.device)
-        s = 0
-        for n, g in zip(sizes, gens, strict=True):
-            if n:
-                e = s + n
-                G[s:e].normal_(generator=g)  # draw 1
-                X[s:e].exponential_(1.0, generator=g)  # draw 2
-                torch.sum(X[s:e], dim=1, keepdim=True, out=r[s:e])
-                torch.linalg.vector_norm(G[s:e], dim=1, keepdim=True, out=norm[s:e])
-                s = e
-        z = (r / self.epsilon) * (G / norm)
+        z = sample_madlib_noise_rows([int(p.shape[0]) for p in xs], x.shape[1], self.epsilon, gens, x.device)
         return (x.double() + z).float()
 
     def claim(self, space: EmbeddingSpace) -> Claim:

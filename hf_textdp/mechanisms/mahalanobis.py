@@ -31,7 +31,7 @@ from ..errors import InvalidParameterError
 from ..scale import scale_stats
 from ..validation import check_open_unit
 from .base import AdditiveMechanism
-from .madlib import sample_madlib_noise
+from .madlib import sample_madlib_noise, sample_madlib_noise_rows
 
 
 if TYPE_CHECKING:
@@ -200,21 +200,8 @@ class Mahalanobis(AdditiveMechanism):
             return super().perturb_rows(xs, gens)
         sizes = [int(x.shape[0]) for x in xs]
         x = torch.cat(list(xs), 0)
-        N, d = x.shape[0], self._state.M_half.shape[0]
         dev = x.device
-        G = torch.empty((N, d), dtype=torch.float64, device=dev)
-        X = torch.empty((N, d), dtype=torch.float64, device=dev)
-        r = torch.empty((N, 1), dtype=torch.float64, device=dev)
-        norm = torch.empty((N, 1), dtype=torch.float64, device=dev)
-        s = 0
-        for n, g in zip(sizes, gens, strict=True):
-            if n:
-                G[s : s + n].normal_(generator=g)  # sample_madlib_noise's draw 1
-                X[s : s + n].exponential_(1.0, generator=g)  # draw 2
-                torch.sum(X[s : s + n], dim=1, keepdim=True, out=r[s : s + n])
-                torch.linalg.vector_norm(G[s : s + n], dim=1, keepdim=True, out=norm[s : s + n])
-                s += n
-        ru = (r / self.epsilon) * (G / norm)
+        ru = sample_madlib_noise_rows(sizes, self._state.M_half.shape[0], self.epsilon, gens, dev)
         M_half = self._state.M_half.to(dev)
         Z = torch.cat([part @ M_half for part in torch.split(ru, [n for n in sizes if n])], 0)
         return (x.double() + Z).float()
