@@ -598,3 +598,21 @@ def test_perturb_rows_equals_perturb_row_by_row(d):
         G = torch.randn((x.shape[0], d), dtype=torch.float64, generator=gg)
         swapped.append((x.double() + X.sum(1, keepdim=True) / 7.5 * G / G.norm(dim=1, keepdim=True)).float())
     assert not torch.equal(torch.cat(swapped), want)
+
+
+def test_perturb_rows_runs_an_overridden_perturb():
+    """A subclass's own perturb (here the audit's halved-noise variant) is what the batched path runs."""
+
+    class Halved(Madlib):
+        def perturb(self, x, g):
+            n, d = x.shape
+            return (x.double() + sample_madlib_noise(n, d, 2.0 * self.epsilon, g, x.device)).float()
+
+    xs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in (2, 5, 1)]
+    mech = Halved(epsilon=3.0)
+    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(3)])
+    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
+    assert torch.equal(got, want)
+    assert not torch.equal(
+        got, Madlib(epsilon=3.0).perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(3)])
+    )

@@ -123,6 +123,16 @@ class AdditiveMechanism(Mechanism):
         """
         return torch.cat([self.perturb(x, g) for x, g in zip(xs, gens, strict=True)], 0)
 
+    def _keeps(self, owner: type, *names: str) -> bool:
+        """Whether this object's class uses ``owner``'s own methods ``names`` (no subclass overrides them).
+
+        A batched :meth:`perturb_rows` reproduces ``owner``'s row-by-row methods; a subclass that
+        overrides one of them (a variant, or a deliberately broken one in a test) must get the row-by-row
+        path, so that what runs is its own method.
+        """
+        cls = type(self)
+        return all(getattr(cls, n) is getattr(owner, n) for n in names)
+
 
 class SelectionMechanism(Mechanism):
     """Samples an output candidate for each token directly (spec §6, §9)."""

@@ -266,7 +266,8 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         bit for bit, with fewer small ops per row.
         """
         state = self._require_state()
-        if math.isinf(self.epsilon) or len(xs) < 2:
+        batched = self._keeps(BoundedAdditiveMechanism, "perturb", "transform_input")
+        if not batched or math.isinf(self.epsilon) or len(xs) < 2:
             return super().perturb_rows(xs, gens)
         for x in xs:
             if x.ndim != 2 or x.shape[1] != state.transform.d_in:

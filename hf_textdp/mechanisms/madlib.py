@@ -143,7 +143,8 @@ class Madlib(AdditiveMechanism):
         """:meth:`perturb` for several rows (:func:`sample_madlib_noise_rows`, then x + z and the fp32
         rounding, elementwise): equal to ``torch.cat([perturb(x, g) ...])`` bit for bit, with far fewer
         small ops per row."""
-        if self.options["bound"] != "none" or math.isinf(self.epsilon) or len(xs) < 2:
+        batched = self._keeps(Madlib, "perturb", "transform_input")
+        if not batched or self.options["bound"] != "none" or math.isinf(self.epsilon) or len(xs) < 2:
             return super().perturb_rows(xs, gens)
         x = torch.cat(list(xs), 0)
         z = sample_madlib_noise_rows([int(p.shape[0]) for p in xs], x.shape[1], self.epsilon, gens, x.device)

@@ -196,7 +196,7 @@ class Mahalanobis(AdditiveMechanism):
         :meth:`noise`), the elementwise rest once for all rows."""
         if self._state is None:
             raise RuntimeError("Mahalanobis: call setup(space) before perturb (M depends on the space).")
-        if math.isinf(self.epsilon) or len(xs) < 2 or type(self).shape_noise is not Mahalanobis.shape_noise:
+        if not self._keeps(Mahalanobis, "perturb", "noise", "shape_noise") or math.isinf(self.epsilon) or len(xs) < 2:
             return super().perturb_rows(xs, gens)
         sizes = [int(x.shape[0]) for x in xs]
         x = torch.cat(list(xs), 0)

@@ -240,7 +240,7 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
         The inverse CDF is elementwise, so this equals :meth:`sample_noise` row by row. A subclass that
         overrides :meth:`sample_noise` keeps it (the row-by-row path).
         """
-        if type(self).sample_noise is not TruncatedLaplace.sample_noise:
+        if not self._keeps(TruncatedLaplace, "sample_noise"):
             return super().noise_rows(sizes, k, gens, device)
         c: TruncatedLaplaceConstants = self._require_state().noise
         u = torch.empty((sum(sizes), k), dtype=torch.float64, device=device)
