@@ -353,16 +353,7 @@ class Tem(SelectionMechanism):
                 bottom_rank=self.bottom_rank,
             )
         if fast_dense_available(index):  # same outputs and generator state, far fewer distances (§6.4)
-            return gumbel_max_rows(
-                [x],
-                [g],
-                index,
-                index.n32,
-                index.Em2T,
-                scale=self.score_scale(),
-                gamma=gamma,
-                chunk_size=self.chunk_size,
-            )[0]
+            return self._filtered(space, [x], [g])[0]
         return gumbel_max_dense(
             x, index.n32, index.Em2T, scale=self.score_scale(), gamma=gamma, chunk_size=self.chunk_size, g=g
         )
@@ -385,8 +376,13 @@ class Tem(SelectionMechanism):
         """:meth:`sample` for several rows with one filtered pass (spec §6.4; outputs equal per row)."""
         if not self._fast(space) or len(parts) < 2:
             return super().sample_rows(space, parts, gens)
+        return self._filtered(space, [space.E[p.to(space.E.device, torch.int64)] for p in parts], gens)
+
+    def _filtered(
+        self, space: EmbeddingSpace, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
+    ) -> list[torch.Tensor]:
+        """The dense sampler through :func:`gumbel_max_rows` (one row per generator; same outputs)."""
         index = space.index
-        xs = [space.E[p.to(space.E.device, torch.int64)] for p in parts]
         return gumbel_max_rows(
             xs,
             gens,
