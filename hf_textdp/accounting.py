@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .rng import STREAM_VERSION
 from .version import __version__
 
 
@@ -29,7 +30,7 @@ NOT_COVERED = [
     "and every data-independent choice are public.",
     "Floating-point and implementation side channels: Mironov's (2012) attack on released floats (vector), "
     "timing and memory. The claims hold in exact real arithmetic.",
-    "An adversary who knows the seed, or the state of the non-cryptographic generator.",
+    "An adversary who knows the seed (the key of every row's Philox stream).",
 ]
 
 ROW_GUARANTEE = (
@@ -166,6 +167,7 @@ def build_report(
     report: dict[str, Any] = {
         "report_version": 1,
         "hf_textdp_version": __version__,
+        "stream_version": STREAM_VERSION,
         "mechanism": mechanism,
         "parameters": dict(sorted(parameters.items())),
         "postprocess": postprocess,

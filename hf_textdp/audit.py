@@ -13,7 +13,7 @@ public unit vector u from f(w) to f(w'), f being the noise-free release map, the
 pooled quantiles of the selection draws (a public choice fixed before the estimation draws are read).
 
 The reference implementation is ``spec/kat/audit.py``; this one makes batched torch draws from
-per-pair generators.
+per-pair keyed streams.
 
 Example:
 
@@ -40,7 +40,7 @@ from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep
-from .rng import fresh_seed, row_generator, validate_seed
+from .rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
 from .search import ExactIndex
 from .space import EmbeddingSpace, load_space
 from .validation import check_int, check_open_unit
@@ -49,7 +49,7 @@ from .validation import check_int, check_open_unit
 __all__ = ["audit", "AuditResult", "AuditRow", "default_pairs", "clopper_pearson_lower", "clopper_pearson_upper"]
 
 _SPLIT = "hf_textdp/audit"
-_ROW = 4096  # draws per generator row
+_ROW = 4096  # draws per stream row
 _EXACT_DIAMETER_LIMIT = 4096
 
 
@@ -194,14 +194,13 @@ def apply_step(
     z: torch.Tensor,
     mech: AdditiveMechanism,
     space: EmbeddingSpace,
-    generators: list[torch.Generator],
-    sizes: list[int],
+    streams: Streams,
     positions: torch.Tensor,
 ) -> torch.Tensor:
     """Run a post-processing step; an unsafe one (spec §7.7) also receives the input positions."""
     if isinstance(step, UnsafePostprocessStep):
-        return step.apply_unsafe(z, mech, space, generators, sizes, positions)
-    return step.apply(z, mech, space, generators, sizes)
+        return step.apply_unsafe(z, mech, space, streams, positions)
+    return step.apply(z, mech, space, streams)
 
 
 def _resolve_space(space: EmbeddingSpace | str, device: str) -> EmbeddingSpace:
@@ -276,17 +275,17 @@ def _positions(space: EmbeddingSpace, pairs: Sequence[Sequence[int]]) -> list[tu
 
 
 class _Sampler:
-    """Draws outputs of one configured mechanism with fresh, counted row generators."""
+    """Draws outputs of one configured mechanism from fresh, counted row streams."""
 
     def __init__(self, mech: Mechanism, step: PostprocessStep | None, space: EmbeddingSpace, seed: int) -> None:
         self.mech, self.step, self.space, self.seed = mech, step, space, seed
         self.counter = 0
         self.vectors = bool(step is not None and step.RELEASES_VECTORS)
 
-    def _gen(self) -> torch.Generator:
-        g = row_generator(self.seed, self.counter, _SPLIT, 0, self.space.device)
+    def _streams(self, m: int) -> Streams:
+        key = derive_row_seed(self.seed, self.counter, _SPLIT, 0)
         self.counter += 1
-        return g
+        return streams_for_rows([key], [m], self.space.device)
 
     def draw(self, position: int, n: int, u: torch.Tensor | None = None) -> np.ndarray:
         """``n`` outputs of M(position): candidate positions; for vector releases the vectors
@@ -295,15 +294,15 @@ class _Sampler:
         parts: list[np.ndarray] = []
         for s in range(0, n, _ROW):
             m = min(_ROW, n - s)
-            g = self._gen()
+            st = self._streams(m)
             pos = torch.full((m,), position, dtype=torch.int64)
             if isinstance(mech, SelectionMechanism):
-                out = mech.sample(space, pos, g)
+                out = mech.sample(space, pos, st)
                 parts.append(out.cpu().numpy().astype(np.int64))
                 continue
             assert isinstance(mech, AdditiveMechanism) and step is not None
-            z = mech.perturb(mech.inputs(space, pos), g)
-            out = apply_step(step, z, mech, space, [g], [m], pos).cpu()
+            z = mech.perturb(mech.inputs(space, pos), st)
+            out = apply_step(step, z, mech, space, st, pos).cpu()
             if not self.vectors:
                 parts.append(out.numpy().astype(np.int64))
             elif u is None:
@@ -325,7 +324,7 @@ class _Sampler:
         diff: torch.Tensor | None = None
         try:
             c = _center(self.mech, self.space, torch.tensor([a, b]))
-            f = self.step.apply(c, self.mech, self.space, [torch.Generator()], [2]).cpu().double()
+            f = self.step.apply(c, self.mech, self.space, streams_for_rows([0], [2])).cpu().double()
             if f.ndim == 2 and f.shape == (2, k):
                 diff = f[1] - f[0]
         except Exception:  # noqa: BLE001 - fall back to the selection means below

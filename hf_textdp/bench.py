@@ -263,7 +263,7 @@ class BenchReport:
 # --------------------------------------------------------------------------- the run
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
     """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
-    from .rng import row_generator
+    from .rng import derive_row_seed, streams_for_rows
     from .space import CANDIDATE
 
     space, mech = priv.space, priv.mechanism
@@ -273,8 +273,8 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
         cls, p = space.classify(r.ids)
         pos.extend(p[cls == CANDIDATE].tolist())
     pos_t = torch.tensor(pos[:n_tokens], dtype=torch.int64)
-    g = row_generator(0, 0, "bench-reference", 0, space.device)
-    Z = mech.perturb(mech.inputs(space, pos_t), g)
+    st = streams_for_rows([derive_row_seed(0, 0, "bench-reference", 0)], [int(pos_t.numel())], space.device)
+    Z = mech.perturb(mech.inputs(space, pos_t), st)
     index = mech.search_index(space)
     E = index.E
     ref = torch.empty(Z.shape[0], dtype=torch.int64)
@@ -322,11 +322,8 @@ def _run_case(
     mech = priv.mechanism
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
-    elif getattr(mech, "sampler", None) == "dense":  # which scan of the filtered dense sampler ran
-        from .mechanisms.gumbel_filter import _compiled_scan, fast_dense_available
-
-        if fast_dense_available(priv.space.index):
-            out.search_filter = "numba" if _compiled_scan() else "torch"
+    elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
+        out.search_filter = "int8"
     per_flop = 2.0 * V * d
     best_rate, best_bound = 0.0, 0.0
     with _RssSampler() as rss:

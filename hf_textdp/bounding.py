@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -210,25 +209,6 @@ class Transform:
         A = torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64)
         projected: torch.Tensor = x @ A.T
         return projected
-
-    def apply_rows(self, x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-        """:meth:`apply` of consecutive rows of ``x`` (``sizes[i]`` vectors each), equal to it row by row.
-
-        Norms and products are taken per row, on that row's slice (the same op on the same shape as
-        :meth:`apply` of the row alone); the elementwise rest is done once for all rows, which gives the
-        same float64 value per element whatever the batch.
-        """
-        x = x.to(torch.float64)
-        if self.bound in ("clip", "unit"):
-            norm = torch.empty((x.shape[0], 1), dtype=torch.float64, device=x.device)
-            s = 0
-            for n in sizes:
-                torch.linalg.vector_norm(x[s : s + n], dim=1, keepdim=True, out=norm[s : s + n])
-                s += n
-            return self._by_norm(x, norm)
-        if self.bound == "jl":
-            return torch.cat([self.apply(part) for part in torch.split(x, list(sizes))], 0)
-        return self.apply(x)  # elementwise: vocab_exact, observed_range, minmax
 
     def _by_norm(self, x: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
         """``clip`` and ``unit`` given the vectors' norms ``[n, 1]`` (float64)."""

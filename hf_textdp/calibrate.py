@@ -14,7 +14,7 @@ calibration seed.
   log ε.
 - Any other mechanism or post-processing step: plain Monte Carlo through the base-class interfaces
   (n public tokens, run through ``perturb`` + the step, or ``sample``; the fraction whose output is
-  not the input), with the same generators at every ε (common random numbers), bisection on log ε.
+  not the input), with the same keyed streams at every ε (common random numbers), bisection on log ε.
 
 Example:
 
@@ -43,7 +43,7 @@ from .errors import HfTextDPError, InvalidParameterError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.madlib import Madlib
 from .postprocess import PostprocessStep
-from .rng import row_generator, validate_seed
+from .rng import derive_row_seed, streams_for_rows, validate_seed
 from .scale import scale_stats
 from .search import exact_fp32_matmul
 from .space import DEFAULT_MODEL, EmbeddingSpace, load_space
@@ -56,7 +56,7 @@ __all__ = ["calibrate", "CalibrationResult", "madlib_cell_radii"]
 logger = get_logger(__name__)
 
 _SPLIT = "hf_textdp/calibrate"
-_MC_ROW = 256  # tokens per generator row in the Monte Carlo estimator
+_MC_ROW = 256  # tokens per stream row in the Monte Carlo estimator
 _REFINE = 8  # per draw, the smallest fp32-based radii re-checked in float64
 _BLOCK_ELEMS = 2**22  # N × V block size of the radius computation (memory ≈ 5 × 8 × this bytes)
 _RADII_MEMO: dict[tuple[str, int, int, str], np.ndarray] = {}  # public draws only: safe to keep
@@ -204,15 +204,15 @@ class _MonteCarlo:
 
     def outputs(self, mech: Mechanism, step: PostprocessStep | None) -> torch.Tensor:
         space = self.space
-        rows = torch.split(self.positions, _MC_ROW)
-        # the same public generators at every ε: common random numbers make the rate smooth in ε
-        gens = [row_generator(self.seed, i, _SPLIT, 0, space.device) for i in range(len(rows))]
+        sizes = [int(p.numel()) for p in torch.split(self.positions, _MC_ROW)]
+        # the same public streams at every ε: common random numbers make the rate smooth in ε
+        keys = [derive_row_seed(self.seed, i, _SPLIT, 0) for i in range(len(sizes))]
+        streams = streams_for_rows(keys, sizes, space.device)
         if isinstance(mech, SelectionMechanism):
-            return torch.cat([mech.sample(space, p, g).cpu() for p, g in zip(rows, gens, strict=True)])
+            return mech.sample(space, self.positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and step is not None
-        zs = [mech.perturb(mech.inputs(space, p), g) for p, g in zip(rows, gens, strict=True)]
-        sizes = [int(p.numel()) for p in rows]
-        return apply_step(step, torch.cat(zs, 0), mech, space, gens, sizes, self.positions).cpu()
+        z = mech.perturb(mech.inputs(space, self.positions), streams)
+        return apply_step(step, z, mech, space, streams, self.positions).cpu()
 
     def rate(self, epsilon: float) -> tuple[float, float]:
         if epsilon not in self._memo:

@@ -1,7 +1,7 @@
 """Privatize-on-the-fly data collators and their privacy accountant (DESIGN §3; spec §7.5, §10.3).
 
 :class:`DataCollatorWithPrivatization` privatizes each batch's text when it is collated, with fresh
-noise every epoch (noise stream = epoch + 1, spec §1.6), and returns padded model inputs.
+noise every epoch (noise stream = epoch + 1, docs/mechanisms/randomness.md), and returns padded model inputs.
 :class:`DataCollatorForInputsEmbeds` releases the noisy vectors themselves (``postprocess="vector"``)
 as ``inputs_embeds``. Every collation is a release: the accountant adds up each example's ε (and δ)
 across epochs (basic composition, spec §10.3), logs one INFO line per epoch, and reports a

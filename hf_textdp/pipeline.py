@@ -300,8 +300,8 @@ def _refingerprint(ds: Any) -> Any:
 class _Shifted:
     """``Privatizer.__call__`` with the shard's first row added to ``datasets``' 0-based indices.
 
-    Row r of a split keeps row id r whatever shard it falls in, so its noise (spec §1.6) is the same as in
-    a single ``Dataset.map``. Picklable for ``num_proc`` workers; hashes as the privatizer plus the offset.
+    Row r of a split keeps row id r whatever shard it falls in, so its noise (docs/mechanisms/randomness.md) is the
+    same as in a single ``Dataset.map``. Picklable for ``num_proc`` workers; hashes as the privatizer plus the offset.
     """
 
     def __init__(self, priv: Privatizer, offset: int) -> None:

@@ -1,7 +1,7 @@
 """Post-processing of noisy vectors (spec §7): a registry of steps that map z to candidates.
 
-A step is ``apply(z, mechanism, space, generators, sizes)``: it sees the noisy vectors, public data
-and fresh randomness from each row's generator (``sizes[r]`` vectors belong to row r, in order), and
+A step is ``apply(z, mechanism, space, streams)``: it sees the noisy vectors, public data
+and fresh randomness from each token's keyed stream (:class:`~hf_textdp.rng.Streams`), and
 **never the original token** — that is why every step preserves the mechanism's guarantee (§7.1).
 
 Steps: ``nearest`` (§7.2), ``top2`` (§7.3), ``rank`` (§7.4, the fix of arXiv:2411.13784 §6), ``vector``
@@ -17,7 +17,6 @@ import dataclasses
 import math
 import threading
 import weakref
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch
 
 from .accounting import Claim
 from .errors import InvalidParameterError, UnknownOptionError, UnknownPostprocessError
+from .rng import Draw, Streams
 from .validation import check_bool, check_choice, check_float, check_open_unit
 
 
@@ -102,8 +102,7 @@ class PostprocessStep(abc.ABC):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         """Candidate positions ``[N]`` int64 (or vectors ``[N, k]`` when ``RELEASES_VECTORS``)."""
 
@@ -118,8 +117,7 @@ class Nearest(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         return mechanism.search_index(space).search(z, 1)[:, 0]
 
@@ -149,22 +147,11 @@ def backproject_vectors(y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
     return (y.double() @ phi.to(y.device, torch.float64)).float()
 
 
-def _row_uniforms(generators: Sequence[torch.Generator], sizes: Sequence[int]) -> torch.Tensor:
-    """One U[0, 1) float64 draw per vector, row by row from each row's generator (one call per row)."""
-    if len(generators) != len(sizes):
-        raise InvalidParameterError(
-            f"generators and sizes must have equal lengths, got {len(generators)} and {len(sizes)}."
-        )
-    parts = [
-        torch.rand(int(n), dtype=torch.float64, generator=g, device=g.device).cpu()
-        for g, n in zip(generators, sizes, strict=True)
-    ]
-    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64)
-
-
-def _check_sizes(z: torch.Tensor, sizes: Sequence[int]) -> None:
-    if int(sum(int(n) for n in sizes)) != z.shape[0]:
-        raise InvalidParameterError(f"sizes must add up to the number of vectors {z.shape[0]}, got {sum(sizes)}.")
+def _token_uniforms(streams: Streams, draw: Draw, z: torch.Tensor) -> torch.Tensor:
+    """One float64 uniform on (0, 1) per vector: the first uniform of ``draw`` in each token's stream, on CPU."""
+    if len(streams) != z.shape[0]:
+        raise InvalidParameterError(f"streams hold {len(streams)} tokens but z has {z.shape[0]} vectors.")
+    return streams.uniforms(draw, 1)[:, 0].cpu()
 
 
 # --------------------------------------------------------------------------- §7.3 top2
@@ -172,8 +159,8 @@ class Top2(PostprocessStep):
     """Output the nearest candidate with probability ``top2_p``, else the second nearest (spec §7.3).
 
     n₁, n₂ are the first two candidates in the order (‖z − φ(y)‖₂, id) over all of C, by the exact
-    search of spec §1.5 with k = 2. One ``torch.rand`` float64 draw per vector comes from its row's
-    generator after the mechanism's draws. This is seed 002's "randomly output the first or second
+    search of spec §1.5 with k = 2. One float64 uniform per vector comes from the token's keyed stream
+    (its :attr:`~hf_textdp.rng.Draw.TOP2` draw). This is seed 002's "randomly output the first or second
     nearest neighbour", without its exclusion of the input (that is ``nearest_excluding_input``).
 
     Args:
@@ -191,13 +178,11 @@ class Top2(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         self.check_mechanism(mechanism)
-        _check_sizes(z, sizes)
+        u = _token_uniforms(streams, Draw.TOP2, z)
         nn = mechanism.search_index(space).search(z, 2).cpu()
-        u = _row_uniforms(generators, sizes)
         return torch.where(u < self.options["top2_p"], nn[:, 0], nn[:, 1])
 
 
@@ -453,9 +438,9 @@ class Rank(PostprocessStep):
 
     p = nearest(z) is the pivot; every candidate is ranked by its distance to p (p has rank 0) and the
     candidate of rank r is output with probability ∝ exp(−c·ε·r), r = 0…V−1. It reads only z, the
-    public matrix, public ε and c, and fresh randomness (one float64 uniform per vector from its
-    row's generator), so it is post-processing. Sampling is the exact inverse CDF of the truncated
-    geometric law, O(V) per token.
+    public matrix, public ε and c, and fresh randomness (one float64 uniform per vector from the
+    token's keyed stream, its :attr:`~hf_textdp.rng.Draw.RANK` draw), so it is post-processing. Sampling
+    is the exact inverse CDF of the truncated geometric law, O(V) per token.
 
     Args:
         rank_c (`float` or `"auto"`, *optional*, defaults to `"auto"`): c > 0, in units of distance;
@@ -494,15 +479,14 @@ class Rank(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         self.check_mechanism(mechanism)
-        _check_sizes(z, sizes)
+        u = _token_uniforms(streams, Draw.RANK, z)
         index = mechanism.search_index(space)
         pivots = index.search(z, 1)[:, 0].cpu()
         lam = self.rank_constant(mechanism, space) * mechanism.epsilon
-        ranks = truncated_geometric_ranks(_row_uniforms(generators, sizes), lam, index.V)
+        ranks = truncated_geometric_ranks(u, lam, index.V)
         return rank_select_knn(index, pivots, ranks)
 
 
@@ -538,8 +522,7 @@ class Vector(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         self.check_mechanism(mechanism)
         if self.options["vector_space"] == "input":
@@ -570,8 +553,7 @@ class Backproject(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         self.check_mechanism(mechanism)
         phi = _projection(mechanism, space, "postprocess='backproject'")
@@ -600,12 +582,11 @@ class UnsafePostprocessStep(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         raise InvalidParameterError(
             f"postprocess={self.name!r} reads the original tokens; it runs only through "
-            "apply_unsafe(z, mechanism, space, generators, sizes, input_positions)."
+            "apply_unsafe(z, mechanism, space, streams, input_positions)."
         )
 
     @abc.abstractmethod
@@ -614,8 +595,7 @@ class UnsafePostprocessStep(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
         input_positions: torch.Tensor,
     ) -> torch.Tensor:
         """Like ``apply``, given the candidate positions ``[N]`` of the original tokens."""
@@ -646,8 +626,7 @@ class NearestExcludingInput(UnsafePostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
         input_positions: torch.Tensor,
     ) -> torch.Tensor:
         self.check_mechanism(mechanism)

@@ -12,10 +12,8 @@ hashes it in milliseconds, a seeded rerun is a cache hit, and an unseeded rerun 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +23,7 @@ from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
-from .rng import row_generator, validate_seed, validate_split, validate_stream
+from .rng import derive_row_seed, fresh_seed, streams_for_rows, validate_seed, validate_split, validate_stream
 from .scale import scale_stats
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
 from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
@@ -269,8 +267,8 @@ class Privatizer:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
 
         All rows' ids are concatenated once, so classification, the id replacement, the decode lists and
-        the accounting counts are a few array operations per batch instead of per row; what stays per
-        row is what must (each row's generator and its draws, spec §1.6).
+        the accounting counts are a few array operations per batch instead of per row; each token's
+        draws come from its own row's keyed stream.
         """
         self._check_texts(texts, row_ids)
         self._ensure()
@@ -407,7 +405,7 @@ class Privatizer:
 
         The entry point for tokenizers and collators that tokenize themselves: row ``i``'s positions
         ``positions[i]`` (int64, into ``space.candidate_ids``) are released with row ``row_ids[i]``'s
-        generator of ``stream`` (default: this privatizer's), exactly as :meth:`privatize` releases
+        keyed stream of ``stream`` (default: this privatizer's), exactly as :meth:`privatize` releases
         a row's candidate tokens. Returns one result per row: positions ``[n_i]`` (or vectors for
         ``postprocess="vector"``), on CPU. Accounting of the release is the caller's.
         """
@@ -431,95 +429,31 @@ class Privatizer:
     ) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
 
-        One generator per row with candidates, one mechanism call per row (the row's draws, in position
-        order: spec §1.6), then one batched post-processing call, so a seeded row's output never depends
-        on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
+        so the whole batch goes through one mechanism call and one post-processing call, and a seeded
+        row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
+        on CPU.
         """
         space, mech = self._space, self._mech
         assert space is not None and mech is not None
         device = space.device
-        active = [i for i, n in enumerate(sizes) if n]
-        if not active:
+        if not any(sizes):
             return torch.empty(0, dtype=torch.int64)
         stream = self.stream if stream is None else stream
-        gens = [row_generator(self.seed, row_ids[i], self.split, stream, device) for i in active]
-        act_sizes = [sizes[i] for i in active]
-        parts = torch.split(positions, act_sizes)
+        streams = streams_for_rows(self.row_keys(row_ids, stream), sizes, device)
         if isinstance(mech, SelectionMechanism):
-            # rows in consecutive groups (a speed choice of the mechanism; outputs are per row either way)
-            groups = mech.row_groups(space, act_sizes)
-            done = _map_rows(
-                lambda j: mech.sample_rows(space, [parts[i] for i in groups[j]], [gens[i] for i in groups[j]]),
-                len(groups),
-                device,
-            )
-            return torch.cat([o.cpu() for outs in done for o in outs])
+            return mech.sample(space, positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
-        x = mech.inputs(space, positions)  # one gather for the batch; row r's rows are a contiguous slice
-        xs = torch.split(x, act_sizes)
-        # a row's draws are a few small ops; with few tokens per row the threads mostly wait for the GIL
-        parallel = sum(act_sizes) >= POOL_MIN_TOKENS_PER_ROW * len(active)
-        step = ROWS_PER_CALL if parallel else 16 * ROWS_PER_CALL
-        cuts = list(range(0, len(active), step)) + [len(active)]
-        z = torch.cat(
-            _map_rows(
-                lambda j: mech.perturb_rows(xs[cuts[j] : cuts[j + 1]], gens[cuts[j] : cuts[j + 1]]),
-                len(cuts) - 1,
-                device,
-                parallel=parallel,
-            ),
-            0,
-        )
+        z = mech.perturb(mech.inputs(space, positions), streams)
         if isinstance(self._step, UnsafePostprocessStep):  # spec §7.7: the only path that sees the inputs
-            res = self._step.apply_unsafe(z, mech, space, gens, act_sizes, positions)
+            res = self._step.apply_unsafe(z, mech, space, streams, positions)
         else:
-            res = self._step.apply(z, mech, space, gens, act_sizes)
+            res = self._step.apply(z, mech, space, streams)
         return res.cpu()
 
-
-_T = TypeVar("_T")
-
-
-#: rows with fewer candidate tokens than this on average draw their noise on one thread (measured on
-#: GloVe-300 rows of k words: the pool is 20 % slower at k = 1–4, even at k = 8, faster beyond)
-POOL_MIN_TOKENS_PER_ROW = 8
-#: consecutive rows per ``perturb_rows`` call (16× as many when the rows run on one thread)
-ROWS_PER_CALL = 16
-
-
-def _map_rows(fn: Callable[[int], _T], n: int, device: torch.device, *, parallel: bool = True) -> list[_T]:
-    """``[fn(0), …, fn(n − 1)]``: one row's draws per call, rows spread over the intra-op threads.
-
-    Each row uses only its own generator, so the results do not depend on which thread runs it or
-    when. On a CPU with several intra-op threads the rows are split into contiguous groups run by a
-    pool, each op single-threaded: row-sized ops are too small for intra-op parallelism, whose
-    per-op synchronisation dominates them (and stalls for a scheduler slice when cores are shared).
-    The first row runs alone first, so lazily built state is built once. With ``parallel=False``
-    (rows of very little work, where the threads would mostly wait for the GIL) the rows run in
-    order on this thread, their ops still single-threaded.
-    """
-    workers = torch.get_num_threads()
-    if device.type != "cpu" or workers <= 1 or (parallel and n < 4 * workers):
-        return [fn(j) for j in range(n)]
-    if not parallel:  # row-sized ops: one thread each, as in the pool
-        with _one_thread():
-            return [fn(j) for j in range(n)]
-    first = fn(0)
-    bounds = [1 + (n - 1) * w // workers for w in range(workers + 1)]
-
-    def run(w: int) -> list[_T]:
-        return [fn(j) for j in range(bounds[w], bounds[w + 1])]
-
-    with _one_thread(), ThreadPoolExecutor(workers) as pool:
-        groups = list(pool.map(run, range(workers)))
-    return [first, *(r for g in groups for r in g)]
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
+    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
+        """The Philox key of each row: derived from (seed, split, stream, row id), or fresh OS entropy unseeded."""
+        stream = self.stream if stream is None else stream
+        if self.seed is None:
+            return [fresh_seed() for _ in row_ids]
+        return [derive_row_seed(self.seed, int(r), self.split, stream) for r in row_ids]

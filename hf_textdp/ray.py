@@ -9,8 +9,9 @@ are retried by Ray Data, so every row is released exactly once.
 run needs ``id_column=``: an int column holding each row's id, assigned from the source order *before* any
 repartitioning, for example ``hf_ds.add_column("id", range(len(hf_ds)))`` before
 ``ray.data.from_huggingface(hf_ds)``, or an id column written into the parquet/jsonl files. With it, row k
-draws the noise of index k in an in-memory run (spec §1.6), so the output equals the single-process output
-row for row, whatever the block layout, the batch size or the number of actors. Match rows by the id column:
+draws the noise of index k in an in-memory run (docs/mechanisms/randomness.md), so the output equals the
+single-process output row for row, whatever the block layout, the batch size or the number of actors. Match rows by
+the id column:
 Ray Data does not promise the order of output rows (even ``execution_options.preserve_order = True`` left
 blocks of a written file out of order in about one run in five here, ray 2.60). Without a seed every row
 draws fresh OS entropy and no id is needed.

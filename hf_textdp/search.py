@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -272,8 +271,8 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
     """Whether the bf16 filter is exact *and* worth it on this process's ``device`` (cached).
 
     CPU only (CUDA keeps the fp32 filter): the bf16 product must satisfy the library model of
-    :func:`bf16_filter_bound` on a test product, and be fast: an AMX tile unit, or a measured bf16
-    product at most half the time of the fp32 one. ``filter="auto"`` indexes use it when this is true;
+    :func:`bf16_filter_bound` on a test product, and be fast: the CPU has AMX tiles or AVX-512 BF16
+    (:func:`_bf16_is_fast`). ``filter="auto"`` indexes use it when this is true;
     the environment variable ``HF_TEXTDP_SEARCH_FILTER`` (``auto``, ``bf16``, ``fp32``) sets what
     ``"auto"`` means for the whole process (``bf16`` skips the speed test, never the exactness test).
     """
@@ -288,24 +287,16 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
 
 
 def _bf16_is_fast() -> bool:
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    if amx is not None and amx():
-        return True
-    g = torch.Generator().manual_seed(0)
-    a32 = torch.randn(256, 384, generator=g)
-    b32 = torch.randn(384, 2048, generator=g)
-    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    """Whether the CPU has a native bf16 dot product (AVX-512 BF16 or AMX), read from its capabilities.
 
-    def best(f: object) -> float:
-        out = math.inf
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f()  # type: ignore[operator]
-            out = min(out, time.perf_counter() - t0)
-        return out
-
-    with exact_fp32_matmul():
-        return best(lambda: torch.mm(a16, b16)) <= 0.5 * best(lambda: torch.mm(a32, b32))
+    A capability, not a timing: a timing taken at start-up on a shared machine can flip between runs,
+    and with it the filter (never the result, which is exact either way).
+    """
+    for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        probe = getattr(torch.cpu, name, None)
+        if probe is not None and probe():
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- the index

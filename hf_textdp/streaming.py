@@ -20,9 +20,9 @@ removed. Memory stays O(shard): the stream is never held whole.
 **Row ids.** ``IterableDataset.map(..., with_indices=True)`` numbers the rows it sees from 0, in stream order,
 and ``load_state_dict`` restores that counter, so for a single process reading the stream from its start the
 index of a row is its index in the source, the same as ``Dataset.map`` gives, and a seeded streaming output
-equals the in-memory one row for row (spec §1.6, §11.5). The counter restarts at 0 in each ``DataLoader``
-worker and after ``skip``, ``shuffle`` or ``split_dataset_by_node``: there, pass ``id_column=`` (an int column
-holding each row's index in the source) so every row keeps its own id.
+equals the in-memory one row for row (docs/mechanisms/randomness.md; spec §11.5). The counter restarts at 0 in each
+``DataLoader`` worker and after ``skip``, ``shuffle`` or ``split_dataset_by_node``: there, pass ``id_column=`` (an int
+column holding each row's index in the source) so every row keeps its own id.
 
 **Resume.** After a crash, ``resume=True`` (``--resume``) loads the stream position of the last finished
 shard and continues from there: every row is written exactly once. The seed is not stored (spec §10.5), so

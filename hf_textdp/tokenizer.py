@@ -10,7 +10,7 @@ How a call works: the wrapped tokenizer encodes the input twice, once exactly as
 padding, overflow, ``return_*`` flags) and once whole. Every sequence token that the first encoding
 keeps is located in the whole encoding (by sequence, token id and offsets), the candidate positions
 among them go through the mechanism and post-processing of a :class:`~hf_textdp.Privatizer` (one
-generator per example, spec §1.6), and the privatized ids replace the sequence tokens. Specials,
+keyed stream per example), and the privatized ids replace the sequence tokens. Specials,
 padding, ``attention_mask``, ``token_type_ids``, offsets and shapes are the plain tokenizer's for
 any ε, and ``dp_epsilon`` counts only the positions kept after truncation (spec §10.2).
 
@@ -35,7 +35,7 @@ from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
 from .privatizer import Privatizer
-from .rng import validate_seed, validate_split, validate_stream
+from .rng import fresh_seed, streams_for_rows, validate_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, resolve_model
 
 
@@ -58,7 +58,7 @@ _REFUSED = ("text_target", "text_pair_target")
 
 
 def check_row_id(value: Any, name: str) -> int:
-    """An example id: an int in [0, 2**63) (spec §1.6)."""
+    """An example id: an int in [0, 2**63) (docs/mechanisms/randomness.md)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ParameterTypeError(f"{name} must hold ints in [0, 2**63), got {type(value).__name__}.")
     if not 0 <= int(value) < _I63:
@@ -200,14 +200,13 @@ class PrivateEncoder:
             raise InvalidParameterError(
                 f"postprocess={self.config.postprocess!r} releases token ids; inputs_embeds need postprocess='vector'."
             )
-        g = torch.Generator(device=space.device)
-        g.seed()  # fresh entropy: this draw is of a public token and is discarded
+        st = streams_for_rows([fresh_seed()], [1], space.device)  # a public token's draw, discarded
         from .mechanisms.base import AdditiveMechanism
 
         assert isinstance(mech, AdditiveMechanism)
         pos = torch.zeros(1, dtype=torch.int64)
-        z = mech.perturb(mech.inputs(space, pos), g)
-        return int(step.apply(z, mech, space, [g], [1]).shape[1])
+        z = mech.perturb(mech.inputs(space, pos), st)
+        return int(step.apply(z, mech, space, st).shape[1])
 
     # ---------------------------------------------------------------- the work
     def encode(

@@ -1,21 +1,21 @@
 """Base classes of the mechanisms: additive (noise on vectors) and selection (sample an id).
 
 A mechanism is a small class with validated keyword-only parameters, registered by name
-(``hf_textdp.mechanisms.register_mechanism``). Its math takes arrays and a ``torch.Generator`` and
-returns arrays; it never sees a tokenizer, a dataset or a file. The meaning of a registered name
-never changes: a changed privacy behaviour gets a new name (STYLE §1).
+(``hf_textdp.mechanisms.register_mechanism``). Its math takes arrays and the tokens' keyed streams
+(:class:`~hf_textdp.rng.Streams`) and returns arrays; it never sees a tokenizer, a dataset or a file.
+The meaning of a registered name never changes: a changed privacy behaviour gets a new name (STYLE §1).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError, UnknownOptionError
+from ..rng import Streams
 from ..validation import check_epsilon, check_open_unit
 
 
@@ -112,26 +112,13 @@ class AdditiveMechanism(Mechanism):
         return space.index
 
     @abc.abstractmethod
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """Noisy vectors ``[n, k]`` fp32 for inputs ``x`` ``[n, d]`` fp32 (one row's tokens, in order)."""
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
+        """Noisy vectors ``[n, k]`` fp32 for inputs ``x`` ``[n, d]`` fp32, token i drawing from ``streams[i]``.
 
-    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
-        """:meth:`perturb` of several rows, concatenated (row i with generator ``gens[i]``).
-
-        Equal to ``torch.cat([perturb(x, g) ...])``; a mechanism may do the elementwise work once for
-        all rows, as long as each row's draws stay its own and in its order (spec §1.6).
+        ``streams`` holds one keyed stream per vector (any rows, any order; a torch generator or an int
+        key stands for one row of ``n`` tokens, see :func:`~hf_textdp.rng.as_streams`). Token i's noise
+        depends on its own stream only, so any batch gives the same vectors.
         """
-        return torch.cat([self.perturb(x, g) for x, g in zip(xs, gens, strict=True)], 0)
-
-    def _keeps(self, owner: type, *names: str) -> bool:
-        """Whether this object's class uses ``owner``'s own methods ``names`` (no subclass overrides them).
-
-        A batched :meth:`perturb_rows` reproduces ``owner``'s row-by-row methods; a subclass that
-        overrides one of them (a variant, or a deliberately broken one in a test) must get the row-by-row
-        path, so that what runs is its own method.
-        """
-        cls = type(self)
-        return all(getattr(cls, n) is getattr(owner, n) for n in names)
 
 
 class SelectionMechanism(Mechanism):
@@ -142,19 +129,7 @@ class SelectionMechanism(Mechanism):
     POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest",)
 
     @abc.abstractmethod
-    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """Output positions ``[n]`` for input positions ``[n]`` (one row's tokens, in order)."""
-
-    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
-        """Consecutive groups of rows that :meth:`sample_rows` takes together (default: each row alone).
-
-        Grouping is a speed choice only: each row still draws from its own generator, in its own order
-        (spec §1.6), and its outputs must not depend on the group.
-        """
-        return [[i] for i in range(len(sizes))]
-
-    def sample_rows(
-        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
-    ) -> list[torch.Tensor]:
-        """:meth:`sample` for several rows, row ``i`` with generator ``gens[i]``; equal to calling it per row."""
-        return [self.sample(space, p, g) for p, g in zip(parts, gens, strict=True)]
+    def sample(
+        self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
+    ) -> torch.Tensor:
+        """Output positions ``[n]`` for input positions ``[n]``, token i drawing from ``streams[i]``."""

@@ -15,14 +15,13 @@ exact nearest row of T(E)).
   seed 001's code, σ = Δ₁/ε with no δ (uncertified, spec §3.3).
 
 Here ε is the per-token DP parameter (any two candidates, not a metric guarantee), so
-ε_tok = ε. Noise is drawn in float64 from the row's generator and is fresh per token.
+ε_tok = ε. Noise is drawn in float64 from each token's keyed stream and is fresh per token.
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -41,6 +40,7 @@ from ..bounding import (
     fit_transform,
 )
 from ..errors import InvalidParameterError
+from ..rng import Draw, Streams, as_streams
 from ..search import ExactIndex
 from ..utils.logging import get_logger, warn_once
 from ..validation import check_choice
@@ -250,47 +250,15 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         """The noise constants for ``sensitivity`` in dimension ``dim`` (float64; spec §3.3, §4.2)."""
 
     @abc.abstractmethod
-    def sample_noise(self, n: int, k: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
-        """``[n, k]`` float64 noise drawn from ``g`` only (spec §1.6, §3.4, §4.5)."""
+    def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
+        """``[n, k]`` float64 noise, row i from ``streams`` token i's :attr:`~hf_textdp.rng.Draw.NOISE` draws."""
 
     def transform_input(self, x: torch.Tensor) -> torch.Tensor:
         """x̃ = T(x) in float64 (spec §3.2)."""
         return self._require_state().transform.apply(x)
 
-    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
-        """:meth:`perturb` for several rows: per row only its noise draws and T's norms or products.
-
-        The noise of row i is :meth:`sample_noise` with ``gens[i]``, in row order; T is
-        :meth:`Transform.apply_rows <hf_textdp.bounding.Transform.apply_rows>`; the sum, T⁻¹ (``minmax``)
-        and the fp32 rounding are elementwise. So the result equals ``torch.cat([perturb(x, g) ...])``
-        bit for bit, with fewer small ops per row.
-        """
-        state = self._require_state()
-        batched = self._keeps(BoundedAdditiveMechanism, "perturb", "transform_input")
-        if not batched or math.isinf(self.epsilon) or len(xs) < 2:
-            return super().perturb_rows(xs, gens)
-        for x in xs:
-            if x.ndim != 2 or x.shape[1] != state.transform.d_in:
-                raise InvalidParameterError(f"x must have shape [n, {state.transform.d_in}], got {tuple(x.shape)}.")
-        sizes = [int(x.shape[0]) for x in xs]
-        x = torch.cat(list(xs), 0)
-        xt = state.transform.apply_rows(x, sizes)
-        k = xt.shape[1]
-        if any(sizes):
-            xt = xt + self.noise_rows(sizes, k, gens, x.device)
-        if state.map_back:
-            xt = state.transform.inverse(xt)
-        return xt.to(torch.float32)
-
-    def noise_rows(
-        self, sizes: Sequence[int], k: int, gens: Sequence[torch.Generator], device: torch.device
-    ) -> torch.Tensor:
-        """The noise of consecutive rows: :meth:`sample_noise` of each row with its generator, concatenated."""
-        parts = [self.sample_noise(n, k, g, device) for n, g in zip(sizes, gens, strict=True) if n]
-        return torch.cat(parts, 0) if parts else torch.empty((0, k), dtype=torch.float64, device=device)
-
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """``(T(x) + z).float()`` for the rows x of one dataset row (spec §3.4); z is fresh per token.
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
+        """``(T(x) + z).float()`` (spec §3.4); z is fresh per token, from the token's own stream.
 
         With ``match_space="raw"`` and ``bound="minmax"`` the noisy vector is mapped back with T⁻¹, so
         that ``nearest`` compares it with the raw rows (post-processing: the guarantee is unchanged).
@@ -301,7 +269,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         xt = self.transform_input(x)
         n, k = xt.shape
         if n and not math.isinf(self.epsilon):
-            xt = xt + self.sample_noise(n, k, g, x.device)
+            xt = xt + self.sample_noise(as_streams(streams, n, x.device), k)
         if state.map_back:
             xt = state.transform.inverse(xt)
         return xt.to(torch.float32)
@@ -413,12 +381,14 @@ class Laplace(BoundedAdditiveMechanism):
     def calibrate(self, sensitivity: Sensitivity, dim: int) -> float:
         return self.noise_scale(sensitivity)
 
-    def sample_noise(self, n: int, k: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
-        """b·(E₁ − E₂) with E₁, E₂ i.i.d. Exp(1): exactly Laplace(0, b), with no log(0) edge case."""
+    def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
+        """Laplace(0, b) by its inverse CDF from one uniform per coordinate: z = −b·sgn(u − ½)·log1p(−2|u − ½|).
+
+        u is never ½ nor 0 nor 1 (52-bit uniforms on the open interval), so z is always finite.
+        """
         b = float(self._require_state().noise)
-        e1 = torch.empty((n, k), dtype=torch.float64, device=device).exponential_(1.0, generator=g)
-        e2 = torch.empty((n, k), dtype=torch.float64, device=device).exponential_(1.0, generator=g)
-        return b * (e1 - e2)
+        t = streams.uniforms(Draw.NOISE, k).sub_(0.5)
+        return t.abs().mul_(-2.0).log1p_().mul_(t.sign().mul_(-b))
 
     def noise_details(self, state: _Prepared) -> dict[str, Any]:
         b = float(state.noise)
@@ -471,9 +441,9 @@ class Gaussian(BoundedAdditiveMechanism):
     def calibrate(self, sensitivity: Sensitivity, dim: int) -> float:
         return self.noise_scale(sensitivity)
 
-    def sample_noise(self, n: int, k: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
         sigma = float(self._require_state().noise)
-        return sigma * torch.randn((n, k), dtype=torch.float64, generator=g, device=device)
+        return streams.normals(Draw.NOISE, k).mul_(sigma)
 
     def delta_token(self) -> float:
         # reference_code states no δ (spec §3.3): seed 001's code ignores it

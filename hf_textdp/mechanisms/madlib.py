@@ -2,8 +2,8 @@
 
 For a candidate w release ``q = φ(w) + Z`` with density ``p(z) ∝ exp(−ε‖z‖₂)`` on R^d, then
 post-process q (§7; default: the exact nearest candidate). Z = r·u with r ~ Gamma(d, scale 1/ε),
-drawn as a sum of d Exp(1) variables over ε (exact for integer d, and generator-driven, unlike
-``torch.distributions.Gamma``), and u uniform on the unit sphere (a normalised Gaussian).
+drawn exactly (Marsaglia–Tsang) from the row's keyed stream, and u uniform on the unit sphere (a
+normalised Gaussian).
 
 Guarantee: ε·d metric DP in the Euclidean distance between rows of E, δ = 0; per token, pure
 ε_tok-DP with ε_tok = ε·diam (spec §2.3).
@@ -16,7 +16,6 @@ transformed rows, and d and diam are those of the transformed space (spec §2.1)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,6 +23,7 @@ import torch
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
 from ..errors import InvalidParameterError
+from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import ExactIndex
 from ..validation import check_choice
@@ -34,46 +34,31 @@ if TYPE_CHECKING:
     from ..space import EmbeddingSpace
 
 
-__all__ = ["Madlib", "sample_madlib_noise"]
+__all__ = ["Madlib", "sample_madlib_noise", "sample_metric_laplace"]
+
+
+def sample_metric_laplace(
+    streams: Streams | torch.Generator, n: int, k: int, scale: float, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """``[n, k]`` float64 draws of density ∝ exp(−‖z‖₂/scale) on R^k (docs/mechanisms/madlib.md, "Sampling").
+
+    Z = r·G/‖G‖: G are k standard normals (:attr:`Draw.NOISE`), r ~ Gamma(k, scale) (one exact
+    Marsaglia–Tsang draw, :attr:`Draw.RADIUS`): ‖Z‖ has density ∝ r^{k−1}e^{−r/scale} and the direction
+    is uniform on the sphere, independent of it (Feyisetan et al. 2020, §3).
+    """
+    s = as_streams(streams, n, device)
+    if n == 0:
+        return torch.empty((0, k), dtype=torch.float64, device=device)
+    G = s.normals(Draw.NOISE, k)
+    r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
+    return G.mul_((r / torch.linalg.vector_norm(G, dim=1)).unsqueeze_(1))
 
 
 def sample_madlib_noise(
-    n: int, d: int, epsilon: float, g: torch.Generator, device: torch.device | str = "cpu"
+    streams: Streams | torch.Generator, n: int, d: int, epsilon: float, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """``[n, d]`` float64 draws of density ∝ exp(−ε‖z‖) (spec §2.2: draw 1 Gaussian, draw 2 exponentials)."""
-    G = torch.randn((n, d), dtype=torch.float64, generator=g, device=device)
-    X = torch.empty((n, d), dtype=torch.float64, device=device).exponential_(1.0, generator=g)
-    r = X.sum(dim=1, keepdim=True) / epsilon  # Gamma(d, scale 1/ε)
-    u = G / torch.linalg.vector_norm(G, dim=1, keepdim=True)
-    z: torch.Tensor = r * u
-    return z
-
-
-def sample_madlib_noise_rows(
-    sizes: Sequence[int], d: int, epsilon: float, gens: Sequence[torch.Generator], device: torch.device | str = "cpu"
-) -> torch.Tensor:
-    """:func:`sample_madlib_noise` of consecutive rows (``sizes[i]`` vectors from ``gens[i]``), concatenated.
-
-    Row i's draws fill its own slice of one buffer (``normal_`` and ``exponential_`` on a contiguous
-    [n_i, d] slice are ``randn``/``exponential_`` of that shape), in spec §2.2's order, and its sums and
-    norms are taken on that slice alone; the elementwise rest (÷ε, G/‖G‖, r·u) is the same float64
-    operation per element whatever the batch. So the result equals the per-row calls bit for bit.
-    """
-    N = sum(sizes)
-    G = torch.empty((N, d), dtype=torch.float64, device=device)
-    X = torch.empty((N, d), dtype=torch.float64, device=device)
-    r = torch.empty((N, 1), dtype=torch.float64, device=device)
-    norm = torch.empty((N, 1), dtype=torch.float64, device=device)
-    s = 0
-    for n, g in zip(sizes, gens, strict=True):
-        if n:
-            e = s + n
-            G[s:e].normal_(generator=g)  # draw 1
-            X[s:e].exponential_(1.0, generator=g)  # draw 2
-            torch.sum(X[s:e], dim=1, keepdim=True, out=r[s:e])
-            torch.linalg.vector_norm(G[s:e], dim=1, keepdim=True, out=norm[s:e])
-            s = e
-    return (r / epsilon) * (G / norm)
+    """``[n, d]`` float64 draws of density ∝ exp(−ε‖z‖): :func:`sample_metric_laplace` with scale 1/ε."""
+    return sample_metric_laplace(streams, n, d, 1.0 / epsilon, device)
 
 
 class Madlib(AdditiveMechanism):
@@ -129,26 +114,13 @@ class Madlib(AdditiveMechanism):
         # rounded to fp32 like the searched rows T(E), so the metric is exactly that of the rows diam is taken over
         return self._bounded[1].apply(x).float().double()
 
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         xt = self.transform_input(x)
-        if math.isinf(self.epsilon):
-            return xt.float()
         n, d = xt.shape
-        if n == 0:
+        if math.isinf(self.epsilon) or n == 0:
             return xt.float()
-        z = sample_madlib_noise(n, d, self.epsilon, g, x.device)
+        z = sample_madlib_noise(streams, n, d, self.epsilon, x.device)
         return (xt + z).float()
-
-    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
-        """:meth:`perturb` for several rows (:func:`sample_madlib_noise_rows`, then x + z and the fp32
-        rounding, elementwise): equal to ``torch.cat([perturb(x, g) ...])`` bit for bit, with far fewer
-        small ops per row."""
-        batched = self._keeps(Madlib, "perturb", "transform_input")
-        if not batched or self.options["bound"] != "none" or math.isinf(self.epsilon) or len(xs) < 2:
-            return super().perturb_rows(xs, gens)
-        x = torch.cat(list(xs), 0)
-        z = sample_madlib_noise_rows([int(p.shape[0]) for p in xs], x.shape[1], self.epsilon, gens, x.device)
-        return (x.double() + z).float()
 
     def claim(self, space: EmbeddingSpace) -> Claim:
         index = self.search_index(space)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +27,11 @@ import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError
+from ..rng import Streams
 from ..scale import scale_stats
 from ..validation import check_open_unit
 from .base import AdditiveMechanism
-from .madlib import sample_madlib_noise, sample_madlib_noise_rows
+from .madlib import sample_madlib_noise
 
 
 if TYPE_CHECKING:
@@ -183,36 +183,20 @@ class Mahalanobis(AdditiveMechanism):
         assert self._state is not None
         return ru @ self._state.M_half.to(ru.device)
 
-    def noise(self, n: int, g: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[n, d]`` float64 draws of Z: madlib's two draws (spec §2.2), then :meth:`shape_noise`."""
+    def noise(self, streams: Streams | torch.Generator, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[n, d]`` float64 draws of Z: madlib's noise (spec §2.2), then :meth:`shape_noise`."""
         if self._state is None:
             raise RuntimeError("Mahalanobis: call setup(space) before sampling (M depends on the space).")
         d = self._state.M_half.shape[0]
-        return self.shape_noise(sample_madlib_noise(n, d, self.epsilon, g, device))
+        return self.shape_noise(sample_madlib_noise(streams, n, d, self.epsilon, device))
 
-    def perturb_rows(self, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]) -> torch.Tensor:
-        """:meth:`perturb` for several rows, bit for bit: per row its two draws, their two reductions and
-        the product by M^{1/2} (each on the row's own slice, the same ops on the same shapes as
-        :meth:`noise`), the elementwise rest once for all rows."""
-        if self._state is None:
-            raise RuntimeError("Mahalanobis: call setup(space) before perturb (M depends on the space).")
-        if not self._keeps(Mahalanobis, "perturb", "noise", "shape_noise") or math.isinf(self.epsilon) or len(xs) < 2:
-            return super().perturb_rows(xs, gens)
-        sizes = [int(x.shape[0]) for x in xs]
-        x = torch.cat(list(xs), 0)
-        dev = x.device
-        ru = sample_madlib_noise_rows(sizes, self._state.M_half.shape[0], self.epsilon, gens, dev)
-        M_half = self._state.M_half.to(dev)
-        Z = torch.cat([part @ M_half for part in torch.split(ru, [n for n in sizes if n])], 0)
-        return (x.double() + Z).float()
-
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         if self._state is None:
             raise RuntimeError("Mahalanobis: call setup(space) before perturb (M depends on the space).")
         n = x.shape[0]
         if math.isinf(self.epsilon) or n == 0:
             return x.to(torch.float32).clone()
-        return (x.double() + self.noise(n, g, x.device)).float()
+        return (x.double() + self.noise(streams, n, x.device)).float()
 
     # ---------------------------------------------------------------- accounting
     def claim(self, space: EmbeddingSpace) -> Claim:

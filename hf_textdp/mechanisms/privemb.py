@@ -7,7 +7,7 @@ NAACL 2021 (no arXiv version), Algorithm 1 and Proposition 5; noise density as i
 For a candidate w with input row x = φ(w) ∈ R^d, release ``y = Φx + κ`` where Φ ∈ R^{m×d} is a public
 Gaussian matrix with entries N(0, 1/m) (drawn from ``numpy.random.default_rng(projection_seed)``,
 independent of the noise seed) and κ has density ``p(z) ∝ exp(−ε‖z‖₂/s)`` on R^m: ‖κ‖ ~ Gamma(m,
-scale s/ε) (a sum of m Exp(1) draws, generator-driven), direction uniform on the sphere.
+scale s/ε) (an exact Marsaglia–Tsang draw from the token's keyed stream), direction uniform on the sphere.
 
 The projection dimension is ``m = ⌈(√(log₂ d) + √(ln(1/δ)))² / β²⌉`` (spec §5.2; the reading that
 reproduces seed 000's appendix dimensions), so δ is used for m even when it is not charged.
@@ -34,12 +34,14 @@ import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError
+from ..rng import Streams, as_streams
 from ..scale import cache_dir
 from ..search import ExactIndex
 from ..utils.io import atomic_write_text
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int, check_open_unit
 from .base import AdditiveMechanism
+from .madlib import sample_metric_laplace
 
 
 if TYPE_CHECKING:
@@ -266,18 +268,14 @@ def projection_stats(E: torch.Tensor, phi: npt.NDArray[np.float32]) -> Projectio
 
 # --------------------------------------------------------------------------- §5.5
 def sample_privemb_noise(
-    n: int, m: int, scale: float, g: torch.Generator, device: torch.device | str = "cpu"
+    streams: Streams | torch.Generator, n: int, m: int, scale: float, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """``[n, m]`` float64 draws of density ∝ exp(−‖z‖/scale) in R^m (spec §5.5, scale = s/ε).
 
-    Draw 1: n·m standard normals (the direction). Draw 2: n·m Exp(1) (the radius, a sum of m of them:
-    an exact Gamma(m, 1) draw that takes the generator, unlike ``torch.distributions.Gamma``).
+    The direction is m normalised normals, the radius an exact Gamma(m, scale) draw
+    (:func:`~hf_textdp.mechanisms.madlib.sample_metric_laplace`), from each token's keyed stream.
     """
-    gdir = torch.randn((n, m), dtype=torch.float64, generator=g, device=device)
-    v = gdir / torch.linalg.vector_norm(gdir, dim=1, keepdim=True)
-    radius = scale * torch.empty((n, m), dtype=torch.float64, device=device).exponential_(1.0, generator=g).sum(1)
-    noise: torch.Tensor = radius[:, None] * v
-    return noise
+    return sample_metric_laplace(streams, n, m, scale, device)
 
 
 @dataclass
@@ -412,11 +410,11 @@ class Privemb(AdditiveMechanism):
         """Scale of the Gamma(m, ·) radius: s/ε."""
         return self.s / self.epsilon
 
-    def sample_noise(self, n: int, g: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[n, m]`` float64 noise for n tokens of one row (subclasses may override for broken variants)."""
-        return sample_privemb_noise(n, self._require().m, self._radius_scale(), g, device)
+    def sample_noise(self, streams: Streams, n: int) -> torch.Tensor:
+        """``[n, m]`` float64 noise for n tokens (subclasses may override for broken variants)."""
+        return sample_privemb_noise(streams, n, self._require().m, self._radius_scale(), streams.device)
 
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         st = self._require()
         n, d = x.shape
         if d != st.d:
@@ -426,7 +424,7 @@ class Privemb(AdditiveMechanism):
         p = self.project(x)
         if math.isinf(self.epsilon) or n == 0:
             return p.float()
-        return (p + self.sample_noise(n, g, x.device)).float()
+        return (p + self.sample_noise(as_streams(streams, n, x.device), n)).float()
 
     # ---------------------------------------------------------------- claim and report (§5.6)
     def claim(self, space: EmbeddingSpace) -> Claim:

@@ -6,8 +6,8 @@
 
 with d the Euclidean distance between rows of the public matrix E. It is TEM (spec §6) with γ = ∞
 and satisfies ε·d metric DP (δ = 0); per token ε_tok = ε·diam. Unlike the authors' code, no V × V
-probability matrix is built (an on-the-fly chunked Gumbel-max, spec §6.4) and C is the tokenizer's
-candidate set, never the words of the data being sanitised.
+probability matrix is built (the exact rejection sampler of :mod:`~hf_textdp.mechanisms.exponential`)
+and C is the tokenizer's candidate set, never the words of the data being sanitised.
 
 **santext_plus** (spec §9.2) splits C by public token counts into the sensitive set V_S (the
 ⌊w·V⌋ least frequent candidates, ties by lower id) and V_N = C ∖ V_S. A token in V_S is replaced by a
@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,11 +35,11 @@ import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError, ParameterTypeError
+from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
-from ..search import ExactIndex
 from ..validation import check_int, check_open_unit
-from .gumbel_filter import fast_dense_available, gumbel_max_rows, sampler_groups
-from .tem import Tem, gumbel_max_dense
+from .exponential import ExponentialSampler
+from .tem import Tem
 
 
 if TYPE_CHECKING:
@@ -59,8 +59,8 @@ class Santext(Tem):
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
-        chunk_size (`int`, *optional*, defaults to `4096`): candidates per chunk of the Gumbel-max pass;
-            with a seed, outputs are reproducible for equal ``chunk_size``, device type and torch version.
+        chunk_size (`int`, *optional*, defaults to `4096`): kept for configurations written before
+            stream version 2; the sampler does not depend on it.
 
     Example:
 
@@ -263,9 +263,7 @@ class _PlusState:
     counts: npt.NDArray[Any]
     sensitive: torch.Tensor  # [n_S] int64 positions, ascending, on the space's device
     is_sensitive: torch.Tensor  # [V] bool
-    n32: torch.Tensor  # [n_S] fp32
-    em2t: torch.Tensor  # [d, n_S] fp32
-    index: ExactIndex  # the rows of V_S (filter operands of the fast dense sampler)
+    sampler: ExponentialSampler  # the exact sampler over the rows of V_S
     source: dict[str, Any]
 
 
@@ -396,7 +394,6 @@ class SantextPlus(Santext):
         sens = torch.from_numpy(S).to(dev)
         is_sens = torch.zeros(space.V, dtype=torch.bool, device=dev)
         is_sens[sens] = True
-        index = space.index
         tokens = self.candidate_tokens(space)
         nz = sorted((t, c) for t, c in zip(tokens, counts.tolist(), strict=True) if c != 0)
         h = hashlib.sha256("".join(f"{t}\t{_count_repr(c)}\n" for t, c in nz).encode("utf-8"))
@@ -406,9 +403,7 @@ class SantextPlus(Santext):
             counts=counts,
             sensitive=sens,
             is_sensitive=is_sens,
-            n32=index.n32[sens].contiguous(),
-            em2t=index.Em2T[:, sens].contiguous(),
-            index=index if S.size == space.V else ExactIndex(space.E[sens], device=dev),
+            sampler=ExponentialSampler(space.E, sens),
             source=source,
         )
         self._state = st
@@ -419,60 +414,24 @@ class SantextPlus(Santext):
         """Which tokens are sanitised: every sensitive one, and a non-sensitive one iff u < p."""
         return is_sensitive | (u < self.p)
 
-    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """Output positions ``[n]``: draw u ``[n]`` (sanitise V_N iff u < p), then Gumbel-max over V_S (§9.2)."""
+    def sample(
+        self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
+    ) -> torch.Tensor:
+        """Output positions ``[n]``: a coin u per token (sanitise V_N iff u < p), then a draw over V_S (§9.2)."""
         dev = space.E.device
         positions = positions.to(dev, torch.int64)
         if positions.numel() == 0 or math.isinf(self.epsilon):
             return positions.clone()
         st = self._prepare(space)
-        u = torch.rand(positions.numel(), dtype=torch.float64, generator=g, device=dev)
+        rs = as_streams(streams, positions.numel(), dev)
+        u = rs.uniforms(Draw.COIN, 1)[:, 0]
         sanitise = self.sanitise_mask(u, st.is_sensitive[positions])
-        j = self._dense_pass(st, [space.E[positions]], [g])[0]
-        return torch.where(sanitise, st.sensitive[j], positions)
-
-    def _dense_pass(
-        self, st: _PlusState, xs: list[torch.Tensor], gens: Sequence[torch.Generator]
-    ) -> list[torch.Tensor]:
-        """The §6.4 dense Gumbel pass over V_S, one row per generator (filtered where available: same outputs)."""
-        if fast_dense_available(st.index):
-            return gumbel_max_rows(
-                xs,
-                gens,
-                st.index,
-                st.n32,
-                st.em2t,
-                scale=self.score_scale(),
-                gamma=math.inf,
-                chunk_size=self.chunk_size,
-            )
-        return [
-            gumbel_max_dense(
-                x, st.n32, st.em2t, scale=self.score_scale(), gamma=math.inf, chunk_size=self.chunk_size, g=g
-            )
-            for x, g in zip(xs, gens, strict=True)
-        ]
-
-    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
-        if math.isinf(self.epsilon) or not fast_dense_available(self._prepare(space).index):
-            return [[i] for i in range(len(sizes))]
-        return sampler_groups(sizes, self.GROUP_TOKENS)
-
-    def sample_rows(
-        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
-    ) -> list[torch.Tensor]:
-        """:meth:`sample` for several rows: per row the sanitisation draw, then one filtered pass (§9.2)."""
-        st = self._prepare(space)
-        if math.isinf(self.epsilon) or len(parts) < 2 or not fast_dense_available(st.index):
-            return [self.sample(space, p, g) for p, g in zip(parts, gens, strict=True)]
-        dev = space.E.device
-        pos = [p.to(dev, torch.int64) for p in parts]
-        masks = []
-        for p, g in zip(pos, gens, strict=True):  # each row: its u [n] first, as in sample()
-            u = torch.rand(p.numel(), dtype=torch.float64, generator=g, device=dev)
-            masks.append(self.sanitise_mask(u, st.is_sensitive[p]))
-        js = self._dense_pass(st, [space.E[p] for p in pos], gens)
-        return [torch.where(m, st.sensitive[j], p) for m, j, p in zip(masks, js, pos, strict=True)]
+        out = positions.clone()
+        rows = torch.nonzero(sanitise, as_tuple=True)[0]
+        if rows.numel():
+            j = st.sampler.sample(positions[rows], rs.select(rows), scale=self.score_scale(), gamma=math.inf)
+            out[rows] = st.sensitive[j]
+        return out
 
     # ---------------------------------------------------------------- accounting
     def epsilon0(self, space: EmbeddingSpace) -> float:

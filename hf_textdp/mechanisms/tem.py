@@ -13,27 +13,29 @@ Guarantee: ε·d metric DP (pure, δ = 0), because t ↦ min(t, γ) is 1-Lipschi
 between any two candidates is at most ε·min(d(w, w'), γ), so ε_tok = ε·min(diam, γ) (spec §6.5,
 §10.1). The ½ in the exponent (a Gumbel of scale 2/ε in the paper) is what makes the factor ε.
 
-Sampling is exact and never builds a V × V matrix: a Gumbel-max over C, chunked (spec §6.4,
-``sampler="dense"``, normative for seeded outputs), or the paper's list form with one ⊥ element per
-row that stands for every candidate outside the γ-ball and is resolved uniformly (Algorithm 3,
-``sampler="list"``). Memory is O(B·chunk_size) for B tokens.
+Sampling is exact and never builds a V × V matrix: a rejection sampler whose proposal is bounded
+by an exact integer product (:class:`~hf_textdp.mechanisms.exponential.ExponentialSampler`,
+``sampler="dense"``, a handful of uniforms per token from its keyed stream), or the paper's list form
+with one ⊥ element per row that stands for every candidate outside the γ-ball and is resolved
+uniformly (Algorithm 3, ``sampler="list"``). Both have the law above; only the law is normative.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError
+from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import exact_fp32_matmul
 from ..validation import check_choice, check_float, check_int, check_open_unit
 from .base import SelectionMechanism
-from .gumbel_filter import fast_dense_available, gumbel_max_rows, sampler_groups
+from .exponential import ExponentialSampler
 
 
 if TYPE_CHECKING:
@@ -98,33 +100,10 @@ def _neg_log_neg_log(u: torch.Tensor) -> torch.Tensor:
     return u.log_().neg_().log_()
 
 
-def _dense_chunk(
-    x: torch.Tensor,
-    x_sq: torch.Tensor,
-    n32: torch.Tensor,
-    em2t: torch.Tensor,
-    c0: int,
-    c1: int,
-    *,
-    scale: float,
-    gamma: float,
-    g: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk of the reference dense sampler (spec §6.4): the row maxima and their first indices.
-
-    The only place the normative per-chunk values are computed: :func:`gumbel_max_dense` and the exact
-    fallback of :func:`gumbel_max_rows` both call it, so both see the same bits. Call it inside
-    :func:`~hf_textdp.search.exact_fp32_matmul`.
-    """
-    s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
-    if gamma < math.inf:
-        s.clamp_(max=gamma)
-    s.mul_(-scale)
-    u = torch.rand((x.shape[0], c1 - c0), dtype=torch.float64, generator=g, device=x.device)
-    s.sub_(_neg_log_neg_log(u))
-    del u
-    m, j = s.max(dim=1)  # first index on ties
-    return m, j
+def _chunk_uniforms(streams: Streams, c0: int, c1: int) -> torch.Tensor:
+    """Uniforms ``[B, c1 − c0]`` of columns c0 … c1 − 1 (column c is uniform c of the :attr:`Draw.SAMPLER` draw)."""
+    odd = c0 % 2
+    return streams.uniforms(Draw.SAMPLER, c1 - c0 + odd, start=c0 // 2)[:, odd:]
 
 
 def gumbel_max_dense(
@@ -135,23 +114,14 @@ def gumbel_max_dense(
     scale: float,
     gamma: float,
     chunk_size: int,
-    g: torch.Generator,
+    streams: Streams | torch.Generator,
 ) -> torch.Tensor:
-    """Exact chunked Gumbel-max sample of softmax(−scale·min(d(x, ·), γ)) over the columns (spec §6.4).
+    """Reference Gumbel-max sample of softmax(−scale·min(d(x, ·), γ)) over the columns (V uniforms a token).
 
-    For each chunk of columns (in increasing order): fp32 distances, float64 scores
-    ``−scale·min(d, γ)``, plus a standard Gumbel ``−log(−log u)`` from float64 uniforms drawn as one
-    ``torch.rand(B, c)`` per chunk from ``g``; the row maximum takes the first index on ties, and a later
-    chunk wins only on a strictly larger value, so the result equals the unchunked argmax.
-
-    Args:
-        x (`torch.Tensor` `[B, d]` fp32): the inputs' rows (one dataset row's tokens, in order).
-        n32 (`torch.Tensor` `[V']` fp32), em2t (`torch.Tensor` `[d, V']` fp32): the target columns'
-            squared norms and −2·Eᵀ (``ExactIndex.n32`` / ``ExactIndex.Em2T`` for all of C).
-        scale (`float`): the factor of the exponent, ε/2 for TEM and SanText.
-        gamma (`float`): truncation threshold (``math.inf`` for none).
-        chunk_size (`int`): columns per chunk; part of the seeded-reproducibility contract.
-        g (`torch.Generator`): the row's generator, on ``x``'s device.
+    For each chunk of columns: fp32 distances, float64 scores ``−scale·min(d, γ)``, plus a standard
+    Gumbel ``−log(−log u)`` with u the column's uniform of the token's stream; first index on ties, a
+    later chunk wins only on a strictly larger value. The same law as :class:`ExponentialSampler`
+    (which the mechanisms use); kept as a slow reference for the tests.
 
     Returns:
         `torch.Tensor` `[B]` int64: column indices, on ``x``'s device. Memory O(B·chunk_size).
@@ -159,13 +129,18 @@ def gumbel_max_dense(
     B = x.shape[0]
     V = n32.shape[0]
     dev = x.device
+    st = as_streams(streams, B, dev)
     x_sq = (x.double() ** 2).sum(1).float()
     best = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
     arg = torch.zeros(B, dtype=torch.int64, device=dev)
     with exact_fp32_matmul():
         for c0 in range(0, V, chunk_size):
             c1 = min(c0 + chunk_size, V)
-            m, j = _dense_chunk(x, x_sq, n32, em2t, c0, c1, scale=scale, gamma=gamma, g=g)
+            s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
+            if gamma < math.inf:
+                s.clamp_(max=gamma)
+            s.mul_(-scale).sub_(_neg_log_neg_log(_chunk_uniforms(st, c0, c1)))
+            m, j = s.max(dim=1)  # first index on ties
             upd = m > best  # a later chunk wins only on a strictly larger value
             best = torch.where(upd, m, best)
             arg = torch.where(upd, j + c0, arg)
@@ -180,7 +155,7 @@ def gumbel_max_list(
     scale: float,
     gamma: float,
     chunk_size: int,
-    g: torch.Generator,
+    streams: Streams | torch.Generator,
     bottom_log_weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
     bottom_rank: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
@@ -189,10 +164,9 @@ def gumbel_max_list(
     Gumbel-max over the scores ``−scale·d`` of the columns inside the γ-ball L_w and one ⊥ per row with
     score ``−scale·γ + ln n_out`` (absent when n_out = 0); if ⊥ wins, the k-th column (in increasing
     order) outside the ball is returned, k = ⌊u·n_out⌋ for a float64 uniform u. Equal in law to
-    :func:`gumbel_max_dense`; a different random stream. Draws: one ``rand(B, c)`` per chunk, then
-    ``rand(B)`` for ⊥'s Gumbel, then ``rand(B)`` for k. The complement of L_w is never stored: the chunks
-    holding a winning ⊥'s k-th outside column are recomputed with the same call, and their outside
-    counts are checked against the first pass.
+    :class:`ExponentialSampler`. Column c's Gumbel uses uniform c of the token's :attr:`Draw.SAMPLER`
+    draw; ⊥'s Gumbel and u are uniforms 0 and 1 of its ``extra=1`` draw. The complement of L_w is never
+    stored: the chunks holding a winning ⊥'s k-th outside column are recomputed.
 
     Args:
         bottom_log_weight (`callable`, *optional*): ``n_out ↦ ln n_out`` (float64 tensor); a hook for tests.
@@ -204,6 +178,7 @@ def gumbel_max_list(
     B = x.shape[0]
     V = n32.shape[0]
     dev = x.device
+    st = as_streams(streams, B, dev)
     x_sq = (x.double() ** 2).sum(1).float()
     best = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
     arg = torch.zeros(B, dtype=torch.int64, device=dev)
@@ -217,8 +192,7 @@ def gumbel_max_list(
             out_counts[:, ci] = outside.sum(1)
             s = dist.double().mul_(-scale)
             s.masked_fill_(outside, -math.inf)
-            u = torch.rand((B, c1 - c0), dtype=torch.float64, generator=g, device=dev)
-            s.sub_(_neg_log_neg_log(u))
+            s.sub_(_neg_log_neg_log(_chunk_uniforms(st, c0, c1)))
             m, j = s.max(dim=1)
             upd = m > best
             best = torch.where(upd, m, best)
@@ -226,11 +200,11 @@ def gumbel_max_list(
         n_out = out_counts.sum(1)
         n_out64 = n_out.double()
         log_w = torch.log(n_out64) if bottom_log_weight is None else bottom_log_weight(n_out64)
-        u_b = torch.rand(B, dtype=torch.float64, generator=g, device=dev)
+        ub = st.uniforms(Draw.SAMPLER, 2, extra=1)
+        u_b, u_k = ub[:, 0].clone(), ub[:, 1]
         s_b = (-scale * gamma) + log_w - _neg_log_neg_log(u_b)
         s_b = torch.where(n_out > 0, s_b, torch.full_like(s_b, -math.inf))
         won = s_b > best
-        u_k = torch.rand(B, dtype=torch.float64, generator=g, device=dev)
         if bottom_rank is None:
             k = torch.floor(u_k * n_out64).to(torch.int64)
             k = torch.minimum(k, (n_out - 1).clamp(min=0))
@@ -266,10 +240,10 @@ class Tem(SelectionMechanism):
             output lies outside the γ-ball of the input (Theorem 3); sets γ (spec §6.2).
         gamma (`float`, *optional*, defaults to `None`): an explicit threshold γ ≥ 0 instead of β
             (giving both ``gamma`` and a non-default ``beta`` raises).
-        sampler (`str`, *optional*, defaults to `"dense"`): ``"dense"`` (chunked Gumbel-max over C,
-            normative for seeded outputs) or ``"list"`` (the paper's ⊥ form; same law, other stream).
-        chunk_size (`int`, *optional*, defaults to `4096`): candidates per chunk; with a seed, outputs
-            are reproducible for equal ``chunk_size``, device type and torch version.
+        sampler (`str`, *optional*, defaults to `"dense"`): ``"dense"`` (the exact rejection sampler over
+            all of C) or ``"list"`` (the paper's ⊥ form, V uniforms a token; same law, other draws).
+        chunk_size (`int`, *optional*, defaults to `4096`): candidates per chunk of the ``list`` sampler
+            (memory only: outputs do not depend on it).
 
     Raises:
         InvalidParameterError: a value outside the allowed range (the message names it).
@@ -295,6 +269,7 @@ class Tem(SelectionMechanism):
     gamma: float | None
     sampler: str
     chunk_size: int
+    _sampler: tuple[EmbeddingSpace, ExponentialSampler] | None = None
 
     def _validate(self) -> None:
         opts = self.options
@@ -331,68 +306,38 @@ class Tem(SelectionMechanism):
         return torch.minimum(k, (n_out - 1).clamp(min=0))
 
     # ---------------------------------------------------------------- sampling
-    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """Output positions ``[n]`` for input positions ``[n]`` (one row's tokens, in order; spec §6.4)."""
+    def sampler_for(self, space: EmbeddingSpace) -> ExponentialSampler:
+        """The exact sampler over all of C for ``space`` (built once per space: O(V·d) int8, never V × V)."""
+        cached = self._sampler
+        if cached is None or cached[0] is not space:
+            cached = (space, ExponentialSampler(space.E))
+            self._sampler = cached
+        return cached[1]
+
+    def sample(
+        self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
+    ) -> torch.Tensor:
+        """Output positions ``[n]`` for input positions ``[n]``, token i from ``streams[i]`` (spec §6.4)."""
         dev = space.E.device
         positions = positions.to(dev, torch.int64)
         if positions.numel() == 0 or math.isinf(self.epsilon):  # ε = ∞ only in test mode: no noise
             return positions.clone()
-        index = space.index
-        x = space.E[positions]
+        st = as_streams(streams, positions.numel(), dev)
         gamma = self.gamma_for(space.V)
         if self.sampler == "list":
+            index = space.index
             return gumbel_max_list(
-                x,
+                space.E[positions],
                 index.n32,
                 index.Em2T,
                 scale=self.score_scale(),
                 gamma=gamma,
                 chunk_size=self.chunk_size,
-                g=g,
+                streams=st,
                 bottom_log_weight=self.bottom_log_weight,
                 bottom_rank=self.bottom_rank,
             )
-        if fast_dense_available(index):  # same outputs and generator state, far fewer distances (§6.4)
-            return self._filtered(space, [x], [g])[0]
-        return gumbel_max_dense(
-            x, index.n32, index.Em2T, scale=self.score_scale(), gamma=gamma, chunk_size=self.chunk_size, g=g
-        )
-
-    #: tokens per row group of the filtered dense sampler (one bf16 product per chunk for the group)
-    GROUP_TOKENS: ClassVar[int] = 256
-
-    def _fast(self, space: EmbeddingSpace) -> bool:
-        return self.sampler == "dense" and not math.isinf(self.epsilon) and fast_dense_available(space.index)
-
-    def row_groups(self, space: EmbeddingSpace, sizes: Sequence[int]) -> list[list[int]]:
-        """Consecutive rows up to :attr:`GROUP_TOKENS` tokens per group when the filtered sampler runs."""
-        if not self._fast(space):
-            return super().row_groups(space, sizes)
-        return sampler_groups(sizes, self.GROUP_TOKENS)
-
-    def sample_rows(
-        self, space: EmbeddingSpace, parts: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
-    ) -> list[torch.Tensor]:
-        """:meth:`sample` for several rows with one filtered pass (spec §6.4; outputs equal per row)."""
-        if not self._fast(space) or len(parts) < 2:
-            return super().sample_rows(space, parts, gens)
-        return self._filtered(space, [space.E[p.to(space.E.device, torch.int64)] for p in parts], gens)
-
-    def _filtered(
-        self, space: EmbeddingSpace, xs: Sequence[torch.Tensor], gens: Sequence[torch.Generator]
-    ) -> list[torch.Tensor]:
-        """The dense sampler through :func:`gumbel_max_rows` (one row per generator; same outputs)."""
-        index = space.index
-        return gumbel_max_rows(
-            xs,
-            gens,
-            index,
-            index.n32,
-            index.Em2T,
-            scale=self.score_scale(),
-            gamma=self.gamma_for(space.V),
-            chunk_size=self.chunk_size,
-        )
+        return self.sampler_for(space).sample(positions, st, scale=self.score_scale(), gamma=gamma)
 
     # ---------------------------------------------------------------- accounting
     def claim(self, space: EmbeddingSpace) -> Claim:

@@ -20,7 +20,6 @@ which is **not** private (δ ≥ 0.25 for an antipodal pair along an axis, spec 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ import torch
 
 from ..bounding import Sensitivity
 from ..errors import InvalidParameterError
+from ..rng import Draw, Streams, as_streams
 from .laplace import BoundedAdditiveMechanism, _Prepared
 
 
@@ -172,14 +172,14 @@ def reference_constants(*, epsilon: float, l1_sensitivity: float, dim: int) -> T
 
 
 def sample_truncated_laplace(
-    n: int, k: int, alpha: float, A: float, g: torch.Generator, device: torch.device | str = "cpu"
+    streams: Streams | torch.Generator, n: int, k: int, alpha: float, A: float, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """``[n, k]`` float64 draws of density e^{−α|z|}/B on [−A, A] by the inverse CDF (spec §4.5).
 
-    One uniform per coordinate: t = 2u − 1, sign s of t, v = |t|,
+    One uniform per coordinate (:attr:`~hf_textdp.rng.Draw.NOISE`): t = 2u − 1, sign s of t, v = |t|,
     ``z = s·(−log1p(v·expm1(−αA))/α)`` (|z| ≤ A exactly; log1p/expm1 keep small αA accurate).
     """
-    u = torch.rand((n, k), dtype=torch.float64, generator=g, device=device)
+    u = as_streams(streams, n, device).uniforms(Draw.NOISE, k)
     return truncated_laplace_from_uniform(u, alpha, A)
 
 
@@ -228,28 +228,9 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
     def calibrate(self, sensitivity: Sensitivity, dim: int) -> TruncatedLaplaceConstants:
         return self.noise_constants(sensitivity, dim)
 
-    def sample_noise(self, n: int, k: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
         c: TruncatedLaplaceConstants = self._require_state().noise
-        return sample_truncated_laplace(n, k, c.alpha, c.A, g, device)
-
-    def noise_rows(
-        self, sizes: Sequence[int], k: int, gens: Sequence[torch.Generator], device: torch.device
-    ) -> torch.Tensor:
-        """Each row's uniforms from its generator into one buffer, then one inverse CDF for all rows.
-
-        The inverse CDF is elementwise, so this equals :meth:`sample_noise` row by row. A subclass that
-        overrides :meth:`sample_noise` keeps it (the row-by-row path).
-        """
-        if not self._keeps(TruncatedLaplace, "sample_noise"):
-            return super().noise_rows(sizes, k, gens, device)
-        c: TruncatedLaplaceConstants = self._require_state().noise
-        u = torch.empty((sum(sizes), k), dtype=torch.float64, device=device)
-        s = 0
-        for n, g in zip(sizes, gens, strict=True):
-            if n:
-                u[s : s + n].uniform_(0.0, 1.0, generator=g)  # torch.rand((n, k)) of that row
-                s += n
-        return truncated_laplace_from_uniform(u, c.alpha, c.A)
+        return truncated_laplace_from_uniform(streams.uniforms(Draw.NOISE, k), c.alpha, c.A)
 
     def warning_text(self) -> str:
         return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (§4.4)"

@@ -1,0 +1,192 @@
+"""An exact sampler of the exponential mechanism on embedding distances (docs/mechanisms/tem.md, "Sampling").
+
+Target law, for an input row x and target rows e_c (c = 0 … V′ − 1):
+
+    P(c | x) = w_c / Σ_c′ w_c′,   w_c = exp(−a·min(d_c, γ)),   d_c = ‖x − e_c‖₂,
+
+the law of TEM (a = ε/2, γ from β), SanText (γ = ∞) and SanText+'s sensitive draw (targets V_S).
+It is sampled by rejection from a proposal that bounds every w_c from above; the proposal is built
+from an *exact integer* product, so it is the same on every device and for every batch:
+
+1. **Quantize** (once per space): I = round(E/s) with one scale s = max|E|/q (q ≤ 127, int8), and for
+   every row r_c = ‖e_c − s·I_c‖ (rounded up). For x and e_c quantized this way,
+   d̂_c = s·‖I_x − I_c‖ is computed from the int32 product I_x·I_cᵀ without rounding, and the triangle
+   inequality gives d_c ≥ d̂_c − r_x − r_c.
+2. **Bound**: the targets are cut in blocks of 64 consecutive columns; block b's bound is
+   τ_b = exp(−a·min(dlo_b, γ)) with dlo_b the smallest lower bound in the block (from the block's
+   largest integer score). The ``HOT`` blocks with the smallest integer distance get a bound per column
+   τ_c instead. Every w_c ≤ its bound τ.
+3. **Propose and accept** (try t, two Philox blocks of :attr:`~hf_textdp.rng.Draw.SAMPLER` with
+   extra = t): u₁ picks a hot column ∝ τ_c or a cold block ∝ (size·τ_b) by the inverse CDF, u₂ a
+   column uniformly in that block, and the column is accepted iff log u₃ < −a·(min(d_c, γ) −
+   min(dlo, γ)), i.e. with probability w_c/τ, with d_c in float64. A rejected token tries again.
+
+A column is proposed with probability τ/H and accepted with w_c/τ, so the output law is ∝ w_c exactly
+(von Neumann 1951). Expected tries are H/Σw, close to 1 where mass is concentrated. Only the float64
+exponentials and logarithms may differ by an ulp between devices: an output differs only at such a
+near-tie. No V × V matrix: memory is O(G·V′) for a group of G tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import InvalidParameterError
+from ..rng import Draw, Streams, _uniform52
+
+
+__all__ = ["ExponentialSampler"]
+
+#: target columns per block of the proposal
+BLOCK = 64
+#: blocks per token whose columns get their own bound
+HOT = 4
+#: tokens per integer product
+GROUP = 256
+_SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
+
+
+def _int_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """The exact int32 product of int8 matrices: ``torch._int_mm``, or float64 (exact below 2⁵³) without it."""
+    try:
+        return torch._int_mm(A, B)
+    except (RuntimeError, NotImplementedError):  # a backend without the int8 product
+        return (A.double() @ B.double()).to(torch.int32)
+
+
+class ExponentialSampler:
+    """Exact rejection sampler of P(c | x) ∝ exp(−a·min(‖x − e_c‖, γ)) over target rows of ``E``.
+
+    Args:
+        E (`torch.Tensor` `[V, d]` fp32): the rows that inputs come from (the candidate matrix).
+        targets (`torch.Tensor` `[V′]` int64, *optional*): positions of the target rows in ``E``
+            (default: all of them, in order).
+
+    Example:
+
+    >>> E = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> from hf_textdp.rng import streams_for_rows
+    >>> s = ExponentialSampler(E)
+    >>> s.sample(torch.tensor([0, 1, 2]), streams_for_rows([2**40], [3]), scale=1e6, gamma=math.inf).tolist()
+    [0, 1, 2]
+    """
+
+    def __init__(self, E: torch.Tensor, targets: torch.Tensor | None = None) -> None:
+        if E.ndim != 2 or E.shape[0] < 1:
+            raise InvalidParameterError(f"E must be 2-D with at least one row, got shape {tuple(E.shape)}.")
+        self.device = E.device
+        self.E = E.to(torch.float32).contiguous()
+        V, d = self.E.shape
+        self.d = d
+        # the int32 product is exact while 4·d·q² < 2³¹ (|2·I_x·I_c| and N_x + N_c both fit)
+        q = min(127, int(math.isqrt((2**31 - 1) // (4 * d))))
+        if q < 1:
+            raise InvalidParameterError(f"dimension d = {d} is too large for the exact integer product.")
+        E64 = self.E.double()
+        top = float(E64.abs().max())
+        self.s = top / q if top > 0 else 1.0
+        Q = torch.round(E64 / self.s)
+        self.r = (torch.linalg.vector_norm(E64 - Q * self.s, dim=1) * (1.0 + _SLACK)).contiguous()
+        self.I = Q.to(torch.int8)
+        self.N = (Q * Q).sum(1).to(torch.int64)  # exact: integers below 2⁵³
+        tg = torch.arange(V, device=self.device) if targets is None else targets.to(self.device, torch.int64)
+        self.targets = tg
+        Vt = int(tg.numel())
+        if Vt < 1:
+            raise InvalidParameterError("targets must hold at least one position.")
+        self.Vt = Vt
+        self.nb = -(-Vt // BLOCK)
+        pad = self.nb * BLOCK - Vt
+        dpad = max(16, -(-d // 8) * 8) - d  # K ≥ 16, a multiple of 8 (CUDA's int8 product; zeros change nothing)
+        IT = torch.nn.functional.pad(self.I[tg].to(torch.int8), (0, dpad, 0, pad))
+        self.IT = IT.T.contiguous()  # [d', V″] int8
+        big = torch.iinfo(torch.int32).max // 2
+        self.NT = torch.cat([self.N[tg], torch.full((pad,), big, dtype=torch.int64, device=self.device)]).to(
+            torch.int32
+        )
+        self.rT = torch.cat([self.r[tg], torch.zeros(pad, dtype=torch.float64, device=self.device)])
+        self.block_r = self.rT.view(self.nb, BLOCK).amax(1)
+        sizes = torch.full((self.nb,), BLOCK, dtype=torch.float64, device=self.device)
+        sizes[-1] = BLOCK - pad
+        self.block_size = sizes
+        self.dpad = dpad
+
+    # ---------------------------------------------------------------- the sampler
+    def sample(self, inputs: torch.Tensor, streams: Streams, *, scale: float, gamma: float) -> torch.Tensor:
+        """Target indices ``[N]`` (into ``targets``) for input positions ``[N]`` (rows of ``E``)."""
+        inputs = inputs.to(self.device, torch.int64)
+        N = int(inputs.numel())
+        if len(streams) != N:
+            raise InvalidParameterError(f"streams hold {len(streams)} tokens but {N} inputs were given.")
+        out = torch.empty(N, dtype=torch.int64, device=self.device)
+        for s in range(0, N, GROUP):
+            idx = torch.arange(s, min(s + GROUP, N), device=self.device)
+            out[idx] = self._group(inputs[idx], streams.select(idx), scale, gamma)
+        return out
+
+    def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
+        """Per token: hot columns ``[G, HOT·BLOCK]`` with their bounds, cold blocks with theirs."""
+        G = int(x_pos.numel())
+        Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
+        A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
+        A[:G, : self.d] = self.I[x_pos]
+        S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
+        key = S.mul_(2).sub_(self.NT)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖²
+        kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
+        Nx = self.N[x_pos]
+        rx = self.r[x_pos]
+        hot_n = min(HOT, self.nb)
+        # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
+        unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
+        hot = unique.topk(hot_n, 1, sorted=True).indices
+        cols = (hot[:, :, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(G, -1)
+        hot_key = key.gather(1, cols)
+        dlo_c = self._dlo(Nx[:, None] - hot_key, rx[:, None] + self.rT[cols]).clamp_(max=gamma)
+        dlo_b = self._dlo(Nx[:, None] - kb, rx[:, None] + self.block_r[None, :]).clamp_(max=gamma)
+        # bounds relative to the largest one, so that they never all underflow (the ratios are unchanged)
+        m = dlo_b.amin(1, keepdim=True)
+        tau_c = torch.where(cols < self.Vt, torch.exp(-scale * (dlo_c - m)), 0.0)
+        Hb = torch.exp(-scale * (dlo_b - m)).mul_(self.block_size[None, :])
+        Hb.scatter_(1, hot, 0.0)
+        return cols, dlo_c, tau_c, dlo_b, Hb
+
+    def _dlo(self, dist2: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        """A lower bound of d_c from the exact integer ‖I_x − I_c‖² and r_x + r_c (float64)."""
+        dhat = dist2.to(torch.float64).clamp_(min=0).sqrt_().mul_(self.s * (1.0 - _SLACK))
+        return dhat.sub_(r).clamp_(min=0.0)
+
+    def _group(self, x_pos: torch.Tensor, streams: Streams, scale: float, gamma: float) -> torch.Tensor:
+        G = int(x_pos.numel())
+        cols, dlo_c, tau_c, dlo_b, Hb = self._bounds(x_pos, scale, gamma)
+        weights = torch.cat([tau_c, Hb], 1)  # [G, HOT·BLOCK + nb]
+        cum = torch.cumsum(weights, 1)
+        total = cum[:, -1]
+        n_hot = tau_c.shape[1]
+        x = self.E[x_pos].double()
+        out = torch.full((G,), -1, dtype=torch.int64, device=self.device)
+        todo = torch.arange(G, device=self.device)
+        t = 0
+        while todo.numel():
+            w0, w1, w2, w3 = streams.select(todo).words(Draw.SAMPLER, 2, extra=t)
+            u1 = _uniform52(w0[:, 0], w1[:, 0])
+            u2 = _uniform52(w2[:, 0], w3[:, 0])
+            u3 = _uniform52(w0[:, 1], w1[:, 1])
+            target = (u1 * total[todo])[:, None]
+            k = torch.searchsorted(cum[todo], target, right=True)[:, 0].clamp_(max=weights.shape[1] - 1)
+            is_hot = k < n_hot
+            kh = k.clamp(max=n_hot - 1)
+            b = (k - n_hot).clamp(min=0)
+            size = self.block_size[b]
+            col_cold = b * BLOCK + torch.floor(u2 * size).to(torch.int64).clamp_(max=BLOCK - 1)
+            col = torch.where(is_hot, cols[todo, kh], col_cold).clamp_(max=self.Vt - 1)
+            dlo = torch.where(is_hot, dlo_c[todo, kh], dlo_b[todo, b])
+            e = self.E[self.targets[col]].double()
+            dist = torch.linalg.vector_norm(x[todo] - e, dim=1)
+            gap = (dist.clamp(max=gamma) - dlo).clamp_(min=0.0)
+            ok = u3.log() < -scale * gap
+            out[todo[ok]] = col[ok]
+            todo = todo[~ok]
+            t += 1
+        return out
