@@ -16,7 +16,16 @@ from .rng import STREAM_VERSION
 from .version import __version__
 
 
-__all__ = ["Claim", "Totals", "build_report", "privacy_report", "NOT_COVERED", "ROW_GUARANTEE"]
+__all__ = [
+    "Claim",
+    "Totals",
+    "build_report",
+    "privacy_report",
+    "format_report",
+    "guarantee_statement",
+    "NOT_COVERED",
+    "ROW_GUARANTEE",
+]
 
 NOT_COVERED = [
     "The length of each text in tokens, word boundaries, and the number of subword pieces per word.",
@@ -223,3 +232,108 @@ def privacy_report(obj: Any) -> dict[str, Any]:
         f"privacy_report() takes a Privatizer, a PrivateTokenizer, a collator or a saved output path, "
         f"got {type(obj).__name__}."
     )
+
+
+def _g(x: Any) -> str:
+    return "null" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def guarantee_statement(report: dict[str, Any]) -> str:
+    """One sentence saying what the report's mechanism proves per token, in its own terms (spec §10.1).
+
+    Read from the report (the claim the mechanism computed), never re-derived: metric DP names its
+    metric, TEM its truncation γ, santext_plus the tokens it does not protect, and an uncertified or
+    ``none`` guarantee says so.
+    """
+    mech, guarantee, metric = report.get("mechanism"), report.get("guarantee"), report.get("metric")
+    eps, eps_tok = report.get("epsilon"), report.get("epsilon_token")
+    details = report.get("details") or {}
+    scale = report.get("scale") or {}
+    if guarantee == "none":
+        return "none: this output carries no privacy guarantee (see warnings)."
+    if guarantee == "umldp":
+        return (
+            f"UMLDP (santext_plus): sensitive tokens get ε·d(w, w') + ln(1/p) metric DP in the Euclidean distance "
+            f"(ε = {_g(eps)}, ln(1/p) = {_g(details.get('epsilon0'))}); non-sensitive tokens are released unchanged "
+            "with probability 1 - p and have NO finite ε. ε_tok below bounds the sensitive tokens only."
+        )
+    if guarantee == "metric_dp":
+        if metric == "mahalanobis":
+            head = (
+                f"metric DP in the Mahalanobis distance d_M(w, w') = ||M^(-1/2)(E_w - E_w')|| (not the Euclidean "
+                f"one): P[M(w) in S] <= exp(ε·d_M(w, w'))·P[M(w') in S], ε = {_g(eps)}"
+            )
+            tok = f"ε_tok = ε·diam_M = {_g(eps_tok)} (diam_M = {_g(details.get('diam_M'))})"
+        else:
+            head = (
+                f"metric DP in the Euclidean distance between embedding rows: P[M(w) in S] <= "
+                f"exp(ε·d(w, w'))·P[M(w') in S], ε = {_g(eps)}"
+            )
+            if mech == "tem":
+                tok = (
+                    f"ε_tok = ε·min(diam, γ) = {_g(eps_tok)} (diam = {_g(scale.get('diam'))}, "
+                    f"γ = {_g(details.get('gamma'))})"
+                )
+            else:
+                tok = f"ε_tok = ε·diam = {_g(eps_tok)} (diam = {_g(scale.get('diam'))})"
+        return f"{head}; {tok}."
+    delta_tok = report.get("delta_token")
+    what = f"(ε, δ)-DP per token, δ_tok = {_g(delta_tok)}" if delta_tok else "ε-DP per token"
+    return f"{what}: ε_tok = {_g(eps_tok)} for any two candidate tokens."
+
+
+def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
+    """A readable summary of a privacy report: what was guaranteed, per-token and per-row ε, what is not
+    covered, and the kept/replaced share where the report knows it. ``hf-textdp report`` prints it."""
+    totals = report.get("totals") or {}
+    model = report.get("model") or {}
+    cands = report.get("candidate_set") or {}
+    rows = int(totals.get("rows") or 0)
+    dp_tokens = int(totals.get("dp_tokens") or 0)
+    lines = [f"Privacy report{f' for {source}' if source else ''}"]
+    lines.append(
+        f"  mechanism:   {report.get('mechanism')} + {report.get('postprocess')}, model {model.get('id')} "
+        f"(d = {model.get('d')}, {cands.get('size')} candidate tokens)"
+    )
+    lines.append(f"  guarantee:   {guarantee_statement(report)}")
+    certified = report.get("certified")
+    lines.append(
+        "  certified:   "
+        + ("yes" if certified else "NO: the stated ε/δ are not proven for this configuration (see warnings)")
+    )
+    eps_tok = report.get("epsilon_token")
+    if eps_tok is None:
+        lines.append("  per row:     no finite dp_epsilon (dp_epsilon is null)")
+    else:
+        mean = dp_tokens / rows if rows else 0.0
+        lines.append(
+            f"  per row:     dp_epsilon = dp_tokens x ε_tok (basic composition); {rows} rows, "
+            f"{mean:.1f} privatized tokens per row on average, largest row dp_epsilon "
+            f"{_g(totals.get('max_row_dp_epsilon'))} ({totals.get('max_row_dp_tokens')} tokens)"
+            + (f", largest dp_delta {_g(totals.get('max_row_dp_delta'))}" if totals.get("max_row_dp_delta") else "")
+        )
+        lines.append(
+            "               the per-token statement above is the meaningful one; the row figure is a worst case "
+            "over all pairs of rows of the same length"
+        )
+    lines.append(
+        f"  tokens:      {dp_tokens} privatized, {totals.get('passthrough_tokens', 0)} passed through unprotected, "
+        f"{totals.get('special_tokens', 0)} special"
+    )
+    kept = totals.get("kept_tokens")
+    if kept is not None and dp_tokens:
+        lines.append(
+            f"  kept:        {kept / dp_tokens:.1%} of privatized tokens kept, {1 - kept / dp_tokens:.1%} replaced"
+        )
+    else:
+        lines.append(
+            "  kept:        not recorded (the report holds nothing computed from the original text); expected "
+            f"rate from the public matrix: hf-textdp calibrate --mechanism {report.get('mechanism')} --epsilons "
+            f"{_g(report.get('epsilon'))}"
+        )
+    for warning in report.get("warnings") or []:
+        lines.append(f"  WARNING:     {warning}")
+    lines.append("  not covered:")
+    lines.extend(f"    - {item}" for item in report.get("not_covered") or [])
+    lines.append("  (raw report: --json)")
+    return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -455,3 +456,54 @@ def calibrate(
         d=d,
         space_hash=space.space_hash,
     )
+
+
+def format_calibration(result: CalibrationResult) -> str:
+    """A readable summary of a :class:`CalibrationResult` (``hf-textdp calibrate`` prints it)."""
+    lines = [
+        f"Calibration of {result.mechanism} + {result.postprocess} on the public embedding matrix "
+        f"(V = {result.V}, d = {result.d}; no private data used)",
+        f"  scale: median nearest-neighbour distance {result.median_rho1:.4g}, diameter {result.diam:.4g}",
+        f"  estimator: {result.estimator}, {result.n} public draws (seed {result.calibration_seed}), "
+        f"weighting {result.weighting}",
+    ]
+    if result.target_rate is not None and result.epsilon is not None:
+        err = f" ± {result.epsilon_stderr:.2g}" if result.epsilon_stderr is not None else ""
+        lines.append(f"  epsilon for a {result.target_rate:.0%} replacement rate: {result.epsilon:.4g}{err} per token")
+    lines.append("  epsilon      replaced   kept      (± stderr)")
+    for eps, (rate, stderr) in sorted(result.rates.items()):
+        lines.append(f"  {eps:<12.4g} {rate:8.1%} {1 - rate:8.1%}   (± {stderr:.1%})")
+    lines.append(
+        "  Rates are uniform over the candidate vocabulary unless frequencies are given; on real text they differ "
+        "(frequent tokens weigh more). (raw result: --json)"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def plot_calibration(result: CalibrationResult, path: str | os.PathLike[str]) -> None:
+    """Draw the replacement rate against ε (matplotlib, from the ``eval`` extra) into ``path``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        from .errors import MissingExtraError
+
+        raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
+    items = sorted(result.rates.items())
+    eps = [e for e, _ in items]
+    rate = [r for _, (r, _s) in items]
+    stderr = [s for _, (_r, s) in items]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.errorbar(eps, rate, yerr=stderr, marker="o", capsize=3)
+    if result.target_rate is not None and result.epsilon is not None:
+        ax.axhline(result.target_rate, color="grey", linestyle=":")
+        ax.axvline(result.epsilon, color="grey", linestyle=":")
+    ax.set_xlabel("epsilon (per token)")
+    ax.set_ylabel("replacement rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{result.mechanism} + {result.postprocess} (V = {result.V}, d = {result.d})")
+    fig.tight_layout()
+    fig.savefig(os.fspath(path))
+    plt.close(fig)

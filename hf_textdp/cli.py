@@ -52,6 +52,45 @@ def _read_seed(args: argparse.Namespace) -> int | None:
     return None
 
 
+def _mechanism_names() -> list[str]:
+    from .mechanisms import list_mechanisms
+
+    return list_mechanisms()
+
+
+def _postprocess_names() -> list[str]:
+    from .postprocess import list_postprocess
+
+    return list_postprocess()
+
+
+def _options_epilog() -> str:
+    """Each registered mechanism's -o options with their defaults, and which post-processing steps apply."""
+    from .mechanisms import get_mechanism_class
+
+    lines = ["mechanism options (-o KEY=VALUE; defaults shown) and post-processing steps:"]
+    for name in _mechanism_names():
+        cls = get_mechanism_class(name)
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in getattr(cls, "OPTIONS", {}).items()) or "none"
+        steps = ", ".join(getattr(cls, "POSTPROCESS", ()))
+        lines.append(f"  {name}: {opts}; postprocess: {steps}")
+    return "\n".join(lines)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (argparse's ``%(default)s``), flags without one excepted."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            return text + " (default: off)"
+        if action.default is None:
+            return text
+        return text + " (default: %(default)s)"
+
+
 def _config_from_args(args: argparse.Namespace) -> Any:
     from .config import PrivatizerConfig
 
@@ -80,24 +119,47 @@ class PrivatizeCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("privatize", help="privatize a dataset file or folder")
+        p = sub.add_parser(
+            "privatize",
+            help="privatize a dataset file or folder",
+            description="Privatize the text column of a dataset and save it with its privacy report.",
+            formatter_class=_HelpFormatter,
+            epilog=_options_epilog(),
+        )
         p.add_argument("input", help=".jsonl/.csv/.parquet file, dataset folder, or hub id")
         p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
         _add_config_args(p, epsilon_required=False)
-        p.add_argument("--config", help="a privatizer_config.json (or folder holding one)")
-        p.add_argument("--text-column", default="text")
-        p.add_argument("--id-column", default=None)
-        p.add_argument("--split", default=None)
-        p.add_argument("--seed", default=None, help="secret seed (prefer --seed-file; never publish it)")
-        p.add_argument("--seed-file", default=None, help="file holding the secret seed")
-        p.add_argument("--num-proc", type=int, default=None)
-        p.add_argument("--batch-size", type=int, default=1000)
+        p.add_argument("--config", help="a privatizer_config.json (or folder holding one) (default: none)")
+        p.add_argument("--text-column", default="text", help="the column to privatize")
         p.add_argument(
-            "--shard-size", type=int, default=None, help="rows per shard, the unit of --resume (default 10000)"
+            "--id-column", default=None, help="int column used as row id instead of the index (default: none)"
         )
-        p.add_argument("--streaming", action="store_true")
-        p.add_argument("--engine", choices=["local", "ray"], default="local")
-        p.add_argument("--keep-original", action="store_true")
+        p.add_argument(
+            "--split",
+            default=None,
+            help="one split of a DatasetDict; also part of the noise key (default: all splits)",
+        )
+        p.add_argument(
+            "--seed",
+            default=None,
+            help="secret seed, decimal or 0x hex, >= 64 random bits (prefer --seed-file; never publish it) "
+            "(default: none, fresh OS entropy per row)",
+        )
+        p.add_argument("--seed-file", default=None, help="file holding the secret seed (default: none)")
+        p.add_argument("--num-proc", type=int, default=None, help="worker processes for Dataset.map (default: 1)")
+        p.add_argument("--batch-size", type=int, default=1000, help="rows per map batch (outputs do not depend on it)")
+        p.add_argument(
+            "--shard-size", type=int, default=None, help="rows per shard, the unit of --resume (default: 10000)"
+        )
+        p.add_argument("--streaming", action="store_true", help="stream the source and write shards as they finish")
+        p.add_argument(
+            "--engine", choices=["local", "ray"], default="local", help="local (datasets) or ray (Ray Data)"
+        )
+        p.add_argument(
+            "--keep-original",
+            action="store_true",
+            help="also keep the input text in TEXT_COLUMN_original (NOT private)",
+        )
         p.add_argument("--overwrite", action="store_true", help="replace an existing output (or partial run)")
         p.add_argument("--resume", action="store_true", help="continue a killed run from its finished shards")
         p.set_defaults(command=PrivatizeCommand)
@@ -170,16 +232,23 @@ class ReportCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("report", help="print the privacy report of a saved output")
-        p.add_argument("output")
+        p = sub.add_parser(
+            "report",
+            help="print the privacy report of a saved output",
+            description="Print a readable summary of a saved output's privacy report (--json: the raw report).",
+            formatter_class=_HelpFormatter,
+        )
+        p.add_argument("output", help="a privatized output file or folder (its report lies beside or inside it)")
+        p.add_argument("--json", action="store_true", help="print the raw JSON report instead of the summary")
         p.set_defaults(command=ReportCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .accounting import privacy_report
+        from .accounting import format_report, privacy_report
         from .utils.io import dumps_json
 
-        sys.stdout.write(dumps_json(privacy_report(Path(args.output))))
+        report = privacy_report(Path(args.output))
+        sys.stdout.write(dumps_json(report) if args.json else format_report(report, source=args.output))
         return 0
 
 
@@ -188,32 +257,97 @@ class CalibrateCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("calibrate", help="find epsilon for a target replacement rate (public matrix only)")
-        p.add_argument("--target-rate", type=float, default=None)
-        p.add_argument("--mechanism", default="madlib")
-        p.add_argument("--model", default=None)
-        p.add_argument("--postprocess", default=None)
-        p.add_argument("--delta", type=float, default=None)
-        p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE")
-        p.add_argument("--epsilons", default=None, help="comma-separated epsilons to tabulate")
+        p = sub.add_parser(
+            "calibrate",
+            help="find epsilon for a target replacement rate (public matrix only)",
+            description="Estimate replacement rates, and the epsilon for a target rate, from the public embedding "
+            "matrix alone (no private data). Prints a summary (--json: the raw result).",
+            formatter_class=_HelpFormatter,
+            epilog=_options_epilog(),
+        )
+        p.add_argument(
+            "--target-rate", type=float, default=None, help="replacement rate in (0, 1) to solve for (default: none)"
+        )
+        p.add_argument(
+            "--mechanism",
+            default="madlib",
+            metavar="NAME",
+            help=f"registered mechanism, one of: {', '.join(_mechanism_names())}",
+        )
+        p.add_argument(
+            "--model",
+            default=None,
+            help="hub id, local model folder or vector file (default: sentence-transformers/all-MiniLM-L6-v2)",
+        )
+        p.add_argument(
+            "--postprocess",
+            default=None,
+            metavar="NAME",
+            help=f"post-processing step, one of: {', '.join(_postprocess_names())} (default: nearest)",
+        )
+        p.add_argument(
+            "--delta", type=float, default=None, help="delta in (0, 1) for gaussian/truncated_laplace (default: none)"
+        )
+        p.add_argument(
+            "-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism option, repeatable (default: none)"
+        )
+        p.add_argument(
+            "--epsilons",
+            default=None,
+            help="comma-separated epsilons to tabulate (default: only the solved one; with --plot, a grid around it)",
+        )
+        p.add_argument("--json", action="store_true", help="print the raw JSON result instead of the summary")
+        p.add_argument(
+            "--plot",
+            default=None,
+            metavar="FILE",
+            help="also draw the replacement rate against epsilon into FILE (.png/.pdf/.svg; needs matplotlib: "
+            "pip install 'hf-textdp[eval]') (default: none)",
+        )
         p.set_defaults(command=CalibrateCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .calibrate import calibrate
+        from .calibrate import calibrate, format_calibration, plot_calibration
+        from .config import PrivatizerConfig
         from .space import DEFAULT_MODEL
         from .utils.io import dumps_json
 
-        kwargs: dict[str, Any] = {
-            "target_rate": args.target_rate,
-            "mechanism": args.mechanism,
-            "model": args.model or DEFAULT_MODEL,
-            "options": _options(args.option),
-        }
+        if args.plot is not None:  # fail before the work when matplotlib is missing
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError as err:
+                from .errors import MissingExtraError
+
+                raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
+        kwargs: dict[str, Any] = {"target_rate": args.target_rate}
+        if args.postprocess is not None or args.delta is not None:
+            kwargs["config"] = PrivatizerConfig(
+                mechanism=args.mechanism,
+                epsilon=1.0,  # ignored: calibrate evaluates the epsilons it is asked for
+                delta=args.delta,
+                model=args.model or DEFAULT_MODEL,
+                postprocess=args.postprocess or "nearest",
+                options=_options(args.option),
+            )
+        else:
+            kwargs.update(mechanism=args.mechanism, model=args.model or DEFAULT_MODEL, options=_options(args.option))
         if args.epsilons:
-            kwargs["epsilons"] = [float(x) for x in args.epsilons.split(",")]
+            try:
+                kwargs["epsilons"] = [float(x) for x in args.epsilons.split(",")]
+            except ValueError:
+                raise InvalidParameterError(
+                    f"--epsilons must be comma-separated numbers, got {args.epsilons!r}."
+                ) from None
         result = calibrate(**kwargs)
-        sys.stdout.write(dumps_json(result.to_dict()))
+        if args.plot is not None and not args.epsilons and result.epsilon is not None:
+            grid = [result.epsilon * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)]
+            result = calibrate(**{**kwargs, "epsilons": grid})
+        sys.stdout.write(dumps_json(result.to_dict()) if args.json else format_calibration(result))
+        if args.plot is not None:
+            plot_calibration(result, args.plot)
+            if not args.json:
+                print(f"wrote {args.plot}")
         return 0
 
 
@@ -222,11 +356,18 @@ class AuditCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("audit", help="empirical privacy-loss audit of a mechanism (spec §11.3)")
+        p = sub.add_parser(
+            "audit",
+            help="empirical privacy-loss audit of a mechanism (spec §11.3)",
+            description="Estimate the privacy loss of a mechanism empirically and compare it with its claim; "
+            "exit 0 when the claim holds, 1 when it does not.",
+            formatter_class=_HelpFormatter,
+            epilog=_options_epilog(),
+        )
         _add_config_args(p, epsilon_required=True)
-        p.add_argument("--n-select", type=int, default=4000)
-        p.add_argument("--n-estimate", type=int, default=20000)
-        p.add_argument("--seed", default=None)
+        p.add_argument("--n-select", type=int, default=4000, help="draws used to pick the worst pair of tokens")
+        p.add_argument("--n-estimate", type=int, default=20000, help="draws used to estimate its privacy loss")
+        p.add_argument("--seed", default=None, help="seed of the audit's draws, decimal or 0x hex (default: random)")
         p.set_defaults(command=AuditCommand)
 
     @staticmethod
@@ -269,13 +410,48 @@ class EnvCommand:
 
 
 def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> None:
-    p.add_argument("--epsilon", type=float, required=epsilon_required, default=None)
-    p.add_argument("--mechanism", default=None)
-    p.add_argument("--delta", type=float, default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--postprocess", default=None)
-    p.add_argument("--device", default=None)
-    p.add_argument("-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism/post-processing option")
+    mechanisms, steps = _mechanism_names(), _postprocess_names()
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        required=epsilon_required,
+        default=None,
+        help="per-token epsilon, a finite float > 0 (required, unless --config holds one)",
+    )
+    p.add_argument(
+        "--mechanism",
+        default=None,
+        metavar="NAME",
+        help=f"registered mechanism, one of: {', '.join(mechanisms)} (default: madlib, or the --config's)",
+    )
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="delta in (0, 1), only for mechanisms with one (gaussian, truncated_laplace) (default: none)",
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="hub id, local model folder or GloVe/word2vec text file "
+        "(default: sentence-transformers/all-MiniLM-L6-v2)",
+    )
+    p.add_argument(
+        "--postprocess",
+        default=None,
+        metavar="NAME",
+        help=f"post-processing step, one of: {', '.join(steps)} (which apply depends on the mechanism) "
+        "(default: nearest)",
+    )
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu)")
+    p.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="mechanism/post-processing option, repeatable, e.g. -o bound=clip -o beta=0.9; VALUE is JSON when it "
+        "parses (the options of each mechanism: DESIGN.md and spec §2-§9) (default: none)",
+    )
 
 
 class EvaluateCommand:

@@ -14,9 +14,11 @@ builtin meaning fits, the class inherits from it too, so ``except FileNotFoundEr
         ├── VectorFileError                  a static word-vector file is malformed
         ├── TokenizerNotSupportedError       the tokenizer cannot be used
         ├── InvalidRowError                  a row's text is not a string
+        ├── InputFileError                   an input file is empty, not UTF-8 or not parseable
         ├── ColumnNotFoundError (+KeyError)  the text or id column does not exist
         ├── NumericalRangeError              noise overflowed (epsilon far too small)
         ├── OutputExistsError (+FileExistsError)  the output exists and ``overwrite`` is off
+        ├── OutputNotWritableError (+PermissionError)  the output (or its folder) cannot be written
         ├── ResumeError                      ``resume`` cannot continue the partial run it found
         └── MissingExtraError (+ImportError) an optional dependency is not installed
 
@@ -38,9 +40,11 @@ __all__ = [
     "VectorFileError",
     "TokenizerNotSupportedError",
     "InvalidRowError",
+    "InputFileError",
     "ColumnNotFoundError",
     "NumericalRangeError",
     "OutputExistsError",
+    "OutputNotWritableError",
     "ResumeError",
     "MissingExtraError",
 ]
@@ -89,6 +93,13 @@ class InvalidRowError(HfTextDPError):
     """A row of the dataset holds a value that cannot be privatized (e.g. ``None`` as text)."""
 
 
+class InputFileError(HfTextDPError):
+    """An input file cannot be read as a dataset: it is empty, not UTF-8, or not valid JSON Lines/CSV/Parquet.
+
+    The message names the file and, where known, the line.
+    """
+
+
 class ColumnNotFoundError(HfTextDPError, KeyError):
     """A column named by the user does not exist."""
 
@@ -102,6 +113,13 @@ class NumericalRangeError(HfTextDPError):
 
 class OutputExistsError(HfTextDPError, FileExistsError):
     """The output path exists and ``overwrite`` was not set, or it is the input itself."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class OutputNotWritableError(HfTextDPError, PermissionError):
+    """The output path, or the folder that would hold it, cannot be written."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

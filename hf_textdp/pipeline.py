@@ -27,12 +27,13 @@ fingerprint, because the in-process fingerprint is a hash of the seeded :class:`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,10 @@ from .config import PrivatizerConfig
 from .errors import (
     ColumnNotFoundError,
     HfTextDPError,
+    InputFileError,
     InvalidParameterError,
     OutputExistsError,
+    OutputNotWritableError,
     ParameterTypeError,
     ResumeError,
 )
@@ -74,6 +77,7 @@ __all__ = [
     "dataset_report",
     "FILE_FORMATS",
     "DEFAULT_SHARD_SIZE",
+    "ROW_EPSILON_OUTLIER_MULTIPLE",
 ]
 
 logger = get_logger(__name__)
@@ -118,7 +122,11 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
                 raise InvalidParameterError(
                     f"source={str(source)!r}: unsupported file type {p.suffix!r}; allowed: {sorted(FILE_FORMATS)}."
                 )
-            ds = datasets.load_dataset(fmt, data_files=str(p), split="train", streaming=streaming)
+            if streaming:  # a stream reads the file as it goes and writes no Arrow copy
+                _check_text_file(p)
+                ds = datasets.load_dataset(fmt, data_files=str(p), split="train", streaming=True)
+            else:
+                ds = read_file_in_memory(p)
         elif p.is_dir():
             if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
                 ds = datasets.load_from_disk(str(p))
@@ -147,6 +155,94 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
             raise InvalidParameterError(f"split={split!r} is not in the dataset. Available splits: {sorted(ds)}.")
         ds = ds[split]
     return ds
+
+
+_UTF8_CHUNK = 1 << 24
+
+
+def _check_text_file(path: Path) -> None:
+    """Refuse an empty file, or one that is not UTF-8, naming the file and the line of the first bad byte."""
+    import codecs
+
+    if path.suffix.lower() == ".parquet":
+        if path.stat().st_size == 0:
+            raise InputFileError(f"input file {str(path)!r} is empty (0 bytes); a .parquet file with rows is needed.")
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    content = False
+    with path.open("rb") as f:
+        while True:
+            chunk = f.read(_UTF8_CHUNK)
+            try:
+                text = decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError:
+                _raise_not_utf8(path)
+            content = content or bool(text.strip())
+            if not chunk:
+                break
+    if not content:
+        raise InputFileError(
+            f"input file {str(path)!r} is empty; allowed: a .jsonl file with one JSON object per line, a .csv file "
+            "with a header row, or a .parquet file, with at least one row."
+        )
+
+
+def _raise_not_utf8(path: Path) -> None:
+    """Find the first line that is not UTF-8 (slow path, only after the fast check failed) and raise."""
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise InputFileError(
+                    f"input file {str(path)!r}, line {lineno}, byte {err.start + 1}: 0x{line[err.start]:02x} is not "
+                    "valid UTF-8; hf-textdp reads text files as UTF-8 (convert the file, e.g. with iconv -t UTF-8)."
+                ) from None
+    raise InputFileError(f"input file {str(path)!r} is not valid UTF-8.")  # pragma: no cover - split sequence
+
+
+def read_file_in_memory(path: Path) -> Any:
+    """A .jsonl/.json/.csv/.parquet file as an in-memory ``Dataset``.
+
+    ``datasets.load_dataset`` would write an Arrow copy of the *original* text into ``HF_DATASETS_CACHE``,
+    which outlives the run (a leak of the text we are about to privatize). Reading into memory writes
+    nothing, so even a SIGKILL leaves no copy behind. Streaming (``streaming=True``) is the path for files
+    larger than memory.
+    """
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    _check_text_file(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(str(path))
+        elif suffix == ".csv":
+            import pandas as pd
+
+            frame = pd.read_csv(str(path), encoding="utf-8", keep_default_na=False, dtype={})
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+        else:
+            with path.open("rb") as f:
+                head = f.read(4096).lstrip()
+            if head.startswith(b"["):  # a JSON array of objects (what datasets' json builder also reads)
+                rows = json.loads(path.read_text(encoding="utf-8"))
+                table = pa.Table.from_pylist(rows)
+            else:
+                import pyarrow.json as paj
+
+                table = paj.read_json(str(path))
+    except (pa.ArrowException, ValueError) as err:
+        raise InputFileError(
+            f"input file {str(path)!r} cannot be read as {suffix[1:]} ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]})."
+        ) from None
+    if table.num_rows == 0:
+        raise InputFileError(f"input file {str(path)!r} has no rows; at least one row is needed.")
+    return datasets.Dataset(InMemoryTable(table))
 
 
 def _columns(ds: Any) -> list[str]:
@@ -207,6 +303,48 @@ def _totals_from_source(priv: Privatizer, source: Any, released: Any) -> Totals:
     return totals
 
 
+ROW_EPSILON_OUTLIER_MULTIPLE = 10.0
+
+
+def warn_row_epsilon_outliers(parts: dict[str, Any], multiple: float = ROW_EPSILON_OUTLIER_MULTIPLE) -> int:
+    """Log one warning when rows have ``dp_epsilon`` above ``multiple`` × the median row's (a very long row).
+
+    A row's ε grows with its number of tokens (basic composition), so one 200,000-character row has an ε a
+    thousand times its neighbours'. The message names the split, the count, the first row indices and the
+    figures, never any text. Returns the number of such rows.
+    """
+    eps_by_split = {
+        name: np.asarray(part.data.column("dp_epsilon").to_numpy(zero_copy_only=False), dtype=np.float64)
+        for name, part in parts.items()
+        if "dp_epsilon" in getattr(part, "column_names", [])
+    }
+    values = [v[np.isfinite(v)] for v in eps_by_split.values()]
+    if not values or sum(v.size for v in values) < 2:
+        return 0
+    median = float(np.median(np.concatenate(values)))
+    if median <= 0:
+        return 0
+    limit = multiple * median
+    count = 0
+    for name, eps in eps_by_split.items():
+        rows = np.flatnonzero(np.nan_to_num(eps, nan=0.0) > limit)
+        if rows.size == 0:
+            continue
+        count += int(rows.size)
+        first = ", ".join(str(int(r)) for r in rows[:5]) + (", ..." if rows.size > 5 else "")
+        logger.warning(
+            "%d row(s)%s have dp_epsilon above %g x the median row's (%.4g): rows %s (largest %.4g). Long rows "
+            "compose more tokens; split them into shorter rows or check that they are meant to be one text.",
+            rows.size,
+            f" of split {name!r}" if name else "",
+            multiple,
+            median,
+            first,
+            float(np.nanmax(eps[rows])),
+        )
+    return count
+
+
 def dataset_report(
     ds: Any, privatizers: dict[str, Privatizer], sources: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -218,6 +356,7 @@ def dataset_report(
     import datasets
 
     parts = dict(ds.items()) if isinstance(ds, datasets.DatasetDict) else {next(iter(privatizers)): ds}
+    warn_row_epsilon_outliers(parts)
     totals = Totals()
     priv = next(iter(privatizers.values()))
     for name, part in parts.items():
@@ -294,6 +433,34 @@ def _refingerprint(ds: Any) -> Any:
     ds = ds.flatten_indices() if getattr(ds, "_indices", None) is not None else ds
     ds._fingerprint = secrets.token_hex(16)
     return ds
+
+
+@contextlib.contextmanager
+def output_errors(output: Path) -> Iterator[None]:
+    """Turn an ``OSError`` met while writing ``output`` into one line that names the output.
+
+    The hidden work folder (``.OUTPUT.partial``) is an implementation detail: the message names the
+    output the user asked for, and an ancestor that is in the way (a file where a folder should be).
+    """
+    try:
+        yield
+    except HfTextDPError:
+        raise
+    except OSError as err:
+        work = work_dir_for(output)
+        where = ""
+        if err.filename is not None:
+            culprit = Path(os.fsdecode(err.filename))
+            if culprit != output and culprit != work and work not in culprit.parents and output not in culprit.parents:
+                where = f" at {str(culprit)!r}"
+        reason = err.strerror or type(err).__name__
+        blocker = next((a for a in output.parents if a.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            reason, where = f"{str(blocker)!r} is a file, not a folder", ""
+        raise OutputNotWritableError(
+            f"output {str(output)!r} cannot be written ({reason}{where}); choose an output path in an existing, "
+            "writable folder with free space."
+        ) from err
 
 
 # --------------------------------------------------------------------------- sharded runs
@@ -751,7 +918,8 @@ def privatize_dataset(
         if output is not None:
             from .streaming import save_streaming
 
-            save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite, shard_size=shard_size)
+            with output_errors(output):
+                save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite, shard_size=shard_size)
             # a stream over the saved rows: iterating the mapped stream again would privatize the source
             # a second time (fresh noise without a seed: a second release of the same text)
             return load_source(output, streaming=True)
@@ -771,19 +939,20 @@ def privatize_dataset(
         batch_size=batch_size,
         num_proc=num_proc,
     )
-    run.open(resume=resume, overwrite=overwrite)
-    keep = True
-    try:
-        run.compute()
-        result, report = run.assemble()
-        keep = False
-    except HfTextDPError:
-        # A bad row or parameter fails again at the same place on resume, and fixing the input changes
-        # its fingerprint: the finished shards could never be reused.
-        keep = False
-        raise
-    finally:  # anything else (KeyboardInterrupt, a full disk, ...) keeps the finished shards for resume
-        run.close(keep=keep)
+    with output_errors(output):
+        run.open(resume=resume, overwrite=overwrite)
+        keep = True
+        try:
+            run.compute()
+            result, report = run.assemble()
+            keep = False
+        except HfTextDPError:
+            # A bad row or parameter fails again at the same place on resume, and fixing the input changes
+            # its fingerprint: the finished shards could never be reused.
+            keep = False
+            raise
+        finally:  # anything else (KeyboardInterrupt, a full disk, ...) keeps the finished shards for resume
+            run.close(keep=keep)
     totals = report["totals"]
     logger.info(
         "privatized %d rows (%s, epsilon=%g per token) into %s",

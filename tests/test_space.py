@@ -177,3 +177,36 @@ def test_static_space_all_words_are_candidates(tmp_path):
     cls, pos = space.classify(np.array([0, 1, 2, -1]))
     assert cls.tolist() == [CANDIDATE, CANDIDATE, CANDIDATE, PASSTHROUGH]
     assert pos.tolist() == [0, 1, 2, -1]
+
+
+@pytest.mark.parametrize(
+    ("value", "allowed"),
+    [(None, True), ("", True), ("0", True), ("1", False), ("true", False), ("ON", False), ("yes", False)],
+    ids=["unset", "empty", "zero", "one", "true", "on", "yes"],
+)
+def test_hf_hub_offline_is_the_one_network_switch(monkeypatch, value, allowed):
+    from hf_textdp.space import _network_allowed
+
+    monkeypatch.delenv("HF_TEXTDP_ALLOW_NETWORK", raising=False)
+    if value is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    assert _network_allowed() is allowed
+
+
+def test_private_network_switch_is_gone():
+    root = Path(__file__).resolve().parents[1]
+    hits = [
+        str(p.relative_to(root))
+        for pattern in ("hf_textdp/**/*.py", "docs/**/*.md", "README.md", "examples/*.py")
+        for p in root.glob(pattern)
+        if "HF_TEXTDP_ALLOW_NETWORK" in p.read_text(encoding="utf-8")
+    ]
+    assert hits == []
+
+
+def test_offline_error_says_how_to_allow_downloads(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE is set: unset it to allow downloads"):
+        load_space("nobody/nothing-here")

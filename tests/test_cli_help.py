@@ -1,0 +1,85 @@
+"""CLI help shows every option's default and allowed values; report/calibrate print summaries (issue 18)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_textdp import PrivatizerConfig, privatize_dataset
+from hf_textdp.cli import build_parser, main
+from hf_textdp.mechanisms import list_mechanisms
+from hf_textdp.postprocess import list_postprocess
+
+
+def _subparser(name):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize("command", ["privatize", "report", "calibrate", "audit"])
+def test_every_option_shows_its_default(command):
+    p = _subparser(command)
+    text = p.format_help()
+    for action in p._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        shown = p._get_formatter()._get_help_string(action) % {"default": action.default}
+        assert "default" in shown or "required" in shown, (command, action.option_strings, shown)
+    if command != "report":
+        for name in list_mechanisms():
+            assert name in text
+        for name in list_postprocess():
+            assert name in text
+        assert 'madlib: bound="none"' in text  # the options of each mechanism with their defaults
+
+
+@pytest.fixture
+def saved(tmp_path, tiny_bert):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"hello world {i}"}) + "\n" for i in range(5)))
+    out = tmp_path / "out.jsonl"
+    privatize_dataset(src, PrivatizerConfig(epsilon=2.0, model=tiny_bert), output_dir=out)
+    return out
+
+
+def test_report_prints_a_summary_and_json_on_request(saved, capsys):
+    assert main(["report", str(saved)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"Privacy report for {saved}")
+    assert "metric DP in the Euclidean distance" in text and "ε_tok = ε·diam" in text
+    assert "per row:     dp_epsilon = dp_tokens x ε_tok" in text and "not covered:" in text
+    assert "kept:        not recorded" in text
+    assert main(["report", str(saved), "--json"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["guarantee"] == "metric_dp" and raw["totals"]["rows"] == 5
+
+
+def test_calibrate_summary_json_and_plot(tiny_bert, tmp_path, capsys):
+    args = ["calibrate", "--model", tiny_bert, "--epsilons", "1,5,50"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Calibration of madlib + nearest") and "replaced" in text and "kept" in text
+    assert main([*args, "--json"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert [r["epsilon"] for r in raw["rates"]] == [1.0, 5.0, 50.0]
+    plot = tmp_path / "rates.png"
+    assert main([*args, "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_calibrate_plot_without_matplotlib(tiny_bert, tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    code = main(["calibrate", "--model", tiny_bert, "--epsilons", "1", "--plot", str(tmp_path / "x.png")])
+    assert code == 2
+    assert "--plot needs matplotlib: pip install 'hf-textdp[eval]'" in capsys.readouterr().err
