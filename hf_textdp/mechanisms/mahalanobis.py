@@ -202,7 +202,6 @@ class Mahalanobis(AdditiveMechanism):
     def claim(self, space: EmbeddingSpace) -> Claim:
         """ε·d_M metric DP; ε_tok = ε·diam_M, pair bound ε·d_M(w, w') (spec §9.3, §10.1)."""
         st = self._prepare(space)
-        stats = scale_stats(st.metric_matrix)
         eps = self.epsilon
         W64 = space.E.double().cpu() @ st.mats.M_inv_half
 
@@ -214,11 +213,22 @@ class Mahalanobis(AdditiveMechanism):
             metric="mahalanobis",
             epsilon=eps,
             delta=None,
-            epsilon_token=eps * stats.diam,
+            epsilon_token=math.nextafter(eps * self.diameter_m(space), math.inf),
             delta_token=0.0,
             certified=True,
             pair_bound=pair_bound,
         )
+
+    def diameter_m(self, space: EmbeddingSpace) -> float:
+        """An upper bound of diam_M in float64, never below it.
+
+        The diameter is found on the fp32 rows of E·M^{−1/2}; the float64 rows differ from them by at most
+        e = max_c ‖W64_c − W32_c‖, so by the triangle inequality diam64 ≤ diam32 + 2e (rounded up).
+        """
+        st = self._prepare(space)
+        W64 = space.E.double().cpu() @ st.mats.M_inv_half
+        err = float(torch.linalg.vector_norm(W64 - st.metric_matrix.double().cpu(), dim=1).max())
+        return math.nextafter(scale_stats(st.metric_matrix).diam + 2.0 * err, math.inf)
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
         st = self._prepare(space)
@@ -232,7 +242,7 @@ class Mahalanobis(AdditiveMechanism):
             "M_sha256": st.mats.sha256,
             "M_eigenvalue_min": lam_min,
             "M_eigenvalue_max": lam_max,
-            "diam_M": stats.diam,
+            "diam_M": self.diameter_m(space),
             "diam_exact": stats.diam_exact,
             "noise": {
                 "radius_M_mean": space.d / self.epsilon,
