@@ -66,7 +66,10 @@ pass through unchanged.
 | largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
 | candidate set | {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 
-**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
+{% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
+warnings): the row columns `dp_epsilon` and `dp_delta` hold its nominal numbers, not a bound. Do not rely on them.
+
+{% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
 times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
 {% if warnings %}

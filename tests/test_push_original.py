@@ -176,3 +176,11 @@ def test_keep_original_run_is_refused_end_to_end(tmp_path, fake_hub, line_vocab)
     assert original_columns(out) == ["text_original"]
     with pytest.raises(HfTextDPError, match="allow_original"):
         push_to_hub(out, "me/run")
+
+
+def test_uncertified_card_says_row_columns_are_nominal():
+    from hf_textdp.cards import dataset_card
+
+    text = str(dataset_card({**REPORT, "certified": False, "warnings": ["calibration='reference_code' ..."]}))
+    assert "**Not certified.**" in text and "`dp_epsilon` and `dp_delta` hold its nominal numbers" in text
+    assert "**Not certified.**" not in str(dataset_card(REPORT))
