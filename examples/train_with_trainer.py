@@ -7,19 +7,25 @@
 3. ``inputs_embeds``: ``DataCollatorForInputsEmbeds`` feeds the noisy vectors themselves
    (``postprocess="vector"``) to the model as ``inputs_embeds``.
 
+Each path trains on privatized text and is scored on held-out rows of clean text (the usual
+"train on private, test on real" setting), next to the majority-class baseline of those rows.
+
 Run it (offline; by default it builds a tiny random BERT and a toy sentiment set in a temporary folder):
 
     HF_HUB_OFFLINE=1 python examples/train_with_trainer.py --epochs 2
     HF_HUB_OFFLINE=1 python examples/train_with_trainer.py --model sentence-transformers/all-MiniLM-L6-v2 \\
-        --data ../shared/data/senteval/mr.jsonl --limit 2000 --max-steps 50
+        --data ../shared/data/senteval/mr.jsonl --limit 2000 --max-steps 100
 
-``--data`` takes a .jsonl file with ``text`` and ``label`` fields. Needs ``accelerate`` (``Trainer``).
+``--data`` takes a .jsonl file with ``text`` and integer ``label`` fields. ``--limit`` rows are drawn at
+random, stratified by label, from the whole file (MR is sorted by label: its first 2,000 rows are all
+positive), and ``--test-fraction`` of them (stratified too) are held out for the accuracy. The
+sampling seed ``--data-seed`` is public; the privatization seed is a fresh secret. Needs ``accelerate``
+(``Trainer``).
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import random
@@ -89,6 +95,50 @@ def build_tiny_model(folder: Path, corpus: list[str]) -> str:
     return str(folder)
 
 
+def stratified_sample(
+    rows: list[dict[str, Any]], limit: int, test_fraction: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``limit`` rows drawn at random with each label's share of ``rows``, split into (train, held-out).
+
+    Each label's draw is split the same way, so both parts keep the label shares of the whole file.
+    """
+    rng = random.Random(seed)
+    by_label: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_label.setdefault(r["label"], []).append(r)
+    limit = min(limit, len(rows))
+    train_rows: list[dict[str, Any]] = []
+    test_rows: list[dict[str, Any]] = []
+    for label in sorted(by_label):
+        group = list(by_label[label])
+        rng.shuffle(group)
+        take = group[: round(limit * len(group) / len(rows))]
+        n_test = round(len(take) * test_fraction)
+        test_rows += take[:n_test]
+        train_rows += take[n_test:]
+    rng.shuffle(train_rows)
+    rng.shuffle(test_rows)
+    return train_rows, test_rows
+
+
+def held_out_accuracy(model: Any, model_dir: str, rows: list[dict[str, Any]], batch_size: int = 64) -> float:
+    """Accuracy of ``model`` on the clean text of ``rows`` (plain tokenizer, no privatization)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    device = next(model.parameters()).device
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i : i + batch_size]
+            enc = tokenizer([r["text"] for r in chunk], padding=True, truncation=True, return_tensors="pt")
+            pred = model(**enc.to(device)).logits.argmax(-1).tolist()
+            correct += sum(int(p == r["label"]) for p, r in zip(pred, chunk, strict=True))
+    return correct / max(len(rows), 1)
+
+
 def model_folder(model: str) -> str:
     """A local folder for ``model`` (offline: a folder, a cached hub id, or the packaged default model)."""
     from hf_textdp.space import resolve_model
@@ -104,12 +154,12 @@ def train(
     name: str,
     callbacks: Any = None,
     **extra: Any,
-) -> float:
+) -> tuple[float, Any]:
     import torch
     from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
 
     torch.manual_seed(0)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=args.num_labels)
     training_args = TrainingArguments(
         output_dir=str(Path(args.output_dir) / name),
         num_train_epochs=args.epochs,
@@ -129,7 +179,7 @@ def train(
     loss = float(trainer.train().training_loss)
     if not math.isfinite(loss):
         raise RuntimeError(f"{name}: the training loss is not finite ({loss}).")
-    return loss
+    return loss, trainer.model
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,7 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         help="'tiny' (built here), a model folder or a cached hub id, e.g. sentence-transformers/all-MiniLM-L6-v2",
     )
     parser.add_argument("--data", default=None, help="a .jsonl file with text and label (default: toy sentences)")
-    parser.add_argument("--limit", type=int, default=256, help="use the first LIMIT rows")
+    parser.add_argument(
+        "--limit", type=int, default=320, help="rows drawn at random, stratified by label (train + held-out)"
+    )
+    parser.add_argument("--test-fraction", type=float, default=0.2, help="share of the rows held out for accuracy")
+    parser.add_argument("--data-seed", type=int, default=0, help="seed of the (public) row sampling")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (-1: full epochs)")
     parser.add_argument("--epsilon", type=float, default=100.0, help="per-token ε of madlib")
@@ -171,11 +225,19 @@ def main(argv: list[str] | None = None) -> None:
         if args.output_dir is None:
             args.output_dir = tmp
         if args.data is None:
-            rows = toy_data(args.limit)
+            source = toy_data(args.limit)
         else:
             with open(args.data, encoding="utf-8") as f:
-                rows = [json.loads(line) for line in itertools.islice(f, args.limit)]
-        rows = [{"text": r["text"], "label": int(r["label"]), "idx": i} for i, r in enumerate(rows)]
+                source = [json.loads(line) for line in f if line.strip()]
+        source = [{"text": r["text"], "label": int(r["label"])} for r in source]
+        train_rows, test_rows = stratified_sample(source, args.limit, args.test_fraction, args.data_seed)
+        rows = [{**r, "idx": i} for i, r in enumerate(train_rows)]
+        args.num_labels = max(r["label"] for r in source) + 1
+        counts = [sum(r["label"] == k for r in test_rows) for k in range(args.num_labels)]
+        print(
+            f"data: {len(rows)} training rows, {len(test_rows)} held-out rows (labels {counts}), "
+            f"majority baseline {max(counts) / max(len(test_rows), 1):.3f}"
+        )
         model_dir = (
             build_tiny_model(Path(tmp) / "tiny", [r["text"] for r in rows])
             if args.model == "tiny"
@@ -199,8 +261,12 @@ def main(argv: list[str] | None = None) -> None:
             )
             spent = max(private["dp_epsilon"])
             private = private.remove_columns(["dp_tokens", "dp_epsilon", "idx"])
-            loss = train(model_dir, private, DataCollatorWithPadding(ptok.tokenizer), args, "preprocessed")
-            print(f"preprocessed: loss={loss:.4f} max per-example ε={spent:.4g} (spent once, any number of epochs)")
+            loss, model = train(model_dir, private, DataCollatorWithPadding(ptok.tokenizer), args, "preprocessed")
+            acc = held_out_accuracy(model, model_dir, test_rows)
+            print(
+                f"preprocessed: loss={loss:.4f} held-out accuracy={acc:.3f} max per-example ε={spent:.4g} "
+                "(spent once, any number of epochs)"
+            )
 
         collators = []
         if "collator" in paths:
@@ -211,10 +277,12 @@ def main(argv: list[str] | None = None) -> None:
         for name, collator in collators:
             # 2./3. privatize on the fly: fresh noise per epoch, each epoch a release the accountant adds up
             callbacks = [PrivacyAccountingCallback(collator)]  # set_epoch each epoch: fresh noise, one log line
-            loss = train(model_dir, train_ds, collator, args, name, callbacks, remove_unused_columns=False)
+            loss, model = train(model_dir, train_ds, collator, args, name, callbacks, remove_unused_columns=False)
+            acc = held_out_accuracy(model, model_dir, test_rows)
             training = privacy_report(collator)["training"]
             print(
-                f"{name}: loss={loss:.4f} max per-example ε={training['max_example_epsilon']:.4g} "
+                f"{name}: loss={loss:.4f} held-out accuracy={acc:.3f} "
+                f"max per-example ε={training['max_example_epsilon']:.4g} "
                 f"over {training['epochs']} epoch(s), {training['releases']} releases"
             )
 

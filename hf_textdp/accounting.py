@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 NOT_COVERED = [
-    "The length of each text in tokens, word boundaries, and the number of subword pieces per word.",
+    "The length of each text in tokens, word boundaries, the number of subword pieces per word, and the whitespace "
+    "between words where the tokens hold none (WordPiece): the output text copies it from the input.",
     "The positions and identities of special and padding tokens.",
     "Passthrough tokens: a static-vector file's unknown words appear verbatim, and the unknown token appears "
     "with its position. They have no protection, and the report counts them.",

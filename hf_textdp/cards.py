@@ -24,9 +24,18 @@ from typing import Any
 from .errors import InvalidParameterError
 
 
-__all__ = ["dataset_card", "results_card", "render_card", "is_results_folder", "find_report"]
+__all__ = [
+    "dataset_card",
+    "results_card",
+    "render_card",
+    "is_results_folder",
+    "find_report",
+    "original_columns",
+    "ORIGINAL_SUFFIX",
+]
 
 _REPORT_NAME = "privacy_report.json"
+ORIGINAL_SUFFIX = "_original"  # keep_original=True stores the input text in {text_column}_original
 _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 _DATASET_TEMPLATE = """---
@@ -34,7 +43,9 @@ _DATASET_TEMPLATE = """---
 ---
 
 # {{ pretty_name }}
-
+{% if not_private_banner %}
+{{ not_private_banner }}
+{% endif %}
 Text privatized token by token with [hf-textdp](https://pypi.org/project/hf-textdp/)
 (mechanism `{{ mechanism }}`, ε = {{ epsilon }} per token{% if delta %}, δ = {{ delta }}{% endif %}).
 Every privatized subword of `{{ model_id }}` was replaced by the output of the mechanism; special tokens
@@ -55,7 +66,10 @@ pass through unchanged.
 | largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
 | candidate set | {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 
-**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
+{% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
+warnings): the row columns `dp_epsilon` and `dp_delta` hold its nominal numbers, not a bound. Do not rely on them.
+
+{% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
 times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
 {% if warnings %}
@@ -158,9 +172,22 @@ def _size_category(rows: int) -> str:
     return "n>1M"
 
 
-def dataset_card(report: dict[str, Any], *, repo_id: str = "USER/DATASET", pretty_name: str | None = None) -> Any:
-    """A :class:`huggingface_hub.DatasetCard` for a privatized dataset, from its privacy report."""
+def dataset_card(
+    report: dict[str, Any],
+    *,
+    repo_id: str = "USER/DATASET",
+    pretty_name: str | None = None,
+    original_columns: list[str] | None = None,
+) -> Any:
+    """A :class:`huggingface_hub.DatasetCard` for a privatized dataset, from its privacy report.
+
+    Args:
+        original_columns (`list[str]`, *optional*): columns of the data that hold the original text
+            (``*_original``); the card then says first, plainly, that they and the dataset are not private.
+    """
     from huggingface_hub import DatasetCard, DatasetCardData
+
+    original_columns = sorted(original_columns or [])
 
     totals = report.get("totals") or {}
     scale = report.get("scale") or {}
@@ -170,7 +197,13 @@ def dataset_card(report: dict[str, Any], *, repo_id: str = "USER/DATASET", prett
     data = DatasetCardData(
         pretty_name=pretty_name or f"Privatized text ({mechanism}, epsilon={_fmt(report.get('epsilon'))})",
         size_categories=_size_category(int(totals.get("rows") or 0)),
-        tags=["differential-privacy", "hf-textdp", f"dp-mechanism:{mechanism}", "privatized-text"],
+        tags=[
+            "differential-privacy",
+            "hf-textdp",
+            f"dp-mechanism:{mechanism}",
+            "privatized-text",
+            *(["not-private", "contains-original-text"] if original_columns else []),
+        ],
         hf_textdp={
             "mechanism": mechanism,
             "epsilon": report.get("epsilon"),
@@ -181,6 +214,7 @@ def dataset_card(report: dict[str, Any], *, repo_id: str = "USER/DATASET", prett
             "model": model.get("id"),
             "candidate_set_sha256": cand.get("sha256"),
             "report_version": report.get("report_version"),
+            **({"original_columns": original_columns, "private": False} if original_columns else {}),
         },
     )
     guarantee = str(report.get("guarantee"))
@@ -214,6 +248,23 @@ def dataset_card(report: dict[str, Any], *, repo_id: str = "USER/DATASET", prett
         not_covered=list(report.get("not_covered") or []),
         repo_id=repo_id,
         hf_textdp_version=report.get("hf_textdp_version"),
+        not_private_banner=_not_private_banner(original_columns),
+    )
+
+
+def _not_private_banner(columns: list[str]) -> str:
+    """The card's first words when the data holds the original text: plainly, that it is not private."""
+    if not columns:
+        return ""
+    many = len(columns) > 1
+    names = ", ".join(f"`{c}`" for c in columns)
+    return (
+        f"> **This dataset is NOT private.** The column{'s' if many else ''} {names} "
+        f"hold{'' if many else 's'} the original, unprivatized input text\n"
+        "> (`keep_original=True`), published on purpose with `allow_original=True`. No privacy guarantee applies\n"
+        f"> to {'these columns' if many else 'this column'}, and while {'they are' if many else 'it is'} published "
+        "none applies to the rows either:\n"
+        "> the guarantee below describes the privatized columns alone.\n"
     )
 
 
@@ -348,4 +399,71 @@ def render_card(path: str | os.PathLike[str], *, repo_id: str = "USER/DATASET") 
             "or OUTPUT/privacy_report.json) nor a folder of hf-textdp evaluate results."
         )
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    return dataset_card(report, repo_id=repo_id)
+    return dataset_card(report, repo_id=repo_id, original_columns=original_columns(p))
+
+
+def original_columns(path: str | os.PathLike[str]) -> list[str]:
+    """The ``*_original`` columns (the input text kept by ``keep_original=True``) of a saved output.
+
+    Reads only column names: a .jsonl/.json file's keys (every line), a .csv header, a .parquet schema,
+    or a ``save_to_disk`` folder's ``dataset_info.json`` features (each split's, for a ``DatasetDict``),
+    falling back to the schema of its Arrow files.
+    """
+    return sorted(c for c in _column_names(Path(path)) if c.endswith(ORIGINAL_SUFFIX))
+
+
+def _column_names(p: Path) -> set[str]:
+    names: set[str] = set()
+    if p.is_dir():
+        infos = sorted(p.rglob("dataset_info.json"))
+        for info in infos:
+            try:
+                features = json.loads(info.read_text(encoding="utf-8")).get("features") or {}
+            except (OSError, ValueError):
+                features = {}
+            names.update(features)
+        if not infos:
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and f.suffix in (".arrow", *_FILE_SUFFIXES) and not f.name.startswith("."):
+                    names |= _column_names(f)
+        return names
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        try:
+            whole = json.loads(p.read_text(encoding="utf-8", errors="replace"))
+        except ValueError:
+            whole = None  # JSON Lines under a .json name: read line by line below
+        if isinstance(whole, dict):
+            return set(whole)  # a dict of columns
+        if isinstance(whole, list):
+            return {k for r in whole if isinstance(r, dict) for k in r}
+    if suffix in (".jsonl", ".json"):
+        with p.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    names.update(row)
+    elif suffix == ".csv":
+        import csv
+
+        with p.open(encoding="utf-8", errors="replace", newline="") as fh:
+            names.update(next(csv.reader(fh), []))
+    elif suffix in (".parquet", ".arrow"):
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if suffix == ".parquet":
+                names.update(pq.read_schema(p).names)
+            else:
+                with pa.memory_map(str(p)) as src:
+                    names.update(pa.ipc.open_stream(src).schema.names)
+        except Exception:  # noqa: BLE001 - not a readable table: no column names to check
+            pass
+    return names

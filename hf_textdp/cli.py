@@ -524,13 +524,21 @@ class PushCommand:
         p.add_argument("repo_id")
         p.add_argument("--private", action="store_true")
         p.add_argument("--token", default=None)
+        p.add_argument(
+            "--allow-original",
+            action="store_true",
+            help="publish a dataset that holds *_original columns (the input text, NOT private; refused "
+            "otherwise); its card then says the dataset is not private",
+        )
         p.set_defaults(command=PushCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from .hub import push_to_hub
 
-        url = push_to_hub(args.path, args.repo_id, private=args.private, token=args.token)
+        url = push_to_hub(
+            args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
+        )
         print(f"pushed {args.path} to {url}")
         return 0
 

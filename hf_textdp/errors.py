@@ -20,6 +20,7 @@ builtin meaning fits, the class inherits from it too, so ``except FileNotFoundEr
         ├── OutputExistsError (+FileExistsError)  the output exists and ``overwrite`` is off
         ├── OutputNotWritableError (+PermissionError)  the output (or its folder) cannot be written
         ├── ResumeError                      ``resume`` cannot continue the partial run it found
+        ├── OriginalTextError                publishing an output that holds the original text, not allowed
         └── MissingExtraError (+ImportError) an optional dependency is not installed
 
 Messages name the parameter (or the row index and column), the value, and what is allowed. They
@@ -46,6 +47,7 @@ __all__ = [
     "OutputExistsError",
     "OutputNotWritableError",
     "ResumeError",
+    "OriginalTextError",
     "MissingExtraError",
 ]
 
@@ -127,6 +129,10 @@ class OutputNotWritableError(HfTextDPError, PermissionError):
 
 class ResumeError(HfTextDPError):
     """``resume=True`` found a partial run made with another config, input or shard size."""
+
+
+class OriginalTextError(HfTextDPError):
+    """``push_to_hub`` found ``*_original`` columns (the input text, not private) and was not told to allow them."""
 
 
 class MissingExtraError(HfTextDPError, ImportError):

@@ -20,10 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import InvalidParameterError
+from .errors import InvalidParameterError, OriginalTextError
+from .validation import check_bool
 
 
-__all__ = ["push_to_hub", "stage_for_hub", "detect_kind"]
+__all__ = ["push_to_hub", "stage_for_hub", "detect_kind", "check_original_columns"]
 
 Kind = Literal["dataset", "config", "results"]
 _CONFIG_NAME = "privatizer_config.json"
@@ -89,8 +90,33 @@ priv = Privatizer(config, seed=secrets.randbits(64))  # the seed is a secret key
     return str(card)
 
 
-def stage_for_hub(path: str | os.PathLike[str], repo_id: str, folder: str | os.PathLike[str]) -> Kind:
-    """Copy what :func:`push_to_hub` uploads into ``folder`` (data, report, card); return the kind."""
+def check_original_columns(path: str | os.PathLike[str], *, allow_original: bool = False) -> list[str]:
+    """The ``*_original`` columns of a saved output; raise unless ``allow_original`` when there are any.
+
+    Raises:
+        OriginalTextError: the output holds the original (non-private) text and ``allow_original`` is off.
+    """
+    from .cards import original_columns
+
+    cols = original_columns(path)
+    if cols and not allow_original:
+        raise OriginalTextError(
+            f"path={str(path)!r}: column(s) {cols} hold the original, NON-private input text "
+            "(privatized with keep_original=True); publishing them would undo the guarantee for every row. "
+            "Remove them first (e.g. ds.remove_columns(...)), or pass allow_original=True (CLI: --allow-original) "
+            "to publish them anyway under a card that says the dataset is not private."
+        )
+    return cols
+
+
+def stage_for_hub(
+    path: str | os.PathLike[str], repo_id: str, folder: str | os.PathLike[str], *, allow_original: bool = False
+) -> Kind:
+    """Copy what :func:`push_to_hub` uploads into ``folder`` (data, report, card); return the kind.
+
+    Raises:
+        OriginalTextError: a dataset holds ``*_original`` columns and ``allow_original`` is off.
+    """
     from .cards import find_report, render_card, results_card
 
     p = Path(path)
@@ -103,6 +129,7 @@ def stage_for_hub(path: str | os.PathLike[str], repo_id: str, folder: str | os.P
                 shutil.copy2(item, out / item.name)
         (out / "README.md").write_text(str(results_card(p)), encoding="utf-8")
     elif kind == "dataset":
+        check_original_columns(p, allow_original=allow_original)
         report = find_report(p)
         assert report is not None
         if p.is_dir():
@@ -131,6 +158,7 @@ def push_to_hub(
     token: str | None = None,
     commit_message: str | None = None,
     api: Any = None,
+    allow_original: bool = False,
 ) -> str:
     """Publish a privatized output, a privatizer config or a recipe's results, with its card.
 
@@ -141,12 +169,16 @@ def push_to_hub(
             (``model-index`` metadata) to a model repository.
         private (`bool`, defaults to `False`), token (`str`, *optional*), commit_message (`str`, *optional*).
         api (`HfApi`, *optional*): the client to use (default ``huggingface_hub.HfApi(token=token)``).
+        allow_original (`bool`, defaults to `False`): publish a dataset that holds ``*_original`` columns
+            (the input text kept by ``keep_original=True``, not private). Off, such a dataset is refused
+            before anything is uploaded; on, its card says first that the dataset is not private.
 
     Returns:
         `str`: the repository URL.
 
     Raises:
         InvalidParameterError: ``path`` is not something hf-textdp publishes, or ``repo_id`` is malformed.
+        OriginalTextError: the dataset holds ``*_original`` columns and ``allow_original`` is off.
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise InvalidParameterError(f"repo_id must be 'namespace/name', got {repo_id!r}.")
@@ -156,7 +188,7 @@ def push_to_hub(
         raise InvalidParameterError("publishing needs huggingface_hub: pip install 'hf-textdp[hub]'") from err
     client = api if api is not None else HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hf_textdp_push_") as tmp:
-        kind = stage_for_hub(path, repo_id, tmp)
+        kind = stage_for_hub(path, repo_id, tmp, allow_original=check_bool(allow_original, "allow_original"))
         repo_type = "dataset" if kind == "dataset" else "model"
         url = client.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
         client.upload_folder(

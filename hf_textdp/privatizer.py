@@ -293,12 +293,8 @@ class Privatizer:
         result: dict[str, list[Any]] = {}
         structural = cls == STRUCTURAL
         if isinstance(tokens, HFTokens):
-            kept_len = lengths - np.bincount(row_of[structural], minlength=n)
-            kb = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(kept_len, out=kb[1:])
-            kept = out[~structural].tolist()
-            kbl = kb.tolist()
-            result[self.text_column] = tokens.decode_lists([kept[kbl[i] : kbl[i + 1]] for i in range(n)])
+            assert rows is not None
+            result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
         else:
             assert rows is not None and space.words is not None
             words = space.words
