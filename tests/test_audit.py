@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,9 @@ from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.mechanisms.base import AdditiveMechanism, SelectionMechanism
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest, PostprocessStep, list_postprocess
+from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
+from tests.utils import one_row, row_key
 
 
 ALPHA = 1e-3
@@ -43,9 +44,9 @@ D01_TINY = 0.566639  # d(w0, w1) of fixture (B), spec §11.3
 class HalvedNoise(Madlib):
     """Mutation: the noise radius is Gamma(d, 1/(2ε)) — half the scale the claim assumes."""
 
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         n, d = x.shape
-        return (x.double() + sample_madlib_noise(n, d, 2.0 * self.epsilon, g, x.device)).float()
+        return (x.double() + sample_madlib_noise(streams, n, d, 2.0 * self.epsilon, x.device)).float()
 
 
 class LeakyMadlib(Madlib):
@@ -69,8 +70,7 @@ class ExcludeInput(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         assert isinstance(mechanism, LeakyMadlib)
         return mechanism.search_index(space).search(z, 1, exclude=mechanism.last)[:, 0]
@@ -87,8 +87,7 @@ class ReleaseVector(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         return z.to(torch.float32)
 
@@ -99,10 +98,12 @@ class ExpMech(SelectionMechanism):
     name = "test_expmech"
     HALF = 0.5
 
-    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def sample(
+        self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
+    ) -> torch.Tensor:
         E64 = space.E.double()
         dist = torch.cdist(E64[positions.to(space.E.device)], E64)
-        u = torch.rand(dist.shape, dtype=torch.float64, generator=g, device=dist.device)
+        u = as_streams(streams, dist.shape[0], dist.device).uniforms(Draw.SAMPLER, dist.shape[1])
         return torch.argmax(-self.HALF * self.epsilon * dist - torch.log(-torch.log(u)), dim=1)
 
     def claim(self, space: EmbeddingSpace) -> Claim:
@@ -165,10 +166,10 @@ def test_line_law_matches_package_sampler(line_space: EmbeddingSpace) -> None:
     seed 4101, α/2 per input)."""
     mech, step = Madlib(epsilon=1.0), Nearest()
     P = line_law(1.0)
-    g = torch.Generator().manual_seed(4101)
     for i in (0, 1):
         pos = torch.full((20_000,), i, dtype=torch.int64)
-        out = step.apply(mech.perturb(mech.inputs(line_space, pos), g), mech, line_space, [g], [20_000])
+        st = one_row(row_key(4101, i), 20_000)
+        out = step.apply(mech.perturb(mech.inputs(line_space, pos), st), mech, line_space, st)
         counts = np.bincount(out.numpy(), minlength=4)
         assert stats.chisquare(counts, 20_000 * P[i]).pvalue > ALPHA / 2
 

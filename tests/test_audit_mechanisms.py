@@ -23,7 +23,7 @@ Observed worst LCB/claim (this file's seeds):
 | santext_plus | (C), w = 0.5 (UMLDP, ε·d + ln(1/p)) | 0.317 | p applied to V_S tokens | 1.302 |
 | santext_plus | (C), w = 1 (metric DP) | 0.706 | missing ½ | 1.551 |
 | mahalanobis | (B), λ = 1, nearest | 0.724 | M^{−1/2} in place of M^{1/2} | 1.278 |
-| mahalanobis | (B), λ = 1, nearest | — | re-normalised direction | 1.032 (narrow) |
+| mahalanobis | (B), λ = 1, nearest | — | re-normalised direction | 1.137 (n_estimate = 200,000) |
 
 Notes. Gaussian: at δ = 1e-6 the Δ₂ = C mutant is out of reach of n = 20,000 (best expected
 LCB/claim 0.74 even over every tail threshold), so its control runs at δ = 1e-2 with a public
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from hf_textdp.mechanisms.santext import Santext, SantextPlus
 from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class
+from hf_textdp.rng import Streams
 from hf_textdp.space import EmbeddingSpace, load_space
 from tests.utils import write_vectors
 
@@ -86,8 +86,7 @@ class OrthantStep(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         hi = z.amin(dim=1) > self.threshold
         lo = z.amax(dim=1) < -self.threshold
@@ -130,9 +129,9 @@ def test_every_registered_mechanism_is_covered() -> None:
 class MadlibHalved(Madlib):
     """Mutation: radius Gamma(d, 1/(2ε))."""
 
-    def perturb(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         n, d = x.shape
-        return (x.double() + sample_madlib_noise(n, d, 2.0 * self.epsilon, g, x.device)).float()
+        return (x.double() + sample_madlib_noise(streams, n, d, 2.0 * self.epsilon, x.device)).float()
 
 
 def test_madlib_cluster_passes(cluster_space: EmbeddingSpace) -> None:
@@ -383,8 +382,12 @@ def test_mahalanobis_inverse_fails(tiny_space: EmbeddingSpace) -> None:
 
 
 def test_mahalanobis_renormalised_fails(tiny_space: EmbeddingSpace) -> None:
+    """The re-normalised direction exceeds the claim only narrowly (expected LCB/claim ≈ 1.03 at
+    n_estimate = 20,000: rejected by about 1 seed in 10 on the v2 streams), so this control estimates
+    with n_estimate = 200,000 (LCB/claim 1.08–1.15 over seeds 7903–7908), same α and n_select."""
     mech = MahalanobisRenormalised(epsilon=_maha_eps(tiny_space, MAHA_LAM), lam=MAHA_LAM)
-    assert not run(mech, Nearest(), tiny_space, [(0, 1)], 7903).passed
+    res = audit((mech, Nearest()), tiny_space, [(0, 1)], n_select=4000, n_estimate=200_000, alpha=1e-3, seed=7903)
+    assert not res.passed and res.worst_ratio > 1.0
 
 
 COVERED = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from hf_textdp.mechanisms import register_mechanism, unregister_mechanism
 from hf_textdp.mechanisms.base import AdditiveMechanism, SelectionMechanism
 from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.postprocess import PostprocessStep
+from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
@@ -136,10 +137,12 @@ class ExpMech(SelectionMechanism):
 
     name = "test_expmech_cal"
 
-    def sample(self, space: EmbeddingSpace, positions: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def sample(
+        self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
+    ) -> torch.Tensor:
         E64 = space.E.double()
         dist = torch.cdist(E64[positions], E64)
-        u = torch.rand(dist.shape, dtype=torch.float64, generator=g)
+        u = as_streams(streams, dist.shape[0], dist.device).uniforms(Draw.SAMPLER, dist.shape[1])
         return torch.argmax(-0.5 * self.epsilon * dist - torch.log(-torch.log(u)), dim=1)
 
     def claim(self, space: EmbeddingSpace) -> Claim:
@@ -235,8 +238,7 @@ class _Vector(PostprocessStep):
         z: torch.Tensor,
         mechanism: AdditiveMechanism,
         space: EmbeddingSpace,
-        generators: Sequence[torch.Generator],
-        sizes: Sequence[int],
+        streams: Streams,
     ) -> torch.Tensor:
         return z
 

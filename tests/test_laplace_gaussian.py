@@ -21,9 +21,10 @@ from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownO
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.laplace import Gaussian, Laplace, gaussian_delta
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace
+from hf_textdp.rng import streams_for_rows
 from hf_textdp.space import load_space
 from tests.conftest import minilm_available
-from tests.utils import write_vectors
+from tests.utils import row_key, write_vectors
 
 
 ALPHA = 1e-3
@@ -238,8 +239,8 @@ class L2Laplace(Laplace):  # b = Δ₂/ε: √d too small
 
 
 class PerCoordinateGaussian(Gaussian):  # σ/√d per coordinate (spec §11.4 (c))
-    def sample_noise(self, n, k, g, device):
-        return super().sample_noise(n, k, g, device) / math.sqrt(k)
+    def sample_noise(self, streams, k):
+        return super().sample_noise(streams, k) / math.sqrt(k)
 
 
 class HalfSensitivityGaussian(Gaussian):  # Δ₂ = C: the factor 2 missing
@@ -248,8 +249,9 @@ class HalfSensitivityGaussian(Gaussian):  # Δ₂ = C: the factor 2 missing
 
 
 class SharedNoiseLaplace(Laplace):  # one noise vector for the whole call
-    def sample_noise(self, n, k, g, device):
-        return super().sample_noise(1, k, g, device).expand(n, k).clone()
+    def sample_noise(self, streams, k):
+        first = streams.select(torch.zeros(1, dtype=torch.int64))  # token 0's stream for every token
+        return super().sample_noise(first, k).expand(len(streams), k).clone()
 
 
 def test_laplace_law(space16):
@@ -532,28 +534,28 @@ def test_sensitivity_object_doc():
 
 @pytest.mark.parametrize("bound", ["clip", "vocab_exact", "observed_range", "minmax", "unit", "jl"])
 @pytest.mark.parametrize("cls", [Laplace, Gaussian, TruncatedLaplace], ids=["laplace", "gaussian", "trunc"])
-def test_perturb_rows_equals_perturb_row_by_row(space16, bound, cls):
-    """Batched transform and noise give each row exactly its own perturb() (spec §1.6)."""
+def test_batched_perturb_equals_perturb_row_by_row(space16, bound, cls):
+    """One perturb() of several rows' tokens gives each row exactly its own perturb(x, key) (batch invariance)."""
     kwargs = {"match_space": "raw"} if bound == "minmax" else {}
     mech = cls(epsilon=6.0, bound=bound, **kwargs)
     mech.setup(space16)
     sizes = [3, 0, 1, 7, 1, 12]
     g = torch.Generator().manual_seed(41)
     xs = [space16.E[torch.randint(0, space16.V, (n,), generator=g)] for n in sizes]
-    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
-    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
+    keys = [row_key(41, i) for i in range(len(sizes))]
+    got = mech.perturb(torch.cat(xs), streams_for_rows(keys, sizes))
+    want = torch.cat([mech.perturb(x, k) for k, x in zip(keys, xs, strict=True)])
     assert got.dtype == torch.float32 and torch.equal(got, want)
 
 
-def test_perturb_rows_keeps_an_overridden_sample_noise(space16):
+def test_perturb_uses_an_overridden_sample_noise(space16):
     """A variant that overrides sample_noise (as the audit's broken mechanisms do) is what runs."""
 
     class ZeroNoise(TruncatedLaplace):
-        def sample_noise(self, n, k, g, device):
-            return torch.zeros((n, k), dtype=torch.float64, device=device)
+        def sample_noise(self, streams, k):
+            return torch.zeros((len(streams), k), dtype=torch.float64, device=streams.device)
 
     mech = ZeroNoise(epsilon=6.0)
     mech.setup(space16)
-    xs = [space16.E[:3], space16.E[3:4]]
-    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(2)])
+    got = mech.perturb(space16.E[:4], streams_for_rows([row_key(1, 0), row_key(1, 1)], [3, 1]))
     assert torch.equal(got, mech.transform_input(space16.E[:4]).float())

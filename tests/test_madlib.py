@@ -28,14 +28,14 @@ from hf_textdp.errors import InvalidParameterError
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest
 from hf_textdp.privatizer import Privatizer
-from hf_textdp.rng import derive_row_seed, row_generator
+from hf_textdp.rng import Draw, Streams, as_streams, derive_row_seed, streams_for_rows
 from hf_textdp.search import ExactIndex
 from hf_textdp.space import load_space
-from tests.utils import N_CASES, write_vectors
+from tests.utils import N_CASES, one_row, row_key, write_vectors
 
 
 ALPHA = 1e-3
-Mutant = Callable[[int, int, float, torch.Generator], torch.Tensor]
+Mutant = Callable[[int, int, float, torch.Generator], torch.Tensor]  # (n, d, ε, generator: a key is drawn from it)
 NNCase = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
@@ -105,7 +105,7 @@ RADIUS_CASES = [(d, eps) for d in (1, 2, 16, 384) for eps in (0.5, 10.0, 100.0)]
 def test_t_radius(d: int, eps: float) -> None:
     """ε‖Z‖ ~ Gamma(d, 1): KS, n = 20,000, seed 6100 + index."""
     seed = 6100 + RADIUS_CASES.index((d, eps))
-    Z = sample_madlib_noise(20_000, d, eps, gen(seed))
+    Z = sample_madlib_noise(gen(seed), 20_000, d, eps)
     assert Z.dtype == torch.float64 and Z.shape == (20_000, d)
     r = eps * torch.linalg.vector_norm(Z, dim=1).numpy()
     assert ks_pvalue(r, stats.gamma(d).cdf) > ALPHA
@@ -136,33 +136,35 @@ def test_t_radius_spot_values() -> None:
 
 
 def _mut_shape(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    G = torch.randn((n, d), dtype=torch.float64, generator=g)
-    X = torch.empty((n, d - 1), dtype=torch.float64).exponential_(1.0, generator=g)
-    out: torch.Tensor = X.sum(1, keepdim=True) / eps * G / torch.linalg.vector_norm(G, dim=1, keepdim=True)
+    s = as_streams(g, n)
+    G = s.normals(Draw.NOISE, d)
+    r = s.gamma(Draw.RADIUS, float(d - 1)) / eps  # Gamma(d − 1) instead of Gamma(d)
+    out: torch.Tensor = r[:, None] * G / torch.linalg.vector_norm(G, dim=1, keepdim=True)
     return out
 
 
 def _mut_scale(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    return sample_madlib_noise(n, d, 0.98 * eps, g)
+    return sample_madlib_noise(g, n, d, 0.98 * eps)
 
 
 def _mut_rate_scale(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    return sample_madlib_noise(n, d, 1.0 / eps, g)  # Gamma(d, scale ε) instead of scale 1/ε
+    return sample_madlib_noise(g, n, d, 1.0 / eps)  # Gamma(d, scale ε) instead of scale 1/ε
 
 
 def _mut_gaussian(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    return torch.randn((n, d), dtype=torch.float64, generator=g) * (math.sqrt(d) / eps)  # E‖Z‖ ≈ d/ε
+    return as_streams(g, n).normals(Draw.NOISE, d) * (math.sqrt(d) / eps)  # E‖Z‖ ≈ d/ε
 
 
 def _mut_laplace(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    u = torch.rand((n, d), dtype=torch.float64, generator=g) - 0.5
+    u = as_streams(g, n).uniforms(Draw.NOISE, d) - 0.5
     return -torch.sign(u) * torch.log1p(-2 * u.abs()) / eps
 
 
 def _mut_l1_direction(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    G = torch.randn((n, d), dtype=torch.float64, generator=g)
-    X = torch.empty((n, d), dtype=torch.float64).exponential_(1.0, generator=g)
-    out: torch.Tensor = X.sum(1, keepdim=True) / eps * G / G.abs().sum(1, keepdim=True)
+    s = as_streams(g, n)
+    G = s.normals(Draw.NOISE, d)
+    r = s.gamma(Draw.RADIUS, float(d)) / eps
+    out: torch.Tensor = r[:, None] * G / G.abs().sum(1, keepdim=True)
     return out
 
 
@@ -214,7 +216,7 @@ def _angle_checks(Z: torch.Tensor, d: int, v_row: np.ndarray, eps: float) -> lis
 @pytest.mark.parametrize("d", [2, 16, 384])
 def test_t_angle(d: int) -> None:
     """Direction uniform on the sphere and independent of the radius (n = 20,000, seed 6400 + d, α/4 each)."""
-    Z = sample_madlib_noise(20_000, d, 10.0, gen(6400 + d))
+    Z = sample_madlib_noise(gen(6400 + d), 20_000, d, 10.0)
     v_row = np.random.default_rng(6400 + d).standard_normal(d).astype(np.float32).astype(np.float64)
     for p in _angle_checks(Z, d, v_row, 10.0):
         assert p > ALPHA / 4
@@ -222,7 +224,7 @@ def test_t_angle(d: int) -> None:
 
 def test_t_angle_d1() -> None:
     """d = 1: the sign is ±1 with probability ½ each (exact binomial test, n = 20,000, seed 6401)."""
-    Z = sample_madlib_noise(20_000, 1, 10.0, gen(6401)).numpy()[:, 0]
+    Z = sample_madlib_noise(gen(6401), 20_000, 1, 10.0).numpy()[:, 0]
     k = int((Z > 0).sum())
     assert (Z != 0).all()
     assert stats.binomtest(k, 20_000, 0.5).pvalue > ALPHA
@@ -235,16 +237,19 @@ def test_t_angle_spot_values() -> None:
 
 
 def _mut_cube_direction(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    C = torch.rand((n, d), dtype=torch.float64, generator=g) * 2 - 1
-    X = torch.empty((n, d), dtype=torch.float64).exponential_(1.0, generator=g)
-    out: torch.Tensor = X.sum(1, keepdim=True) / eps * C / torch.linalg.vector_norm(C, dim=1, keepdim=True)
+    s = as_streams(g, n)
+    C = s.uniforms(Draw.NOISE, d) * 2 - 1
+    r = s.gamma(Draw.RADIUS, float(d)) / eps
+    out: torch.Tensor = r[:, None] * C / torch.linalg.vector_norm(C, dim=1, keepdim=True)
     return out
 
 
 def _mut_laplace_direction(n: int, d: int, eps: float, g: torch.Generator) -> torch.Tensor:
-    L = _mut_laplace(n, d, 1.0, g)
-    X = torch.empty((n, d), dtype=torch.float64).exponential_(1.0, generator=g)
-    out: torch.Tensor = X.sum(1, keepdim=True) / eps * L / torch.linalg.vector_norm(L, dim=1, keepdim=True)
+    s = as_streams(g, n)
+    u = s.uniforms(Draw.NOISE, d) - 0.5
+    L = -torch.sign(u) * torch.log1p(-2 * u.abs())
+    r = s.gamma(Draw.RADIUS, float(d)) / eps
+    out: torch.Tensor = r[:, None] * L / torch.linalg.vector_norm(L, dim=1, keepdim=True)
     return out
 
 
@@ -259,14 +264,14 @@ def test_t_angle_rejects_mutations(mutant: Mutant) -> None:
 
 # --------------------------------------------------------------------------- T-indep
 def _two_copy_noise(
-    seed_of_row: Callable[[int], torch.Generator], n_rows: int = 5000, d: int = 16
+    key_of_row: Callable[[int], int], n_rows: int = 5000, d: int = 16
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row: two copies of one candidate through ``Madlib.perturb``; returns (Z1, Z2) [n_rows, d]."""
     mech = Madlib(epsilon=10.0)
     x = torch.from_numpy(np.random.default_rng(6600).standard_normal((1, d)).astype(np.float32)).repeat(2, 1)
     Z1, Z2 = np.empty((n_rows, d)), np.empty((n_rows, d))
     for r in range(n_rows):
-        q = mech.perturb(x, seed_of_row(r))
+        q = mech.perturb(x, key_of_row(r))
         z = (q.double() - x.double()).numpy()
         Z1[r], Z2[r] = z[0], z[1]
     return Z1, Z2
@@ -286,20 +291,21 @@ def _indep_ok(Z1: np.ndarray, Z2: np.ndarray) -> bool:
 
 def test_t_indep_rows_and_positions() -> None:
     """(a) 5,000 seeded rows of two copies of one candidate (seed 6601)."""
-    assert _indep_ok(*_two_copy_noise(lambda r: row_generator(6601, r)))
+    assert _indep_ok(*_two_copy_noise(lambda r: row_key(6601, r)))
 
 
 def test_t_indep_rejects_shared_noise_and_reused_generator(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutations: one noise vector per row; every row's generator seeded alike."""
+    """Mutations: one noise vector per row; every row's key alike."""
 
-    def shared(self: Madlib, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def shared(self: Madlib, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         n, d = x.shape
-        return (x.double() + sample_madlib_noise(1, d, self.epsilon, g)).float()
+        first = as_streams(streams, n, x.device).select(torch.zeros(1, dtype=torch.int64))  # token 0's stream
+        return (x.double() + sample_madlib_noise(first, 1, d, self.epsilon)).float()
 
     with monkeypatch.context() as m:
         m.setattr(Madlib, "perturb", shared)
-        assert not _indep_ok(*_two_copy_noise(lambda r: row_generator(6602, r), n_rows=500))
-    assert not _indep_ok(*_two_copy_noise(lambda r: row_generator(6603, 0), n_rows=500))
+        assert not _indep_ok(*_two_copy_noise(lambda r: row_key(6602, r), n_rows=500))
+    assert not _indep_ok(*_two_copy_noise(lambda r: row_key(6603, 0), n_rows=500))
 
 
 def random_vocab(tmp_path: Path, seed: int, V: int = 200, d: int = 8) -> str:
@@ -317,9 +323,10 @@ def test_t_indep_repeated_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     priv = Privatizer(PrivatizerConfig(epsilon=eps, model=model), seed=6604)
     assert len(set(priv.privatize([text])[0].split())) >= 5
 
-    def shared(self: Madlib, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def shared(self: Madlib, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         n, d = x.shape
-        return (x.double() + sample_madlib_noise(1, d, self.epsilon, g)).float()
+        first = as_streams(streams, n, x.device).select(torch.zeros(1, dtype=torch.int64))  # token 0's stream
+        return (x.double() + sample_madlib_noise(first, 1, d, self.epsilon)).float()
 
     monkeypatch.setattr(Madlib, "perturb", shared)
     broken = Privatizer(PrivatizerConfig(epsilon=eps, model=model), seed=6604)
@@ -331,11 +338,11 @@ def test_t_indep_splits_and_streams(tmp_path: Path) -> None:
     mech = Madlib(epsilon=10.0)
     x = torch.zeros((4, 16), dtype=torch.float32)
     z = {
-        key: mech.perturb(x, row_generator(6605, 0, split, stream))
+        key: mech.perturb(x, row_key(6605, 0, split, stream))
         for key, (split, stream) in {"train": ("train", 0), "test": ("test", 0), "s1": ("train", 1)}.items()
     }
     assert not torch.equal(z["train"], z["test"]) and not torch.equal(z["train"], z["s1"])
-    assert torch.equal(z["train"], mech.perturb(x, row_generator(6605, 0, "train", 0)))  # reproducible
+    assert torch.equal(z["train"], mech.perturb(x, row_key(6605, 0, "train", 0)))  # reproducible
     # the same through the Privatizer: 200 tokens at an ε that replaces most of them
     model = random_vocab(tmp_path, 6606)
     text = " ".join(f"w{i % 200}" for i in range(200))
@@ -389,7 +396,7 @@ def test_t1d_closed_form_known_answers(eps: float) -> None:
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_t1d_noise_law(eps: float) -> None:
     """d = 1: Z ~ Laplace(0, 1/ε), KS against F with n = 20,000 (seed 6700 + ε)."""
-    z = sample_madlib_noise(20_000, 1, eps, gen(6700 + int(eps))).numpy()[:, 0]
+    z = sample_madlib_noise(gen(6700 + int(eps)), 20_000, 1, eps).numpy()[:, 0]
     assert ks_pvalue(z, np.vectorize(lambda t: lap_cdf(t, eps))) > ALPHA
 
 
@@ -435,11 +442,11 @@ def test_two_word_known_answers(tmp_path: Path, d: int, eps: float, p_flip: floa
     space = load_space(str(write_vectors(tmp_path / "two.txt", ["a", "b"], E)))
     mech, step = Madlib(epsilon=eps), Nearest()
     n = 200_000 if (d, eps) == (384, 100.0) else 20_000
-    g = gen(6800 + d + int(eps))
     flips = 0
-    for _ in range(n // 20_000):
+    for rep in range(n // 20_000):
         pos = torch.zeros(20_000, dtype=torch.int64)
-        out = step.apply(mech.perturb(mech.inputs(space, pos), g), mech, space, [g], [20_000])
+        st = one_row(row_key(6800 + d + int(eps), rep), 20_000)
+        out = step.apply(mech.perturb(mech.inputs(space, pos), st), mech, space, st)
         flips += int((out == 1).sum())
     assert stats.binomtest(flips, n, p_flip).pvalue > ALPHA
 
@@ -575,44 +582,29 @@ def test_madlib_test_mode_infinite_epsilon(line_vocab: str) -> None:
     pos = torch.arange(4)
     q = mech.perturb(mech.inputs(space, pos), g)
     assert torch.equal(q, space.E[pos]) and torch.equal(g.get_state(), state)
-    assert Nearest().apply(q, mech, space, [g], [4]).tolist() == [0, 1, 2, 3]
+    assert Nearest().apply(q, mech, space, one_row(row_key(6950, 0), 4)).tolist() == [0, 1, 2, 3]
     with pytest.raises(InvalidParameterError, match="epsilon"):
         Madlib(epsilon=math.inf)
 
 
 @pytest.mark.parametrize("d", [3, 300, 384])
-def test_perturb_rows_equals_perturb_row_by_row(d):
-    """The batched elementwise work gives each row exactly its own perturb() (spec §1.6, §2.2)."""
+def test_batched_perturb_equals_perturb_row_by_row(d):
+    """One perturb() of several rows' tokens gives each row exactly its own perturb(x, key), and the
+    noise is x + r·G/‖G‖ with G the token's NOISE normals and r its RADIUS Gamma(d)/ε (docs, "Sampling")."""
     g = torch.Generator().manual_seed(d)
     sizes = [1, 0, 17, 1, 1, 40, 2]
     xs = [torch.randn(n, d, generator=g) for n in sizes]
+    keys = [row_key(100 + d, i) for i in range(len(sizes))]
     mech = Madlib(epsilon=7.5)
-    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))])
-    gens = [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))]
-    want = torch.cat([mech.perturb(x, gg) for x, gg in zip(xs, gens, strict=True)])
+    st = streams_for_rows(keys, sizes)
+    got = mech.perturb(torch.cat(xs), st)
+    want = torch.cat([mech.perturb(x, k) for x, k in zip(xs, keys, strict=True)])
     assert got.dtype == torch.float32 and torch.equal(got, want)
-    # mutation check: drawing a row's two kinds in the other order changes the output
-    swapped = []
-    for x, gg in zip(xs, [torch.Generator().manual_seed(100 + i) for i in range(len(sizes))], strict=True):
-        X = torch.empty((x.shape[0], d), dtype=torch.float64).exponential_(1.0, generator=gg)
-        G = torch.randn((x.shape[0], d), dtype=torch.float64, generator=gg)
-        swapped.append((x.double() + X.sum(1, keepdim=True) / 7.5 * G / G.norm(dim=1, keepdim=True)).float())
-    assert not torch.equal(torch.cat(swapped), want)
-
-
-def test_perturb_rows_runs_an_overridden_perturb():
-    """A subclass's own perturb (here the audit's halved-noise variant) is what the batched path runs."""
-
-    class Halved(Madlib):
-        def perturb(self, x, g):
-            n, d = x.shape
-            return (x.double() + sample_madlib_noise(n, d, 2.0 * self.epsilon, g, x.device)).float()
-
-    xs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in (2, 5, 1)]
-    mech = Halved(epsilon=3.0)
-    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(3)])
-    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
-    assert torch.equal(got, want)
-    assert not torch.equal(
-        got, Madlib(epsilon=3.0).perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(3)])
-    )
+    x = torch.cat(xs).double()
+    G = st.normals(Draw.NOISE, d)
+    r = st.gamma(Draw.RADIUS, float(d)) / 7.5
+    assert torch.equal(got, (x + G * (r / torch.linalg.vector_norm(G, dim=1))[:, None]).float())
+    # mutation check: the radius and direction read from the other draw kinds give other outputs
+    G2 = st.normals(Draw.RADIUS, d)
+    r2 = st.gamma(Draw.NOISE, float(d)) / 7.5
+    assert not torch.equal(got, (x + G2 * (r2 / torch.linalg.vector_norm(G2, dim=1))[:, None]).float())

@@ -21,8 +21,9 @@ from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownO
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.mechanisms.mahalanobis import Mahalanobis
+from hf_textdp.rng import streams_for_rows
 from hf_textdp.space import EmbeddingSpace
-from tests.utils import T5, make_space, synthetic_space
+from tests.utils import T5, make_space, row_key, synthetic_space
 
 
 ALPHA = 1e-3
@@ -122,7 +123,7 @@ def test_scale_metric_matrix_is_E_times_M_inv_half(t5):
 def test_radius_in_M_frame_is_gamma(t5):
     """‖Z·M^{-1/2}‖ against Gamma(d = 2, scale 1/ε), n = 200,000, KS, α = 1e-3 (M^{-1/2} from the reference)."""
     mech = setup_mech(t5, lam=0.2)
-    Z = mech.noise(200_000, torch.Generator().manual_seed(7101)).numpy()
+    Z = mech.noise(torch.Generator().manual_seed(7101), 200_000).numpy()
     r = np.linalg.norm(Z @ reference_matrices(T5, 0.2)[5], axis=1)
     assert stats.kstest(r, stats.gamma(2, scale=0.5).cdf).pvalue > ALPHA
 
@@ -130,7 +131,7 @@ def test_radius_in_M_frame_is_gamma(t5):
 def test_direction_in_M_frame_is_uniform(t5):
     """Angle of Z·M^{-1/2} on T5's plane against uniform on (−π, π], n = 200,000, KS, α = 1e-3."""
     mech = setup_mech(t5, lam=0.2)
-    W = mech.noise(200_000, torch.Generator().manual_seed(7102)).numpy() @ reference_matrices(T5, 0.2)[5]
+    W = mech.noise(torch.Generator().manual_seed(7102), 200_000).numpy() @ reference_matrices(T5, 0.2)[5]
     ang = np.arctan2(W[:, 1], W[:, 0])
     assert stats.kstest(ang, stats.uniform(-np.pi, 2 * np.pi).cdf).pvalue > ALPHA
 
@@ -151,7 +152,7 @@ def test_d16_projection_and_radius_match_madlib(aniso16):
     eps, d, n = 2.0, 16, 20_000
     mech = setup_mech(aniso16, lam=0.5, epsilon=eps)
     Mih = reference_matrices(aniso16.E.double().numpy(), 0.5)[5]
-    W = mech.noise(n, torch.Generator().manual_seed(7104)).numpy() @ Mih
+    W = mech.noise(torch.Generator().manual_seed(7104), n).numpy() @ Mih
     v = np.arange(1.0, d + 1.0)
     v /= np.linalg.norm(v)
     rng = np.random.default_rng(7105)
@@ -193,7 +194,7 @@ def test_mutants_fail_the_radius_test(aniso16, cls, seed):
     """Broken noise shapes (spec §9.3 audit mutants): KS of ‖Z·M^{-1/2}‖ vs Gamma(16, 1/ε) rejects, n = 20,000."""
     mech = setup_mech(aniso16, cls, lam=0.9)
     Mih = reference_matrices(aniso16.E.double().numpy(), 0.9)[5]
-    r = np.linalg.norm(mech.noise(20_000, torch.Generator().manual_seed(seed)).numpy() @ Mih, axis=1)
+    r = np.linalg.norm(mech.noise(torch.Generator().manual_seed(seed), 20_000).numpy() @ Mih, axis=1)
     assert stats.kstest(r, stats.gamma(16, scale=0.5).cdf).pvalue < ALPHA
 
 
@@ -280,25 +281,28 @@ def test_privatizer_end_to_end(tmp_path):
     json.dumps(report, allow_nan=False)
     assert report["guarantee"] == "metric_dp"
     assert report["metric"] == "mahalanobis"
-    assert report["epsilon_token"] == pytest.approx(20.0 * report["scale"]["diam"], rel=1e-12)
-    assert report["details"]["diam_M"] == report["scale"]["diam"]
+    # ε_tok = ε·diam_M from a float64 upper bound of diam_M (never below the fp32 matrix's diameter)
+    diam_m = report["details"]["diam_M"]
+    assert report["scale"]["diam"] <= diam_m == pytest.approx(report["scale"]["diam"], rel=1e-6)
+    assert report["epsilon_token"] == math.nextafter(20.0 * diam_m, math.inf)
 
 
-def test_perturb_rows_equals_perturb_row_by_row(aniso16):
-    """Each row's draws and product by M^{1/2} on its own slice: exactly its perturb() (spec §1.6)."""
+def test_batched_perturb_equals_perturb_row_by_row(aniso16):
+    """One perturb() of several rows' tokens gives each row exactly its own perturb(x, key) (batch invariance)."""
     mech = setup_mech(aniso16, epsilon=3.0)
     sizes = [2, 0, 1, 9, 1]
     g = torch.Generator().manual_seed(9)
     xs = [aniso16.E[torch.randint(0, aniso16.V, (n,), generator=g)] for n in sizes]
-    got = mech.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
-    want = torch.cat([mech.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)])
+    keys = [row_key(9, i) for i in range(len(sizes))]
+    got = mech.perturb(torch.cat(xs), streams_for_rows(keys, sizes))
+    want = torch.cat([mech.perturb(x, k) for x, k in zip(xs, keys, strict=True)])
     assert got.dtype == torch.float32 and torch.equal(got, want)
 
-    class Unshaped(Mahalanobis):  # a broken variant overriding shape_noise keeps the row-by-row path
+    class Unshaped(Mahalanobis):  # a broken variant overriding shape_noise: its own hook is what runs
         def shape_noise(self, ru):
             return ru
 
     bad = setup_mech(aniso16, Unshaped, epsilon=3.0)
-    rows = bad.perturb_rows(xs, [torch.Generator().manual_seed(i) for i in range(len(sizes))])
-    assert torch.equal(rows, torch.cat([bad.perturb(x, torch.Generator().manual_seed(i)) for i, x in enumerate(xs)]))
+    rows = bad.perturb(torch.cat(xs), streams_for_rows(keys, sizes))
+    assert torch.equal(rows, torch.cat([bad.perturb(x, k) for x, k in zip(xs, keys, strict=True)]))
     assert not torch.equal(rows, want)

@@ -33,9 +33,10 @@ from hf_textdp.postprocess import (
     truncated_geometric_ranks,
     unsafe_claim,
 )
+from hf_textdp.rng import Draw, streams_for_rows
 from hf_textdp.space import load_space
 from tests.conftest import minilm_available
-from tests.utils import write_vectors
+from tests.utils import one_row, row_key, write_vectors
 
 
 ALPHA = 1e-3
@@ -61,8 +62,9 @@ def small_path(tmp_path_factory):
     return str(write_vectors(tmp_path_factory.mktemp("small") / "small.txt", [f"w{i}" for i in range(40)], E))
 
 
-def _gens(seeds):
-    return [torch.Generator().manual_seed(s) for s in seeds]
+def _streams(seeds, sizes):
+    """Streams of consecutive rows: row i has key ``row_key(seeds[i], 0)`` and ``sizes[i]`` tokens."""
+    return streams_for_rows([row_key(s, 0) for s in seeds], sizes)
 
 
 # --------------------------------------------------------------------------- §7.1 structure
@@ -72,10 +74,10 @@ def test_registered_steps():
 
 @pytest.mark.parametrize("name", ["nearest", "top2", "rank", "vector", "backproject", "nearest_excluding_input"])
 def test_apply_signature_has_no_token_argument(name):
-    """§7.1: a step's ``apply`` sees z, public data and generators, never the token."""
+    """§7.1: a step's ``apply`` sees z, public data and the tokens' keyed streams, never the token."""
     cls = get_postprocess_class(name)
     params = list(inspect.signature(cls.apply).parameters)
-    assert params == ["self", "z", "mechanism", "space", "generators", "sizes"]
+    assert params == ["self", "z", "mechanism", "space", "streams"]
     assert not any(w in p for p in params for w in ("token", "input", "position", "ids"))
     if cls.UNSAFE:  # the only way to see the inputs is the separate, explicitly unsafe method
         assert issubclass(cls, UnsafePostprocessStep)
@@ -121,8 +123,8 @@ PMF_05_10 = [
 
 
 def test_rank_inverse_cdf_law_chi2():
-    """Inverse CDF vs pmf: χ², n = 10⁶, torch seed 7401, reject at p < 1e-3."""
-    u = torch.rand(1_000_000, dtype=torch.float64, generator=torch.Generator().manual_seed(7401))
+    """Inverse CDF vs pmf: χ², n = 10⁶ RANK uniforms of key row_key(7401, 0), reject at p < 1e-3."""
+    u = one_row(row_key(7401, 0), 1_000_000).uniforms(Draw.RANK, 1)[:, 0]
     r = truncated_geometric_ranks(u, 0.5, 10).numpy()
     obs = np.bincount(r, minlength=10)
     exp = np.array(PMF_05_10) / sum(PMF_05_10) * r.size
@@ -175,7 +177,7 @@ def test_rank_step_law_chi2(r6_space, z, order, seed):
     step = Rank(rank_c=0.7)  # λ = c·ε = 0.7
     sizes = [10_000] * 10
     Z = torch.tensor([z], dtype=torch.float32).repeat(sum(sizes), 1)
-    out = step.apply(Z, mech, r6_space, _gens(range(seed, seed + 10)), sizes).numpy()
+    out = step.apply(Z, mech, r6_space, _streams(range(seed, seed + 10), sizes)).numpy()
     obs = np.bincount(out, minlength=6)
     law = dict(zip(order, [R6_LAW_PIVOT0[i] for i in [0, 5, 1, 2, 3, 4]], strict=True))  # P(rank r) is the same law
     p = np.array([law[i] for i in range(6)])
@@ -183,14 +185,14 @@ def test_rank_step_law_chi2(r6_space, z, order, seed):
 
 
 def test_rank_step_draws_row_by_row(small_path):
-    """The same rows give the same outputs alone or batched (one generator per row, §1.6)."""
+    """The same rows give the same outputs alone or batched (each token its own row's keyed stream)."""
     space = load_space(small_path)
     mech = Madlib(epsilon=3.0)
     step = Rank(rank_c=0.2)
     z = torch.from_numpy(np.random.default_rng(7404).standard_normal((30, 3)).astype(np.float32))
-    both = step.apply(z, mech, space, _gens([1, 2]), [20, 10])
-    first = step.apply(z[:20], mech, space, _gens([1]), [20])
-    second = step.apply(z[20:], mech, space, _gens([2]), [10])
+    both = step.apply(z, mech, space, _streams([1, 2], [20, 10]))
+    first = step.apply(z[:20], mech, space, _streams([1], [20]))
+    second = step.apply(z[20:], mech, space, _streams([2], [10]))
     assert both.tolist() == first.tolist() + second.tolist()
 
 
@@ -244,8 +246,8 @@ def test_rank_auto_minilm_kat():
 def test_top2_kat_r6(r6_space, z, n1, n2):
     mech = Madlib(epsilon=1.0)
     Z = torch.tensor([z], dtype=torch.float32)
-    assert Top2(top2_p=1.0).apply(Z, mech, r6_space, _gens([0]), [1]).tolist() == [n1]
-    assert Top2(top2_p=0.0).apply(Z, mech, r6_space, _gens([0]), [1]).tolist() == [n2]
+    assert Top2(top2_p=1.0).apply(Z, mech, r6_space, _streams([0], [1])).tolist() == [n1]
+    assert Top2(top2_p=0.0).apply(Z, mech, r6_space, _streams([0], [1])).tolist() == [n2]
 
 
 @pytest.mark.parametrize(("p", "seed"), [(0.5, 7405), (0.3, 7406)], ids=["p0.5", "p0.3"])
@@ -254,7 +256,7 @@ def test_top2_output_law(r6_space, p, seed):
     mech = Madlib(epsilon=1.0)
     sizes = [5_000] * 4
     Z = torch.tensor([[0.45, 0.1]], dtype=torch.float32).repeat(sum(sizes), 1)
-    out = Top2(top2_p=p).apply(Z, mech, r6_space, _gens(range(seed, seed + 4)), sizes).numpy()
+    out = Top2(top2_p=p).apply(Z, mech, r6_space, _streams(range(seed, seed + 4), sizes)).numpy()
     assert set(out.tolist()) <= {0, 5}
     k = int((out == 0).sum())
     assert stats.binomtest(k, out.size, p).pvalue > ALPHA
@@ -332,7 +334,7 @@ def test_steps_refuse_mechanisms_without_projection(small_path, step, match):
     space = load_space(small_path)
     z = space.E[:2].clone()
     with pytest.raises(InvalidParameterError, match=match):
-        step.apply(z, Madlib(epsilon=1.0), space, _gens([0]), [2])
+        step.apply(z, Madlib(epsilon=1.0), space, _streams([0], [2]))
 
 
 def test_vector_input_space_refused_at_construction(small_path):
@@ -386,13 +388,13 @@ def test_vector_release_without_noise_is_the_input_rows(small_path):
 def test_unsafe_apply_refuses():
     step = NearestExcludingInput(unsafe=True)
     with pytest.raises(InvalidParameterError, match="apply_unsafe"):
-        step.apply(torch.zeros((1, 2)), Madlib(epsilon=1.0), None, _gens([0]), [1])
+        step.apply(torch.zeros((1, 2)), Madlib(epsilon=1.0), None, _streams([0], [1]))
 
 
 def test_unsafe_step_excludes_input(r6_space):
     step = NearestExcludingInput(unsafe=True)
     z = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.9, 0.0]], dtype=torch.float32)
-    out = step.apply_unsafe(z, Madlib(epsilon=1.0), r6_space, _gens([0]), [3], torch.tensor([0, 1, 2]))
+    out = step.apply_unsafe(z, Madlib(epsilon=1.0), r6_space, _streams([0], [3]), torch.tensor([0, 1, 2]))
     assert out.tolist() == [5, 0, 1]  # (1, 0) without row 1: rows 0, 4 and 5 tie at 1, lowest id wins
 
 

@@ -26,6 +26,7 @@ from hf_textdp.mechanisms.privemb import (
     projection_stats,
     sample_privemb_noise,
 )
+from hf_textdp.rng import Draw
 from hf_textdp.space import load_space
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
@@ -271,7 +272,7 @@ def test_noise_law(t_space):
 
 def test_sampler_law_seed_scale():
     """``sample_privemb_noise`` alone, m = 55, ε = 10, s = 1.9: E‖κ‖ = 10.45 (spec §5.5), seed 5303."""
-    noise = sample_privemb_noise(20_000, 55, 1.9 / 10.0, torch.Generator().manual_seed(5303)).numpy()
+    noise = sample_privemb_noise(torch.Generator().manual_seed(5303), 20_000, 55, 1.9 / 10.0).numpy()
     p_radius, p_dir, z_mean = _law_pvalues(noise, 55, 0.19)
     assert 55 * 0.19 == pytest.approx(10.45)
     assert p_radius > ALPHA / 2 and p_dir > ALPHA / 2 and abs(z_mean) < 3
@@ -288,20 +289,19 @@ class InvertedScale(Privemb):  # ε/s in place of s/ε
 
 
 class UnnormalisedDirection(Privemb):  # v = gdir
-    def sample_noise(self, n, g, device="cpu"):
+    def sample_noise(self, streams, n):
         m = self.projection_dim(16)
-        gdir = torch.randn((n, m), dtype=torch.float64, generator=g, device=device)
-        radius = self._radius_scale() * torch.empty((n, m), dtype=torch.float64).exponential_(1.0, generator=g).sum(1)
+        gdir = streams.normals(Draw.NOISE, m)
+        radius = self._radius_scale() * streams.gamma(Draw.RADIUS, float(m))
         return radius[:, None] * gdir
 
 
 class GammaShapeMinusOne(Privemb):  # radius Gamma(m − 1)
-    def sample_noise(self, n, g, device="cpu"):
+    def sample_noise(self, streams, n):
         m = self.projection_dim(16)
-        gdir = torch.randn((n, m), dtype=torch.float64, generator=g, device=device)
+        gdir = streams.normals(Draw.NOISE, m)
         v = gdir / torch.linalg.vector_norm(gdir, dim=1, keepdim=True)
-        exp = torch.empty((n, m - 1), dtype=torch.float64).exponential_(1.0, generator=g)
-        return (self._radius_scale() * exp.sum(1))[:, None] * v
+        return (self._radius_scale() * streams.gamma(Draw.RADIUS, float(m - 1)))[:, None] * v
 
 
 @pytest.mark.parametrize(

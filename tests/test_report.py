@@ -9,12 +9,14 @@ import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report
 from hf_textdp.mechanisms import list_mechanisms
+from hf_textdp.rng import STREAM_VERSION
 from tests.utils import write_vectors
 
 
 REPORT_KEYS = {
     "report_version",
     "hf_textdp_version",
+    "stream_version",
     "mechanism",
     "parameters",
     "postprocess",
@@ -69,6 +71,7 @@ def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
     text = json.dumps(report, allow_nan=False)
     assert "918273645" not in text and format(918273645, "x") not in text
     assert report["mechanism"] == mechanism
+    assert report["stream_version"] == STREAM_VERSION == 2  # keyed Philox streams (spec §1.6 v2)
     assert report["totals"]["rows"] == 3 and report["totals"]["passthrough_tokens"] == 1
     assert out["dp_tokens"] == [5, 1, 0]
     assert ("dp_delta" in out) == (mechanism in WITH_DELTA)

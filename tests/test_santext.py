@@ -21,7 +21,17 @@ import torch
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.santext import Santext, SantextPlus, check_not_input, load_frequencies, sensitive_set
-from tests.test_tem import L12, _MaxNumel, chi2_gof_pvalue, draw, exp_mech_law, worst_ratio
+from tests.test_tem import (
+    L12,
+    AcceptAllSampler,
+    DoubledScaleSampler,
+    _MaxNumel,
+    chi2_gof_pvalue,
+    draw,
+    exp_mech_law,
+    min_row_pvalue,
+    worst_ratio,
+)
 from tests.utils import T5, synthetic_space
 
 
@@ -145,10 +155,11 @@ def _rss_script(V: int, d: int, n: int) -> str:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset the peak RSS")
 def test_santext_memory_v200k():
-    """V = 200,000, d = 8: sampling 1,000 tokens raises the peak RSS by < 200 MB (a V × V fp32 matrix is 160 GB).
+    """V = 200,000, d = 8: sampling 1,000 tokens raises the peak RSS by < 400 MB (a V × V fp32 matrix is 160 GB).
 
     Runs in a fresh interpreter; the peak (VmHWM) is reset just before the call, so it is this call's own.
-    Expected: about 80 MB (float64 scores and uniforms of 1,000 × 4,096, plus fp32 distances).
+    Expected: about 215 MB, the exact sampler's int32 bound product of one group of GROUP = 256 tokens
+    (256 × 200,064 × 4 bytes = 205 MB) and its per-block maxima (O(G·V′), docs of ``exponential.py``).
     """
     res = subprocess.run(
         [sys.executable, "-c", _rss_script(200_000, 8, 1_000)],
@@ -159,27 +170,27 @@ def test_santext_memory_v200k():
     )
     assert res.returncode == 0, res.stderr
     growth_mb = float(res.stdout.strip().splitlines()[-1])
-    assert 10.0 < growth_mb < 200.0  # the lower end shows the measurement sees the call at all
+    assert 10.0 < growth_mb < 400.0  # the lower end shows the measurement sees the call at all
 
 
 def test_santext_no_tensor_beyond_batch_times_chunk():
-    """V = 200,000: no op in ``sample`` allocates more than B·chunk_size elements (B = 16 tokens)."""
-    from hf_textdp.mechanisms.gumbel_filter import fast_dense_available, filter_operands
+    """V = 200,000: no op in ``sample`` allocates more than one group's integer product (B × V for
+    B = 16 tokens, the exact sampler's bound) or a V × d pass over E; never V × V."""
+    from hf_textdp.mechanisms.exponential import BLOCK
 
-    V, B, chunk, d = 200_000, 16, 4096, 8
+    V, B, d = 200_000, 16, 8
     space = synthetic_space(np.random.default_rng(9210).standard_normal((V, d)), words=True)
     _ = space.index
-    if fast_dense_available(space.index):  # the filtered sampler's operands: built once per index, O(V·d)
-        filter_operands(space.index)
+    mech = Santext(epsilon=1.0)
+    mech.sampler_for(space)  # the exact sampler's int8 operands: built once per space, O(V·d)
     with _MaxNumel() as mode:
-        out = Santext(epsilon=1.0, chunk_size=chunk).sample(
-            space, torch.arange(B), torch.Generator().manual_seed(9211)
-        )
+        out = mech.sample(space, torch.arange(B), torch.Generator().manual_seed(9211))
     assert out.shape == (B,)
-    # DESIGN D6: memory O(batch × chunk + V × d); a V × d pass over E itself (norms, a copy) is allowed,
-    # anything of B × V or V × V elements is not.
-    assert mode.max_numel <= max(B * chunk, V * d)
-    assert mode.max_numel < B * V
+    # DESIGN D6: a V × d pass over E itself (norms, a copy) is allowed, anything of V × V elements is not;
+    # the rejection sampler's bound is one int32 product per group of tokens (rows padded to 32).
+    v_pad = -(-V // BLOCK) * BLOCK
+    assert mode.max_numel <= max(32 * v_pad, V * (d + 8))
+    assert mode.max_numel < V * V
 
 
 # --------------------------------------------------------------------------- santext_plus (§9.2)
@@ -223,6 +234,52 @@ def test_santext_plus_mutant_sanitising_sensitive_tokens_with_p_is_rejected(t5):
     mech = PForAll(epsilon=2.0, p=0.3, w=0.6, frequencies=COUNTS_T5)
     counts = draw(mech, t5, 1, 20_000, seed=9320)
     assert chi2_gof_pvalue(counts, PLUS_T5[1]) < ALPHA
+
+
+class _SantextAcceptAll(Santext):
+    def sampler_for(self, space):
+        return AcceptAllSampler(space.E)
+
+
+class _SantextDoubledScale(Santext):
+    def sampler_for(self, space):
+        return DoubledScaleSampler(space.E)
+
+
+class _PlusWithSampler(SantextPlus):
+    """santext_plus whose draw over V_S uses the sampler class ``SAMPLER`` (a mutant of the exact one)."""
+
+    SAMPLER: Any = None
+
+    def _prepare(self, space):
+        st = super()._prepare(space)
+        if not isinstance(st.sampler, self.SAMPLER):
+            st.sampler = self.SAMPLER(space.E, st.sensitive)
+        return st
+
+
+class _PlusAcceptAll(_PlusWithSampler):
+    SAMPLER = AcceptAllSampler
+
+
+class _PlusDoubledScale(_PlusWithSampler):
+    SAMPLER = DoubledScaleSampler
+
+
+def test_exact_sampler_mutants_accepting_every_proposal_are_rejected(t5):
+    """The exact sampler with an acceptance that ignores the bound: the smallest χ² p-value over the 5
+    inputs of T5 (n = 400,000 each) is below α/5, for santext (seeds 9400 + w) and santext_plus (9410 + w)."""
+    assert min_row_pvalue(_SantextAcceptAll(epsilon=2.0), t5, SANTEXT_T5, 400_000, 9400) < ALPHA / 5
+    plus = _PlusAcceptAll(epsilon=2.0, p=0.3, w=0.6, frequencies=COUNTS_T5)
+    assert min_row_pvalue(plus, t5, PLUS_T5, 400_000, 9410) < ALPHA / 5
+
+
+def test_exact_sampler_mutants_doubled_scale_are_rejected(t5):
+    """The sampler run at scale ε (not ε/2): χ² of input 0 (santext, seed 9420) and input 1 ∈ V_S
+    (santext_plus, seed 9421) rejects, n = 20,000."""
+    assert chi2_gof_pvalue(draw(_SantextDoubledScale(epsilon=2.0), t5, 0, 20_000, seed=9420), SANTEXT_T5[0]) < ALPHA
+    plus = _PlusDoubledScale(epsilon=2.0, p=0.3, w=0.6, frequencies=COUNTS_T5)
+    assert chi2_gof_pvalue(draw(plus, t5, 1, 20_000, seed=9421), PLUS_T5[1]) < ALPHA
 
 
 def test_santext_plus_claim_and_details(t5):

@@ -16,6 +16,7 @@ from scipy import stats
 
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
 from hf_textdp.mechanisms import SelectionMechanism, get_mechanism_class
+from hf_textdp.mechanisms.exponential import ExponentialSampler
 from hf_textdp.mechanisms.tem import Tem, tem_beta_for_gamma, tem_gamma
 from hf_textdp.space import EmbeddingSpace, load_space
 from tests.utils import T5, make_space, write_vectors
@@ -160,8 +161,9 @@ _SAMPLER_CASES = [
 def test_sampler_chi2_against_exact_law(t5, sampler, chunk_size, w):
     """χ² of n = 400,000 draws from input w of T5 (ε = 2, β = 0.2) against the exact row; α = 1e-3.
 
-    Seeds 6100 + 10·case + w. chunk_size = 2 splits T5 into chunks {0,1}, {2,3}, {4} (exercises the
-    strict ">" across chunks and the ⊥ lookup across chunks).
+    Seeds 6100 + 10·case + w. ``dense`` is the exact rejection sampler (:class:`ExponentialSampler`;
+    chunk_size does not reach it). For ``list``, chunk_size = 2 splits T5 into chunks {0,1}, {2,3}, {4}
+    (exercises the strict ">" across chunks and the ⊥ lookup across chunks).
     """
     case = {("dense", 2): 0, ("dense", 4096): 1, ("list", 2): 2}[(sampler, chunk_size)]
     mech = Tem(epsilon=2.0, beta=0.2, sampler=sampler, chunk_size=chunk_size)
@@ -240,6 +242,56 @@ def test_mutants_fail_the_chi2_test(t5, cls, sampler, n, seed):
     assert chi2_gof_pvalue(counts, TEM_T5[0]) < ALPHA
 
 
+# --------------------------------------------------------------------------- the exact sampler's mutants
+class AcceptAllSampler(ExponentialSampler):
+    """Mutation: the acceptance ignores the bound (every proposal is accepted), so outputs follow the
+    proposal ∝ τ instead of ∝ w_c. On T5 the bounds are tight up to the int8 rounding radii, so the law
+    is off by a few percent on the inputs that do not lie on the integer grid (x1, x3)."""
+
+    def _bounds(self, x_pos, scale, gamma):
+        cols, dlo_c, tau_c, dlo_b, Hb = super()._bounds(x_pos, scale, gamma)
+        # a lower bound of +∞: the gap min(d, γ) − dlo clamps to 0, so log u < 0 always accepts
+        return cols, torch.full_like(dlo_c, math.inf), tau_c, torch.full_like(dlo_b, math.inf), Hb
+
+
+class DoubledScaleSampler(ExponentialSampler):
+    """Mutation: the sampler uses twice the exponent's scale (ε instead of ε/2)."""
+
+    def sample(self, inputs, streams, *, scale, gamma):
+        return super().sample(inputs, streams, scale=2.0 * scale, gamma=gamma)
+
+
+def min_row_pvalue(mech: SelectionMechanism, space: EmbeddingSpace, law: np.ndarray, n: int, seed: int) -> float:
+    """The smallest χ² p-value over the inputs of ``space`` (n draws each, seeds seed + w)."""
+    return min(chi2_gof_pvalue(draw(mech, space, w, n, seed=seed + w), law[w]) for w in range(space.V))
+
+
+class _TemAcceptAll(Tem):
+    def sampler_for(self, space):
+        return AcceptAllSampler(space.E)
+
+
+class _TemDoubledScale(Tem):
+    def sampler_for(self, space):
+        return DoubledScaleSampler(space.E)
+
+
+def test_dense_sampler_is_exponential_sampler(t5):
+    assert type(Tem(epsilon=2.0, beta=0.2).sampler_for(t5)) is ExponentialSampler
+
+
+def test_exact_sampler_mutant_accepting_every_proposal_is_rejected(t5):
+    """χ² of each input of T5 (n = 400,000, seeds 6520 + w) against the exact rows; rejected at α/5 for
+    the smallest of the 5 p-values (Bonferroni: the correct sampler passes each row at α above)."""
+    assert min_row_pvalue(_TemAcceptAll(epsilon=2.0, beta=0.2), t5, TEM_T5, 400_000, 6520) < ALPHA / 5
+
+
+def test_exact_sampler_mutant_doubled_scale_is_rejected(t5):
+    """The sampler run at scale ε (not ε/2): χ² of input 0 rejects (n = 20,000, seed 6530)."""
+    counts = draw(_TemDoubledScale(epsilon=2.0, beta=0.2), t5, 0, 20_000, seed=6530)
+    assert chi2_gof_pvalue(counts, TEM_T5[0]) < ALPHA
+
+
 # --------------------------------------------------------------------------- no V × V (spec §6.4)
 class _MaxNumel(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records the largest tensor any op produces while active."""
@@ -258,8 +310,10 @@ class _MaxNumel(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore
 
 @pytest.mark.parametrize("sampler", ["dense", "list"])
 def test_memory_is_batch_times_chunk(sampler):
-    """V = 20,000, B = 64, chunk 1,024: no op allocates more than B·chunk elements (never V × V or B × V)."""
-    from hf_textdp.mechanisms.gumbel_filter import fast_dense_available, filter_operands
+    """V = 20,000, B = 64, chunk 1,024: the list sampler allocates no more than B·chunk elements per op
+    (never B × V); the dense rejection sampler no more than one group's integer product, GROUP × V
+    (never V × V)."""
+    from hf_textdp.mechanisms.exponential import BLOCK, GROUP
     from hf_textdp.space import EmbeddingSpace
 
     V, d, B, chunk = 20_000, 8, 64, 1024
@@ -276,17 +330,22 @@ def test_memory_is_batch_times_chunk(sampler):
         device=torch.device("cpu"),
     )
     _ = space.index  # built once per space, outside the measurement
-    if fast_dense_available(space.index):  # so are the filtered dense sampler's operands (O(V·d))
-        filter_operands(space.index)
     mech = Tem(epsilon=1.0, gamma=3.0, sampler=sampler, chunk_size=chunk)
+    if sampler == "dense":
+        mech.sampler_for(space)  # the exact sampler's int8 operands (O(V·d)), built once per space
     pos = torch.arange(0, V, V // B)[:B]
     with _MaxNumel() as mode:
         out = mech.sample(space, pos, torch.Generator().manual_seed(6601))
     assert out.shape == (B,)
     # DESIGN D6: memory O(batch × chunk + V × d); a V × d pass over E itself (norms, a copy) is allowed,
-    # anything of B × V or V × V elements is not.
-    assert mode.max_numel <= max(B * chunk, V * d)
-    assert mode.max_numel < B * V
+    # anything of V × V elements is not (nor, for the list sampler, of B × V).
+    if sampler == "list":
+        assert mode.max_numel <= max(B * chunk, V * d)
+        assert mode.max_numel < B * V
+    else:
+        v_pad = -(-V // BLOCK) * BLOCK
+        assert mode.max_numel <= max(min(B, GROUP) * v_pad, V * (d + 8))
+    assert mode.max_numel < V * V
 
 
 # --------------------------------------------------------------------------- claim and report (spec §6.5, §10.1)

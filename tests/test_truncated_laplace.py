@@ -181,7 +181,7 @@ def test_sampler_law(alpha, A, variance, seed):
     """T-law: 400,000 draws; max |z| ≤ A; KS against F at α; variance within 4 SE of the formula."""
     assert abs(truncated_laplace_variance(alpha, A) - variance) < 5e-7
     g = torch.Generator().manual_seed(seed)
-    z = sample_truncated_laplace(400_000, 1, alpha, A, g).numpy().ravel()
+    z = sample_truncated_laplace(g, 400_000, 1, alpha, A).numpy().ravel()
     assert float(np.abs(z).max()) <= A
     assert stats.kstest(z, trlap_cdf(alpha, A)).pvalue >= ALPHA
     se = math.sqrt((np.mean(z**4) - variance**2) / z.size)
@@ -267,7 +267,7 @@ def test_independence(space16):
 def hockey_stick(alpha: float, A: float, seed: int, n: int = 2_000_000) -> tuple[float, float]:
     """Monte Carlo E_P[(1 − e^ε q/p)+] for x = 0, x' = D = (1, 1, 0.5, 0), ε = 1 (spec §4.3)."""
     diff = np.array([1.0, 1.0, 0.5, 0.0])
-    y = sample_truncated_laplace(n, 4, alpha, A, torch.Generator().manual_seed(seed)).numpy()
+    y = sample_truncated_laplace(torch.Generator().manual_seed(seed), n, 4, alpha, A).numpy()
     inside = np.all(np.abs(y - diff) <= A, axis=1)
     ratio = np.where(inside, np.exp(alpha * (np.abs(y).sum(1) - np.abs(y - diff).sum(1))), 0.0)
     vals = np.maximum(0.0, 1.0 - math.e * ratio)

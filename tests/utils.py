@@ -10,6 +10,7 @@ import numpy as np
 
 
 if TYPE_CHECKING:
+    from hf_textdp.rng import Streams
     from hf_textdp.space import EmbeddingSpace
 
 
@@ -65,6 +66,20 @@ def cluster_vocabulary(path: Path) -> Path:
 
 # T5 of spec §9 (tem, santext, mahalanobis known answers): rows (0,0), (1,0), (0,1), (3,0), (0,4), ids 0-4.
 T5 = np.array([[0, 0], [1, 0], [0, 1], [3, 0], [0, 4]], dtype=np.float64)
+
+
+def row_key(seed: int, row: int, split: str = "", stream: int = 0) -> int:
+    """The Philox key the pipeline uses for ``row`` (``mech.perturb(x, key)`` reproduces that row)."""
+    from hf_textdp.rng import derive_row_seed
+
+    return derive_row_seed(seed, row, split, stream)
+
+
+def one_row(key: int, n: int, device: str = "cpu") -> Streams:
+    """The streams of one row of ``n`` tokens with Philox key ``key`` (positions 0 … n − 1)."""
+    from hf_textdp.rng import streams_for_rows
+
+    return streams_for_rows([key], [n], device)
 
 
 def make_space(tmp_dir: Path, E: np.ndarray, name: str = "vocab.txt") -> EmbeddingSpace:
