@@ -1,23 +1,31 @@
-"""``hf-textdp bench``: end-to-end throughput against this machine's fp32 matrix-product bound.
+"""``hf-textdp bench``: end-to-end throughput against this machine's fp32, bf16 and int8 product bounds.
 
 Every figure comes from one process and one run, so that it can be compared across machines as a
 ratio rather than as an absolute speed:
 
-* **bound** — the best of at least five fp32 torch products 2048×2048 @ 2048×2048 (default threads),
-  as FLOPS, converted to tokens/s as FLOPS/(2·V·d): the rate at which an fp32 product could merely
-  score every candidate of every token.
+* **bounds** — for each arithmetic (:data:`ARITHMETICS`), the best of at least five products shaped
+  like the work, 256 noisy vectors against every candidate (256×d @ d×V): fp32 and bf16
+  ``torch.mm`` (fp32 with TF32 and reduced-precision reductions off) and int8 ``torch._int_mm``
+  (int8 × int8 → int32; skipped, with a note, where the device has none). Each is converted to
+  tokens/s as ops/(2·V·d): the rate at which that product could merely score every candidate of
+  every token.
 * **rate** — privatized (non-special) tokens per second through :meth:`Privatizer.privatize`, end to
   end: tokenization, classification, noise, search or sampling, decoding and accounting.
-* **fraction of bound** — rate / bound. Bound and rate measurements are interleaved: every timed
-  pass is paired with the best of the products run just before and just after it, so machine noise
-  hits both. ``fraction`` is the best pass's rate over the best product of the whole case
-  (conservative: a quiet moment lifts the bound at once, but a pass only on average); ``paired`` is
-  the median over passes of rate / its own paired bound.
+* **fractions** — rate / bound, against the fp32 bound, the bf16 bound and the bound of the
+  arithmetic the case's search or sampler runs (``own``, see :func:`case_arithmetic`). Bound and
+  rate measurements are interleaved: every timed pass is paired with the best of the products run
+  just before and just after it, so machine noise hits both. A fraction is the best pass's rate over
+  the best product of the whole case (conservative: a quiet moment lifts the bound at once, but a
+  pass only on average); ``paired`` is the median over passes of rate / its own paired ``own`` bound.
 * **per-token reference** (``madlib/nearest``) — one distance pass and argmin per token, the way
   per-word tools search, on noisy vectors of the same text; the ratio of the rates.
-* **peak RSS** per case and for the process, the **time to first output** (a cold ``hf-textdp
-  privatize`` of 30 rows, as a subprocess) and the peak RSS of privatizing the whole text file with
-  the CLI (a subprocess).
+* **peak RSS** per case (the bound products excluded) and for the process, the **time to first
+  output** (a cold ``hf-textdp privatize`` of 30 rows) and the peak RSS of privatizing the whole text
+  file with the CLI. Both CLI runs are fresh interpreters that report their own high-water mark.
+
+The text is SentEval MR found beside the checkout, or the file given; the bench refuses to run when
+neither exists, rather than timing the packaged 30-row sample by accident (``text="sample"`` asks
+for it explicitly).
 
 Example (``--rows`` small for a quick look):
 
@@ -38,10 +46,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -50,12 +59,21 @@ from .mechanisms import get_mechanism_class
 from .space import DEFAULT_MODEL
 
 
+if TYPE_CHECKING:
+    from .space import EmbeddingSpace
+
 __all__ = [
+    "ARITHMETICS",
+    "CPU_FLAGS",
     "DEFAULT_CASES",
+    "SAMPLE_TEXT",
     "BenchCase",
     "BenchReport",
     "run_bench",
     "format_table",
+    "case_arithmetic",
+    "cpu_info",
+    "gemm_bounds",
     "matmul_bound",
     "load_texts",
 ]
@@ -73,6 +91,19 @@ DEFAULT_CASES = (
     "tem",
     "santext",
 )
+Arithmetic = Literal["fp32", "bf16", "int8"]
+#: the products whose bounds every run measures, in the order they run and print
+ARITHMETICS: tuple[Arithmetic, ...] = ("fp32", "bf16", "int8")
+#: the arithmetic of each selection mechanism's sampler (the new sampler scores with an exact int8 product)
+SAMPLER_ARITHMETIC: dict[str, Arithmetic] = {"tem": "int8", "santext": "int8", "santext_plus": "int8"}
+#: post-processing steps that run the exact search (its filter: bf16 where exact and fast, else fp32)
+SEARCH_STEPS = ("nearest", "top2", "rank", "backproject", "nearest_excluding_input")
+#: CPU flags that decide which products run fast (the header prints those present)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
+#: rows of the bound products: a batch of noisy vectors scored against every candidate at once
+BOUND_ROWS = 256
+#: ``text=`` value that asks for the packaged 30-row sample (a path to a file named so reads ``./sample``)
+SAMPLE_TEXT = "sample"
 _MR_RELATIVE = Path("shared") / "data" / "senteval" / "mr.jsonl"
 _SAMPLE = Path(__file__).resolve().parent / "data" / "sample.jsonl"
 
@@ -103,6 +134,106 @@ def matmul_bound(repeats: int = 5, n: int = 2048, device: str | torch.device = "
     return 2.0 * n**3 / best
 
 
+def _ceil8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def gemm_bounds(
+    V: int, d: int, *, repeats: int = 5, device: str | torch.device = "cpu", rows: int = BOUND_ROWS
+) -> dict[str, float | None]:
+    """Best ops/s of each of :data:`ARITHMETICS` on ``rows``×d @ d×V (``None``: no such product here).
+
+    fp32 and bf16 are ``torch.mm`` (fp32 under :func:`~hf_textdp.search.exact_fp32_matmul`), int8 is
+    ``torch._int_mm`` (int8 × int8 → int32). The three run round-robin, ``repeats`` times each after
+    a warm-up, so load from other processes reaches all of them. d and V are rounded up to multiples
+    of 8 (``_int_mm`` needs it on CUDA) and the ops count that shape; outputs are preallocated so
+    that no timed product pays for fresh pages.
+
+    Example:
+
+    >>> sorted(gemm_bounds(100, 8, repeats=1, rows=16))
+    ['bf16', 'fp32', 'int8']
+    """
+    from .search import exact_fp32_matmul
+
+    dev = torch.device(device)
+    m, k, n = rows, _ceil8(d), _ceil8(V)
+    g = torch.Generator().manual_seed(0)
+    a32 = (torch.rand(m, k, generator=g) - 0.5).to(dev)
+    b32 = (torch.rand(k, n, generator=g) - 0.5).to(dev)
+    operands: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {
+        "fp32": (a32, b32, torch.empty(m, n, device=dev)),
+        "bf16": (a32.bfloat16(), b32.bfloat16(), torch.empty(m, n, dtype=torch.bfloat16, device=dev)),
+    }
+    if hasattr(torch, "_int_mm"):
+        a8 = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8).to(dev)
+        b8 = torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8).to(dev)
+        operands["int8"] = (a8, b8, torch.empty(m, n, dtype=torch.int32, device=dev))
+
+    def product(arithmetic: str) -> None:
+        a, b, out = operands[arithmetic]
+        if arithmetic == "int8":
+            torch._int_mm(a, b, out=out)
+        elif arithmetic == "fp32":
+            with exact_fp32_matmul():
+                torch.mm(a, b, out=out)
+        else:
+            torch.mm(a, b, out=out)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    best: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
+    for arithmetic in list(operands):
+        try:
+            product(arithmetic)  # warm-up: thread pool, allocator, kernels
+        except RuntimeError:  # e.g. no int8 kernel for this device or shape
+            del operands[arithmetic]
+        else:
+            best[arithmetic] = math.inf
+    for _ in range(max(1, repeats)):
+        for arithmetic in operands:
+            t0 = time.perf_counter()
+            product(arithmetic)
+            best[arithmetic] = min(best[arithmetic] or math.inf, time.perf_counter() - t0)
+    ops = 2.0 * m * k * n
+    return {a: (None if t is None else ops / t) for a, t in best.items()}
+
+
+def _int8_note(device: str | torch.device) -> str | None:
+    """Why the int8 bound cannot be measured on ``device`` (``None`` when it can)."""
+    if not hasattr(torch, "_int_mm"):
+        return f"torch {torch.__version__} has no torch._int_mm"
+    dev = torch.device(device)
+    try:
+        a = torch.ones(32, 8, dtype=torch.int8, device=dev)
+        torch._int_mm(a, torch.ones(8, 8, dtype=torch.int8, device=dev))
+    except RuntimeError as err:
+        return f"torch._int_mm fails on {dev}: {' '.join(str(err).split())[:200]}"
+    return None
+
+
+def _max_of(x: float | None, y: float | None) -> float | None:
+    return y if x is None else x if y is None else max(x, y)
+
+
+def cpu_info() -> tuple[str, list[str]]:
+    """The CPU's model name and which of :data:`CPU_FLAGS` it has (Linux ``/proc/cpuinfo``; else ``platform``)."""
+    model, flags = "", set[str]()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), [f for f in CPU_FLAGS if f in flags]
+
+
 class _RssSampler:
     """Peak resident set size of this process while a block runs (Linux /proc; else ru_maxrss)."""
 
@@ -110,6 +241,8 @@ class _RssSampler:
         self.interval = interval
         self.peak = 0
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._paused = False
         self._thread: threading.Thread | None = None
 
     @staticmethod
@@ -120,10 +253,27 @@ class _RssSampler:
         except (OSError, ValueError, IndexError):
             return _max_rss_bytes()
 
+    def _sample(self) -> None:
+        with self._lock:
+            if not self._paused:
+                self.peak = max(self.peak, self.current())
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.current())
+            self._sample()
             self._stop.wait(self.interval)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave a block out of the peak (the bound products: their operands are not the case's memory)."""
+        self._sample()
+        with self._lock:
+            self._paused = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused = False
 
     def __enter__(self) -> _RssSampler:
         self.peak = self.current()
@@ -135,11 +285,11 @@ class _RssSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.peak = max(self.peak, self.current())
+        self._sample()
 
 
-def _max_rss_bytes(who: int = resource.RUSAGE_SELF) -> int:
-    rss = resource.getrusage(who).ru_maxrss
+def _max_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
 
 
@@ -149,6 +299,7 @@ def _mb(nbytes: float) -> float:
 
 # --------------------------------------------------------------------------- inputs
 def _default_text() -> Path:
+    """``$HF_TEXTDP_BENCH_TEXT``, else SentEval MR under the current directory or beside the checkout."""
     env = os.environ.get("HF_TEXTDP_BENCH_TEXT")
     if env:
         return Path(env)
@@ -157,25 +308,28 @@ def _default_text() -> Path:
         for cand in (root / _MR_RELATIVE, root.parent / _MR_RELATIVE):
             if cand.is_file():
                 return cand
-    return _SAMPLE
+    checkout = here.parents[1]
+    raise InvalidParameterError(
+        f"text: SentEval MR not found at {checkout.parent / _MR_RELATIVE} (nor under the current directory); "
+        "give a text file with --text FILE (text= in Python; a .jsonl with a field 'text' or one row per line), "
+        f"or --text {SAMPLE_TEXT} for the packaged 30-row sample, which is not representative."
+    )
 
 
-def load_texts(
-    text: str | os.PathLike[str] | None = None, rows: int | None = 4000, *, one_word: bool = False
-) -> tuple[list[str], str]:
-    """Rows of text for the bench and a description of where they came from.
-
-    Args:
-        text (`str`, *optional*): a .jsonl file (field ``text``) or a plain text file (one row per
-            line). Default: SentEval MR (``shared/data/senteval/mr.jsonl`` beside the checkout, or
-            ``$HF_TEXTDP_BENCH_TEXT``), else the packaged 30-row sample.
-        rows (`int`, *optional*, defaults to 4000): rows to use (cycling through the file when it is
-            shorter); ``None`` for the whole file.
-        one_word (`bool`, defaults to `False`): make every row a single whitespace word of the text.
-    """
+def _resolve_text(text: str | os.PathLike[str] | None) -> Path:
+    if isinstance(text, str) and text == SAMPLE_TEXT:
+        return _SAMPLE
     path = Path(text) if text is not None else _default_text()
     if not path.is_file():
-        raise InvalidParameterError(f"text: {str(path)!r} is not an existing file (a .jsonl or a plain text file).")
+        where = "" if text is not None else " ($HF_TEXTDP_BENCH_TEXT)"
+        raise InvalidParameterError(
+            f"text: {str(path)!r}{where} is not an existing file (a .jsonl with a field 'text', or one row per "
+            f"line); give another with --text FILE, or --text {SAMPLE_TEXT} for the packaged 30-row sample."
+        )
+    return path
+
+
+def _read_rows(path: Path, *, one_word: bool) -> list[str]:
     lines = path.read_text(encoding="utf-8-sig").splitlines()
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         out = []
@@ -193,11 +347,49 @@ def load_texts(
         out = [w for t in out for w in t.split()]
     if not out:
         raise InvalidParameterError(f"text: {path.name} holds no rows.")
+    return out
+
+
+def _is_sample(path: Path) -> bool:
+    return path.resolve() == _SAMPLE
+
+
+def _text_detail(file_rows: int, used: int, *, one_word: bool, sample: bool) -> str:
+    unit = "words (one per row)" if one_word else "rows"
+    use = f"first {used:,}" if used <= file_rows else f"cycled {used / file_rows:.1f} times to {used:,} rows"
+    return f"{file_rows:,} {unit}, {use}" + ("; THE PACKAGED 30-ROW SAMPLE, not representative" if sample else "")
+
+
+def _describe_text(path: Path, file_rows: int, used: int, *, one_word: bool) -> str:
+    return f"{path.name} ({_text_detail(file_rows, used, one_word=one_word, sample=_is_sample(path))})"
+
+
+def load_texts(
+    text: str | os.PathLike[str] | None = None, rows: int | None = 4000, *, one_word: bool = False
+) -> tuple[list[str], str]:
+    """Rows of text for the bench and a description of where they came from.
+
+    Args:
+        text (`str`, *optional*): a .jsonl file (field ``text``) or a plain text file (one row per
+            line), or ``"sample"`` (:data:`SAMPLE_TEXT`) for the packaged 30-row sample. Default:
+            ``$HF_TEXTDP_BENCH_TEXT``, else SentEval MR (``shared/data/senteval/mr.jsonl`` under the
+            current directory or beside the checkout).
+        rows (`int`, *optional*, defaults to 4000): rows to use (cycling through the file when it is
+            shorter; the description says so); ``None`` for the whole file.
+        one_word (`bool`, defaults to `False`): make every row a single whitespace word of the text.
+
+    Raises:
+        InvalidParameterError: the file is missing or holds no rows, or no ``text`` was given and
+            SentEval MR is not found (the bench never falls back to the sample on its own).
+    """
+    path = _resolve_text(text)
+    out = _read_rows(path, one_word=one_word)
+    file_rows = len(out)
     if rows is not None:
         if rows < 1:
             raise InvalidParameterError(f"rows must be an int >= 1, got {rows}.")
-        out = [out[i % len(out)] for i in range(rows)]
-    return out, f"{path.name} ({len(out)} rows{', one word each' if one_word else ''})"
+        out = [out[i % file_rows] for i in range(rows)]
+    return out, _describe_text(path, file_rows, len(out), one_word=one_word)
 
 
 def _parse_case(case: str) -> tuple[str, str]:
@@ -212,45 +404,78 @@ def _parse_case(case: str) -> tuple[str, str]:
     return mech, post or "nearest"
 
 
+def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
+    """The arithmetic whose product bound ``case`` is held to (the ``own`` column).
+
+    Additive mechanisms with a search step run the exact search, whose filter is bf16 where
+    :func:`~hf_textdp.search.bf16_filter_available` says so and fp32 elsewhere; selection mechanisms
+    run their sampler's arithmetic (:data:`SAMPLER_ARITHMETIC`); a step with no product (``vector``)
+    is held to fp32.
+    """
+    mech, post = _parse_case(case)
+    if get_mechanism_class(mech).kind == "selection":
+        return SAMPLER_ARITHMETIC.get(mech, "fp32")
+    if post in SEARCH_STEPS:
+        from .search import bf16_filter_available
+
+        return "bf16" if bf16_filter_available(space.device) else "fp32"
+    return "fp32"
+
+
 # --------------------------------------------------------------------------- records
 @dataclass
 class BenchCase:
-    """One mechanism × post-processing, measured."""
+    """One mechanism × post-processing, measured (fractions are ``None`` where a bound is missing)."""
 
     name: str
     mechanism: str
     postprocess: str
     epsilon: float
+    arithmetic: str = "fp32"
     tokens: int = 0
     seconds: float = 0.0
     tokens_per_s: float = 0.0
-    bound_tokens_per_s: float = 0.0
-    fraction_of_bound: float = 0.0
-    fraction_paired: float = 0.0
+    bound_tokens_per_s: dict[str, float | None] = field(default_factory=dict)
+    fraction_fp32: float | None = None
+    fraction_bf16: float | None = None
+    fraction_int8: float | None = None
+    fraction_own: float | None = None
+    fraction_paired: float | None = None
     peak_rss_mb: float = 0.0
     search_filter: str | None = None
-    rounds: list[dict[str, float]] = field(default_factory=list)
+    rounds: list[dict[str, float | None]] = field(default_factory=list)
     per_token_reference: dict[str, Any] | None = None
     error: str | None = None
 
 
 @dataclass
 class BenchReport:
-    """Everything ``hf-textdp bench`` measured, with the machine it ran on."""
+    """Everything ``hf-textdp bench`` measured, with the machine it ran on.
+
+    ``bounds`` maps each of :data:`ARITHMETICS` to ``{"ops_per_s", "tokens_per_s", "note"}``, the best
+    product of the whole run (``None`` rates and a ``note`` where that product cannot run).
+    """
 
     model: str
     device: str
     text: str
+    text_path: str
+    text_file_rows: int
+    text_is_sample: bool
+    one_word: bool
     rows: int
     V: int
     d: int
     threads: int
     torch_version: str
     machine: str
-    bound_flops: float
-    bound_tokens_per_s: float
+    cpu_model: str
+    cpu_flags: list[str]
+    bound_shape: list[int]
+    bounds: dict[str, dict[str, Any]]
     cases: list[BenchCase]
     peak_rss_mb: float
+    repeats: int = 3
     cold_start: dict[str, Any] | None = None
     memory_run: dict[str, Any] | None = None
     model_load_s: float | None = None
@@ -320,33 +545,48 @@ def _run_case(
     priv = Privatizer(cfg, seed=seed, split="bench")
     priv.privatize(list(texts[:16]))  # warm-up: load, set up, scale statistics (cached), first kernels
     mech = priv.mechanism
+    out.arithmetic = case_arithmetic(case, priv.space)
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
-    per_flop = 2.0 * V * d
-    best_rate, best_bound = 0.0, 0.0
+    per_op = 2.0 * V * d
+    best_rate = 0.0
+    best_bound: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
     with _RssSampler() as rss:
         for _ in range(max(1, repeats)):
             clear_neighbour_caches()  # every pass starts cold: a repeat of the same rows must not gain
-            before = matmul_bound(bound_repeats, device=device)
+            with rss.paused():  # the products' operands are the bench's memory, not the case's
+                before = gemm_bounds(V, d, repeats=bound_repeats, device=device)
             start_tokens = priv.totals.dp_tokens
             t0 = time.perf_counter()
             for s in range(0, len(texts), batch_size):
                 priv.privatize(list(texts[s : s + batch_size]), row_ids=range(s, min(s + batch_size, len(texts))))
             dt = time.perf_counter() - t0  # privatize returns host lists: the device work is done
             tokens = priv.totals.dp_tokens - start_tokens
-            after = matmul_bound(bound_repeats, device=device)
+            with rss.paused():
+                after = gemm_bounds(V, d, repeats=bound_repeats, device=device)
             rate = tokens / dt
-            bound = max(before, after) / per_flop
-            out.rounds.append({"tokens_per_s": rate, "bound_tokens_per_s": bound, "fraction": rate / bound})
+            paired = {a: _max_of(before[a], after[a]) for a in ARITHMETICS}
+            bound = {a: (None if ops is None else ops / per_op) for a, ops in paired.items()}
+            own = bound[out.arithmetic]
+            out.rounds.append(
+                {"tokens_per_s": rate}
+                | {f"bound_{a}_tokens_per_s": bound[a] for a in ARITHMETICS}
+                | {"fraction_own": None if own is None else rate / own}
+            )
             out.tokens, out.seconds = tokens, dt
-            best_rate, best_bound = max(best_rate, rate), max(best_bound, bound)
+            best_rate = max(best_rate, rate)
+            best_bound = {a: _max_of(best_bound[a], bound[a]) for a in ARITHMETICS}
     out.tokens_per_s = best_rate
     out.bound_tokens_per_s = best_bound
-    out.fraction_of_bound = best_rate / best_bound  # conservative: the best product seen in the case
-    fractions = sorted(r["fraction"] for r in out.rounds)
-    out.fraction_paired = fractions[len(fractions) // 2]  # median round (upper median for an even count)
+    # conservative: the best pass over the best product seen in the case
+    fraction = {a: (None if b is None else best_rate / b) for a, b in best_bound.items()}
+    out.fraction_fp32, out.fraction_bf16, out.fraction_int8 = fraction["fp32"], fraction["bf16"], fraction["int8"]
+    out.fraction_own = fraction[out.arithmetic]
+    paired_fractions = sorted(f for r in out.rounds if (f := r["fraction_own"]) is not None)
+    if paired_fractions:  # median round (upper median for an even count)
+        out.fraction_paired = paired_fractions[len(paired_fractions) // 2]
     out.peak_rss_mb = _mb(rss.peak)
     if mech_name == "madlib" and post == "nearest" and reference_tokens > 0:
         ref = _per_token_reference(priv, texts, reference_tokens)
@@ -365,23 +605,60 @@ def _cli_env() -> dict[str, str]:
     return env
 
 
-def _run_cli(args: list[str], timeout: float) -> dict[str, Any]:
-    """Run ``python -m hf_textdp.cli ARGS``: wall seconds, exit code and the child's peak RSS."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hf_textdp.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_cli_env(),
-    )
+#: ``python -c _LAUNCHER PEAK_FILE ARGS``: runs ``hf-textdp ARGS`` and, at exit, writes the process's own
+#: peak RSS to PEAK_FILE. It reads VmHWM, the high-water mark of the memory map, which exec starts
+#: empty. ru_maxrss cannot serve (getrusage of the child itself, wait4 on its pid, or RUSAGE_CHILDREN):
+#: on Linux, exec folds the high-water mark of the map it replaces — the bench's own, through
+#: subprocess's vfork — into the child's ru_maxrss, so every child would report at least the bench's peak.
+_LAUNCHER = """\
+import atexit, json, resource, runpy, sys
+peak_file = sys.argv.pop(1)
+def _write_peak():
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - t0
-    rss = _max_rss_bytes(resource.RUSAGE_CHILDREN)  # the largest finished child so far
-    result: dict[str, Any] = {"seconds": wall, "returncode": proc.returncode, "peak_rss_mb": _mb(rss)}
+        with open('/proc/self/status', encoding='ascii') as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith('VmHWM:'))
+        peak, source = kib * 1024, 'VmHWM'
+    except (OSError, StopIteration, ValueError, IndexError):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak, source = (rss if sys.platform == 'darwin' else rss * 1024), 'ru_maxrss'
+    with open(peak_file, 'w', encoding='utf-8') as fh:
+        json.dump({'peak_rss_bytes': peak, 'source': source}, fh)
+atexit.register(_write_peak)
+runpy.run_module('hf_textdp.cli', run_name='__main__', alter_sys=True)
+"""
+
+
+def _run_cli(args: list[str], timeout: float) -> dict[str, Any]:
+    """Run ``hf-textdp ARGS`` in a fresh interpreter: wall seconds, exit code and the child's own peak RSS.
+
+    ``peak_rss_mb`` is ``None`` when the child did not reach its exit handlers (killed, timed out);
+    ``peak_rss_source`` says how it was read (``VmHWM`` on Linux, else the child's ru_maxrss).
+    """
+    with tempfile.TemporaryDirectory(prefix="hf_textdp_bench_rss_") as tmp:
+        peak_file = Path(tmp) / "peak.json"
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER, str(peak_file), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_cli_env(),
+        )
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        wall = time.perf_counter() - t0
+        try:
+            peak: dict[str, Any] | None = json.loads(peak_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            peak = None
+    result: dict[str, Any] = {
+        "seconds": wall,
+        "returncode": proc.returncode,
+        "peak_rss_mb": None if peak is None else _mb(peak["peak_rss_bytes"]),
+        "peak_rss_source": None if peak is None else peak["source"],
+    }
     if proc.returncode != 0:
         result["error"] = (stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1][:300]
     else:
@@ -442,7 +719,7 @@ def _memory_run(model: str, device: str, text_path: Path, epsilon: float) -> dic
     with tempfile.TemporaryDirectory(prefix="hf_textdp_bench_") as tmp:
         src = text_path
         if src.suffix.lower() not in (".jsonl", ".ndjson"):
-            texts, _ = load_texts(src, None)
+            texts = _read_rows(src, one_word=False)
             src = Path(tmp) / "in.jsonl"
             src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
         res = _privatize_cli(src, Path(tmp) / "out.jsonl", model, device, epsilon, timeout=3600)
@@ -459,7 +736,7 @@ def run_bench(
     rows: int = 4000,
     epsilon: float = 10.0,
     batch_size: int = 1000,
-    repeats: int = 1,
+    repeats: int = 3,
     bound_repeats: int = 5,
     one_word: bool = False,
     reference_tokens: int = 200,
@@ -474,19 +751,24 @@ def run_bench(
         model (`str`): as ``PrivatizerConfig.model`` (a vector file path benches static vectors).
         mechanisms (`list[str]`, *optional*): cases ``"mechanism"`` or ``"mechanism/postprocess"``.
         device (`str`, defaults to `"cpu"`): ``"cpu"`` or ``"cuda[:N]"``.
-        text (`str`, *optional*): the text file (see :func:`load_texts`).
+        text (`str`, *optional*): the text file, or ``"sample"`` (see :func:`load_texts`); without it,
+            SentEval MR, and an error when MR is not found.
         rows (`int`, defaults to 4000): rows privatized per timed pass.
         epsilon (`float`, defaults to 10.0): ε of every case (throughput barely depends on it).
         batch_size (`int`, defaults to 1000): rows per ``privatize`` call (``Dataset.map``'s default).
-        repeats (`int`, defaults to 1): timed passes per case (the best counts).
-        bound_repeats (`int`, defaults to 5): fp32 products per bound measurement (two per pass).
+        repeats (`int`, defaults to 3): timed passes per case (the best counts; ``paired`` is the median).
+        bound_repeats (`int`, defaults to 5): products of each arithmetic per bound measurement (two
+            measurements per pass).
         one_word (`bool`, defaults to `False`): one whitespace word per row (per-row overhead).
         reference_tokens (`int`, defaults to 200): tokens for the per-token reference (0: skip).
-        cold_start (`bool`, defaults to `True`): time a cold CLI run on 30 rows (a subprocess).
+        cold_start (`bool`, defaults to `True`): time a cold CLI run on 30 rows (a fresh interpreter).
         memory_run (`bool`, defaults to `False`): privatize the whole text file with the CLI in a
-            subprocess and report its peak RSS.
+            fresh interpreter and report its peak RSS.
         seed (`int`, defaults to 0): the privatizers' seed (bench outputs are thrown away).
         progress (`callable`, *optional*): called with a line after each step.
+
+    Raises:
+        InvalidParameterError: a count below 1, an unknown case, or no text (see :func:`load_texts`).
     """
     from .space import load_space
 
@@ -499,12 +781,18 @@ def run_bench(
     for c in cases:
         _parse_case(c)
     note = progress or (lambda line: None)
-    texts, source = load_texts(text, rows, one_word=one_word)
+    text_path = _resolve_text(text)
+    file_texts = _read_rows(text_path, one_word=one_word)
+    texts = [file_texts[i % len(file_texts)] for i in range(rows)]
+    source = _describe_text(text_path, len(file_texts), rows, one_word=one_word)
+    if _is_sample(text_path):
+        note(f"text: {source}")
     t0 = time.perf_counter()
     space = load_space(model, device)
     load_s = time.perf_counter() - t0
     V, d = space.V, space.d
-    bound0 = matmul_bound(bound_repeats, device=device)
+    per_op = 2.0 * V * d
+    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device)
     results: list[BenchCase] = []
     for c in cases:
         try:
@@ -531,22 +819,43 @@ def run_bench(
                 error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}",
             )
         results.append(res)
+        for a, tps in res.bound_tokens_per_s.items():
+            best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * per_op)
         note(_case_line(res))
-    bound = max([bound0] + [r.bound_tokens_per_s * 2.0 * V * d for r in results if r.error is None])
+    int8_note = _int8_note(device) if best_ops["int8"] is None else None
+    bounds: dict[str, dict[str, Any]] = {
+        a: {
+            "ops_per_s": ops,
+            "tokens_per_s": None if ops is None else ops / per_op,
+            "note": int8_note if a == "int8" else None if ops is not None else "the product failed on this device",
+        }
+        for a, ops in best_ops.items()
+    }
+    cpu_model, cpu_flags = cpu_info()
+    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs"
+    if torch.device(device).type == "cuda":
+        machine += f"; {torch.cuda.get_device_name(torch.device(device))}"
     report = BenchReport(
         model=model,
         device=device,
         text=source,
+        text_path=str(text_path),
+        text_file_rows=len(file_texts),
+        text_is_sample=_is_sample(text_path),
+        one_word=one_word,
         rows=len(texts),
         V=V,
         d=d,
         threads=torch.get_num_threads(),
         torch_version=torch.__version__,
-        machine=f"{platform.machine()} {platform.processor() or platform.system()}, {os.cpu_count()} CPUs",
-        bound_flops=bound,
-        bound_tokens_per_s=bound / (2.0 * V * d),
+        machine=machine,
+        cpu_model=cpu_model,
+        cpu_flags=cpu_flags,
+        bound_shape=[BOUND_ROWS, _ceil8(d), _ceil8(V)],
+        bounds=bounds,
         cases=results,
         peak_rss_mb=_mb(_max_rss_bytes()),
+        repeats=repeats,
         model_load_s=load_s,
     )
     if Path(model).is_file():
@@ -556,39 +865,66 @@ def run_bench(
         report.cold_start = _cold_start(model, device, texts, epsilon)
         note(f"cold start: {report.cold_start['seconds']:.2f} s")
     if memory_run:
-        path = Path(text) if text is not None else _default_text()
-        report.memory_run = _memory_run(model, device, path, epsilon)
+        report.memory_run = _memory_run(model, device, text_path, epsilon)
         note(f"memory run: peak RSS {report.memory_run['peak_rss_mb']} MB")
     return report
 
 
 # --------------------------------------------------------------------------- output
+def _frac(x: float | None, width: int) -> str:
+    return f"{'-':>{width}s}" if x is None else f"{x:>{width}.2f}"
+
+
 def _case_line(c: BenchCase) -> str:
     if c.error:
         return f"{c.name}: error: {c.error}"
-    return f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {c.fraction_of_bound:.2f} of the fp32 bound"
+    parts = [f"{c.fraction_fp32:.2f} of fp32" if c.fraction_fp32 is not None else "no fp32 bound"]
+    parts.append(f"{c.fraction_bf16:.2f} of bf16" if c.fraction_bf16 is not None else "no bf16 bound")
+    own = f"{c.fraction_own:.2f}" if c.fraction_own is not None else "-"
+    return f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts)}, {own} of its own ({c.arithmetic})"
+
+
+def _rss(mb: float | None) -> str:
+    return "?" if mb is None else f"{mb:,.0f} MB"
 
 
 def format_table(report: BenchReport) -> str:
     """The report as a fixed-width table with its header lines."""
+    m, k, n = report.bound_shape
+    absent = [f for f in CPU_FLAGS if f not in report.cpu_flags]
+    flags = " ".join(report.cpu_flags) or "none"
+    text = _text_detail(report.text_file_rows, report.rows, one_word=report.one_word, sample=report.text_is_sample)
     lines = [
-        f"model {report.model} (V = {report.V:,}, d = {report.d}) on {report.device}; text {report.text}",
-        f"machine {report.machine}; torch {report.torch_version}, {report.threads} threads",
-        f"fp32 bound: {report.bound_flops / 1e9:,.0f} GFLOPS = {report.bound_tokens_per_s:,.0f} tokens/s "
-        "(best 2048^3 product, same run)",
+        f"model {report.model} (V = {report.V:,}, d = {report.d}) on {report.device}",
+        f"text {report.text_path} ({text}); {report.repeats} timed passes per case",
+        f"cpu {report.cpu_model} ({report.machine}); flags {flags}" + (f", not {' '.join(absent)}" if absent else ""),
+        f"torch {report.torch_version}, {report.threads} threads",
+        f"bounds: best {m}x{k} @ {k}x{n} products of the run; tokens/s = ops/s / (2 V d)",
+    ]
+    for a, b in report.bounds.items():
+        if b["ops_per_s"] is None:
+            lines.append(f"  {a:5s} not measured: {b['note']}")
+        else:
+            unit = "GOPS  " if a == "int8" else "GFLOPS"
+            lines.append(f"  {a:5s} {b['ops_per_s'] / 1e9:>9,.0f} {unit} = {b['tokens_per_s']:>12,.0f} tokens/s")
+    lines += [
         "",
-        f"{'case':28s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'bound tok/s':>11s} {'fraction':>9s} "
-        f"{'paired':>7s} {'peak RSS':>9s}",
+        f"{'case':26s} {'arith':>5s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'fp32':>6s} {'bf16':>6s} "
+        f"{'own':>6s} {'paired':>6s} {'peak RSS':>9s}",
     ]
     for c in report.cases:
         if c.error:
-            lines.append(f"{c.name:28s} error: {c.error}")
+            lines.append(f"{c.name:26s} error: {c.error}")
             continue
         lines.append(
-            f"{c.name:28s} {c.search_filter or '-':>6s} {c.tokens:>9,d} {c.tokens_per_s:>10,.0f} "
-            f"{c.bound_tokens_per_s:>11,.0f} {c.fraction_of_bound:>9.2f} {c.fraction_paired:>7.2f} "
-            f"{c.peak_rss_mb:>7,.0f}MB"
+            f"{c.name:26s} {c.arithmetic:>5s} {c.search_filter or '-':>6s} {c.tokens:>9,d} {c.tokens_per_s:>10,.0f} "
+            f"{_frac(c.fraction_fp32, 6)} {_frac(c.fraction_bf16, 6)} {_frac(c.fraction_own, 6)} "
+            f"{_frac(c.fraction_paired, 6)} {c.peak_rss_mb:>6,.0f} MB"
         )
+    lines.append(
+        "(fp32, bf16, own: best pass over the best product of that arithmetic in the case; own = the arith column; "
+        "paired: median pass over its own paired bound)"
+    )
     lines.append("")
     for c in report.cases:
         ref = c.per_token_reference
@@ -607,11 +943,14 @@ def format_table(report: BenchReport) -> str:
     if report.cold_start:
         cs = report.cold_start
         status = "" if cs["returncode"] == 0 else f" (exit {cs['returncode']}: {cs.get('error')})"
-        lines.append(f"time to first output (cold CLI, {cs['rows']} rows): {cs['seconds']:.2f} s{status}")
+        lines.append(
+            f"time to first output (cold CLI, {cs['rows']} rows): {cs['seconds']:.2f} s, "
+            f"peak RSS {_rss(cs['peak_rss_mb'])} (its own){status}"
+        )
     if report.memory_run:
         mr = report.memory_run
         status = "" if mr["returncode"] == 0 else f" (exit {mr['returncode']}: {mr.get('error')})"
         lines.append(
-            f"CLI on all of {mr['text']}: {mr['seconds']:.1f} s, peak RSS {mr['peak_rss_mb']:,.0f} MB{status}"
+            f"CLI on all of {mr['text']}: {mr['seconds']:.1f} s, peak RSS {_rss(mr['peak_rss_mb'])} (its own){status}"
         )
     return "\n".join(lines)

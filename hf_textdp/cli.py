@@ -548,7 +548,9 @@ class BenchCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("bench", help="throughput of privatize() against this machine's fp32 matmul bound")
+        p = sub.add_parser(
+            "bench", help="throughput of privatize() against this machine's fp32, bf16 and int8 product bounds"
+        )
         p.add_argument("--model", default=None, help="hub id, model folder or vector file (default: all-MiniLM-L6-v2)")
         p.add_argument(
             "--mechanism",
@@ -558,12 +560,17 @@ class BenchCommand:
             help="a case to run, repeatable (default: the standard set)",
         )
         p.add_argument("--device", default="cpu")
-        p.add_argument("--text", default=None, help=".jsonl (field 'text') or text file (default: SentEval MR)")
+        p.add_argument(
+            "--text",
+            default=None,
+            help=".jsonl (field 'text') or text file (default: SentEval MR; an error when it is missing); "
+            "'sample' for the packaged 30-row sample",
+        )
         p.add_argument("--rows", type=int, default=4000)
         p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
         p.add_argument("--epsilon", type=float, default=10.0)
         p.add_argument("--batch-size", type=int, default=1000)
-        p.add_argument("--repeats", type=int, default=1, help="timed passes per case (the best counts)")
+        p.add_argument("--repeats", type=int, default=3, help="timed passes per case (the best counts; default 3)")
         p.add_argument("--one-word-rows", action="store_true", help="one whitespace word per row")
         p.add_argument("--no-cold-start", action="store_true", help="skip the cold CLI run on 30 rows")
         p.add_argument("--memory", action="store_true", help="also privatize the whole text with the CLI (peak RSS)")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from hf_textdp import bench
 from hf_textdp.bench import DEFAULT_CASES, format_table, load_texts, run_bench
-from hf_textdp.cli import main
+from hf_textdp.cli import build_parser, main
 
 
 CASE_FIELDS = {
@@ -17,11 +20,15 @@ CASE_FIELDS = {
     "mechanism",
     "postprocess",
     "epsilon",
+    "arithmetic",
     "tokens",
     "seconds",
     "tokens_per_s",
     "bound_tokens_per_s",
-    "fraction_of_bound",
+    "fraction_fp32",
+    "fraction_bf16",
+    "fraction_int8",
+    "fraction_own",
     "fraction_paired",
     "peak_rss_mb",
     "search_filter",
@@ -29,10 +36,21 @@ CASE_FIELDS = {
     "per_token_reference",
     "error",
 }
+ROUND_FIELDS = {
+    "tokens_per_s",
+    "bound_fp32_tokens_per_s",
+    "bound_bf16_tokens_per_s",
+    "bound_int8_tokens_per_s",
+    "fraction_own",
+}
+HEADER_FIELDS = {"cpu_model", "cpu_flags", "threads", "text_path", "text_file_rows", "text_is_sample", "bounds"}
 
 
 def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two cases on a tiny model and 24 rows of the packaged sample: table, JSON and every field."""
+    """Two cases on a tiny model and 24 rows of the packaged sample, default repeats: header, per-case
+    columns, JSON fields, and fractions that are the rate over the bound of the arithmetic named."""
+    from hf_textdp.search import bf16_filter_available
+
     out = tmp_path / "bench.json"
     code = main(
         [
@@ -56,57 +74,174 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
     )
     assert code == 0
     table = capsys.readouterr().out
-    for needle in ("fp32 bound", "madlib/nearest", "tem", "fraction", "per-token reference", "peak RSS"):
-        assert needle in table
     report = json.loads(out.read_text())
-    assert report["rows"] == 24 and report["V"] > 100 and report["bound_flops"] > 0
+    assert HEADER_FIELDS <= set(report)
+    assert report["rows"] == 24 and report["V"] > 100 and report["repeats"] == 3
+    assert report["text_path"] == str(bench._SAMPLE) and report["text_file_rows"] == 30 and report["text_is_sample"]
+    assert report["threads"] == torch.get_num_threads() and report["cpu_model"]
+    assert set(report["cpu_flags"]) <= set(bench.CPU_FLAGS)
+    assert set(report["bounds"]) == {"fp32", "bf16", "int8"}
+    per_op = 2.0 * report["V"] * report["d"]
+    for name in ("fp32", "bf16"):
+        b = report["bounds"][name]
+        assert b["ops_per_s"] > 0 and b["tokens_per_s"] == pytest.approx(b["ops_per_s"] / per_op)
+    int8 = report["bounds"]["int8"]
+    assert (int8["ops_per_s"] is not None and int8["ops_per_s"] > 0) or int8["note"]
+
+    # header: the text used (with its rows), the CPU model and flags, torch threads, the three bounds
+    lines = table.splitlines()
+    assert lines[1].startswith(f"text {bench._SAMPLE} (30 rows, first 24; THE PACKAGED 30-ROW SAMPLE")
+    assert lines[2].startswith(f"cpu {report['cpu_model']} (") and " flags " in lines[2]
+    assert all(flag in lines[2] for flag in bench.CPU_FLAGS)  # present ones, then the absent ones after "not"
+    assert lines[3] == f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    assert [line.split()[0] for line in lines[5:8]] == ["fp32", "bf16", "int8"]
+
+    # one row per case with its arithmetic and the fp32, bf16 and own fractions, as in the JSON
+    columns = next(line for line in lines if line.startswith("case ")).split()
+    assert columns == ["case", "arith", "filter", "tokens", "tokens/s", "fp32", "bf16", "own", "paired", "peak", "RSS"]
     assert [c["name"] for c in report["cases"]] == ["madlib/nearest", "tem"]
     for case in report["cases"]:
         assert set(case) == CASE_FIELDS
         assert case["error"] is None, case["error"]
-        assert case["tokens"] > 0 and case["tokens_per_s"] > 0 and case["fraction_of_bound"] > 0
-        assert case["fraction_paired"] > 0
-        assert len(case["rounds"]) == 1 and case["peak_rss_mb"] > 0
+        assert case["tokens"] > 0 and case["tokens_per_s"] > 0 and case["peak_rss_mb"] > 0
+        assert len(case["rounds"]) == 3 and all(set(r) == ROUND_FIELDS for r in case["rounds"])
+        bounds = case["bound_tokens_per_s"]
+        assert set(bounds) == {"fp32", "bf16", "int8"}
+        for name in ("fp32", "bf16"):
+            assert case[f"fraction_{name}"] == pytest.approx(case["tokens_per_s"] / bounds[name])
+            assert bounds[name] == max(r[f"bound_{name}_tokens_per_s"] for r in case["rounds"])
+        assert case["fraction_own"] == case[f"fraction_{case['arithmetic']}"]
+        row = next(line for line in lines if line.startswith(case["name"] + " ")).split()
+        assert row[1] == case["arithmetic"]
+        own = case["fraction_own"]
+        assert row[5:8] == [f"{case['fraction_fp32']:.2f}", f"{case['fraction_bf16']:.2f}", f"{own:.2f}"]
     madlib, tem = report["cases"]
+    assert madlib["arithmetic"] == ("bf16" if bf16_filter_available("cpu") else "fp32")
+    assert tem["arithmetic"] == "int8"
     assert madlib["search_filter"] in ("bf16", "fp32") and tem["search_filter"] == "int8"
     ref = madlib["per_token_reference"]
     assert ref["tokens"] > 0 and ref["ratio"] > 0 and ref["agreement"] == 1.0
     assert report["cold_start"] is None and report["memory_run"] is None
+    assert "per-token reference" in table
+
+
+def test_int8_bound_missing_is_said(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an int8 product the int8 bound is skipped with a note, and an int8 case has no ``own``."""
+
+    def no_int8(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("no int8 kernel here")
+
+    monkeypatch.setattr(torch, "_int_mm", no_int8)
+    report = run_bench(
+        model=tiny_bert, mechanisms=["tem"], text="sample", rows=8, repeats=1, reference_tokens=0, cold_start=False
+    )
+    int8 = report.bounds["int8"]
+    assert int8["ops_per_s"] is None and "no int8 kernel here" in int8["note"]
+    assert report.bounds["fp32"]["ops_per_s"] > 0
+    (tem,) = report.cases
+    assert tem.error is None and tem.arithmetic == "int8" and tem.bound_tokens_per_s["int8"] is None
+    assert tem.fraction_own is None and tem.fraction_paired is None and tem.fraction_fp32 is not None
+    table = format_table(report)
+    assert "int8  not measured: torch._int_mm fails on cpu: no int8 kernel here" in table
+    assert next(line for line in table.splitlines() if line.startswith("tem ")).split()[5:9] == [
+        f"{tem.fraction_fp32:.2f}",
+        f"{tem.fraction_bf16:.2f}",
+        "-",
+        "-",
+    ]
+
+
+def test_repeats_default_is_three() -> None:
+    assert build_parser().parse_args(["bench"]).repeats == 3
+    assert inspect.signature(run_bench).parameters["repeats"].default == 3
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmHWM is Linux's")
+def test_cli_child_peak_rss_is_its_own() -> None:
+    """The CLI child's peak is read in a fresh interpreter: with 1 GiB live in this process first, the
+    child (``hf-textdp --help``) still reports well under 1 GiB. ru_maxrss would not (exec on Linux folds
+    the spawning process's high-water mark into the child's)."""
+    big = torch.ones(2**28)  # 1 GiB of fp32, every page written
+    assert bench._max_rss_bytes() >= 2**30
+    res = bench._run_cli(["--help"], timeout=120)
+    del big
+    assert res["returncode"] == 0 and "privatize" in res["output"]
+    assert res["peak_rss_source"] == "VmHWM"
+    assert 1 < res["peak_rss_mb"] < 256
 
 
 @pytest.mark.slow
 def test_run_bench_cold_start_and_memory_run(tiny_bert: str, tmp_path: Path) -> None:
-    """The cold CLI run (30 rows) and the whole-file CLI run are subprocesses that succeed."""
+    """The cold CLI run (30 rows) and the whole-file CLI run are fresh interpreters that succeed and
+    report their own peak RSS."""
     text = tmp_path / "rows.txt"
     text.write_text("".join(f"a short review number {i} of a film\n" for i in range(40)), encoding="utf-8")
-    report = run_bench(model=tiny_bert, mechanisms=["madlib"], text=text, rows=40, reference_tokens=0, memory_run=True)
+    report = run_bench(
+        model=tiny_bert, mechanisms=["madlib"], text=text, rows=40, repeats=1, reference_tokens=0, memory_run=True
+    )
     for run in (report.cold_start, report.memory_run):
         assert run is not None and run["returncode"] == 0, run
-        assert run["seconds"] > 0 and run["peak_rss_mb"] > 0
+        assert run["seconds"] > 0 and run["peak_rss_mb"] > 0 and run["peak_rss_source"] in ("VmHWM", "ru_maxrss")
     assert report.cold_start is not None and report.cold_start["rows"] == 30
-    assert "time to first output" in format_table(report)
+    table = format_table(report)
+    assert "time to first output" in table and "(its own)" in table
+    assert report.memory_run is not None and report.memory_run["text"] == "rows.txt"
 
 
 def test_load_texts_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """jsonl and plain text, cycling to ``rows``, one word per row, and the packaged sample when
-    SentEval MR (shared/) is absent."""
+    """jsonl and plain text, cycling to ``rows`` (and saying so), one word per row, and the packaged
+    sample only when asked for by name."""
     j = tmp_path / "t.jsonl"
     j.write_text('{"text": "a b"}\n\n{"text": "c"}\n', encoding="utf-8")
-    assert load_texts(j, 5)[0] == ["a b", "c", "a b", "c", "a b"]
+    texts, source = load_texts(j, 5)
+    assert texts == ["a b", "c", "a b", "c", "a b"] and source == "t.jsonl (2 rows, cycled 2.5 times to 5 rows)"
     assert load_texts(j, None, one_word=True)[0] == ["a", "b", "c"]
     t = tmp_path / "t.txt"
     t.write_text("x y\n\nz\n", encoding="utf-8")
-    assert load_texts(t, None)[0] == ["x y", "z"]
-    monkeypatch.delenv("HF_TEXTDP_BENCH_TEXT", raising=False)
-    monkeypatch.setattr(bench, "_MR_RELATIVE", Path("no") / "such" / "file.jsonl")
-    texts, source = load_texts(None, 3)
-    assert len(texts) == 3 and source.startswith("sample.jsonl")
-    with pytest.raises(ValueError, match="not an existing file"):
-        load_texts(tmp_path / "missing.jsonl")
+    assert load_texts(t, None) == (["x y", "z"], "t.txt (2 rows, first 2)")
+    texts, source = load_texts("sample", 3)
+    assert len(texts) == 3 and source.startswith("sample.jsonl (30 rows, first 3; THE PACKAGED 30-ROW SAMPLE")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample").write_text("a local file named sample\n", encoding="utf-8")
+    assert load_texts("./sample", None)[0] == ["a local file named sample"]  # a path, not the keyword
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"label": 1}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="line 1 has no string field 'text'"):
         load_texts(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "match"),
+    [
+        (None, None, r"SentEval MR not found at .*no/such/mr\.jsonl .*--text FILE.*--text sample"),
+        ("missing.jsonl", None, r"'missing\.jsonl' is not an existing file .*--text FILE.*--text sample"),
+        (None, "gone.jsonl", r"'gone\.jsonl' \(\$HF_TEXTDP_BENCH_TEXT\) is not an existing file"),
+    ],
+    ids=["no-mr", "missing-file", "missing-env-file"],
+)
+def test_cli_bench_refuses_missing_text(
+    tiny_bert: str,
+    text: str | None,
+    env: str | None,
+    match: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No text, no bench: one line naming the path and how to pass --text, never the sample in silence."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench, "_MR_RELATIVE", Path("no") / "such" / "mr.jsonl")
+    if env is None:
+        monkeypatch.delenv("HF_TEXTDP_BENCH_TEXT", raising=False)
+    else:
+        monkeypatch.setenv("HF_TEXTDP_BENCH_TEXT", env)
+    args = ["bench", "--model", tiny_bert, "--no-cold-start", "--rows", "4", "--repeats", "1"]
+    assert main(args + ([] if text is None else ["--text", text])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hf-textdp: error: text: ")
+    assert re.search(match, err), err
+    with pytest.raises(ValueError, match=match):
+        load_texts(text)
 
 
 @pytest.mark.parametrize(
