@@ -250,12 +250,19 @@ class Streams:
         return u[:, :n] if 2 * blocks != n else u
 
     def normals(self, draw: int, n: int, extra: int | torch.Tensor = 0) -> torch.Tensor:
-        """``[N, n]`` float64 standard normals by Box–Muller on uniform pairs (2j, 2j + 1)."""
-        u = self.uniforms(draw, 2 * ((n + 1) // 2), extra).view(len(self), -1, 2)
-        r = u[:, :, 0].log().mul_(-2.0).sqrt_()
-        t = u[:, :, 1].mul(_TWO_PI)
-        z = torch.stack([r * t.cos(), r.mul_(t.sin_())], dim=2).reshape(len(self), -1)
-        return z[:, :n] if z.shape[1] != n else z
+        """``[N, n]`` float64 standard normals by Box–Muller on uniform pairs (2j, 2j + 1), i.e. block j.
+
+        z₂ⱼ = r·cos 2πu₂ⱼ₊₁ and z₂ⱼ₊₁ = r·sin 2πu₂ⱼ₊₁ with r = √(−2 ln u₂ⱼ).
+        """
+        blocks = (n + 1) // 2
+        w0, w1, w2, w3 = self.words(draw, blocks, extra)
+        r = _uniform52(w0, w1).log_().mul_(-2.0).sqrt_()
+        t = _uniform52(w2, w3).mul_(_TWO_PI)
+        z = torch.empty((len(self), blocks, 2), dtype=torch.float64, device=self.device)
+        torch.mul(r, t.cos(), out=z[:, :, 0])
+        torch.mul(r, t.sin_(), out=z[:, :, 1])
+        z2 = z.view(len(self), 2 * blocks)
+        return z2[:, :n] if 2 * blocks != n else z2
 
     def exponentials(self, draw: int, n: int, extra: int | torch.Tensor = 0) -> torch.Tensor:
         """``[N, n]`` float64 unit exponentials, −log u."""

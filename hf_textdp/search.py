@@ -482,7 +482,11 @@ class ExactIndex:
         if query_block is not None:
             qb = max(1, int(query_block))
         else:
-            qb = max(16, min(4096, _TILE_BYTES // (L * nbytes)))
+            # whole multiples of 128 rows, at most 512: oneDNN's bf16 product ran 880 GFLOPS at 512 rows
+            # and 457 at 550 on this 2-core EPYC (AVX-512 BF16), for the same work
+            qb = max(16, min(512, _TILE_BYTES // (L * nbytes)))
+            if qb >= 128:
+                qb -= qb % 128
         return L, qb
 
     def _filter(
