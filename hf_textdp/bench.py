@@ -74,7 +74,6 @@ __all__ = [
     "case_arithmetic",
     "cpu_info",
     "gemm_bounds",
-    "matmul_bound",
     "load_texts",
 ]
 
@@ -109,31 +108,6 @@ _SAMPLE = Path(__file__).resolve().parent / "data" / "sample.jsonl"
 
 
 # --------------------------------------------------------------------------- measurements
-def matmul_bound(repeats: int = 5, n: int = 2048, device: str | torch.device = "cpu") -> float:
-    """Best FLOPS of ``repeats`` fp32 products n×n @ n×n on ``device`` (default threads, TF32 and bf16 off)."""
-    from .search import exact_fp32_matmul
-
-    dev = torch.device(device)
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(dev)
-    b = torch.randn(n, n, generator=g).to(dev)
-
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-
-    best = math.inf
-    with exact_fp32_matmul():
-        torch.mm(a, b)  # warm-up: thread pool, allocator, kernels
-        sync()
-        for _ in range(max(1, repeats)):
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            sync()
-            best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / best
-
-
 def _ceil8(n: int) -> int:
     return -(-n // 8) * 8
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..space import EmbeddingSpace
 
 
-__all__ = ["Tem", "tem_gamma", "tem_beta_for_gamma", "chunk_distances", "gumbel_max_dense", "gumbel_max_list"]
+__all__ = ["Tem", "tem_gamma", "tem_beta_for_gamma", "chunk_distances", "gumbel_max_list"]
 
 
 def tem_gamma(*, epsilon: float, beta: float, V: int) -> float:
@@ -104,47 +104,6 @@ def _chunk_uniforms(streams: Streams, c0: int, c1: int) -> torch.Tensor:
     """Uniforms ``[B, c1 − c0]`` of columns c0 … c1 − 1 (column c is uniform c of the :attr:`Draw.SAMPLER` draw)."""
     odd = c0 % 2
     return streams.uniforms(Draw.SAMPLER, c1 - c0 + odd, start=c0 // 2)[:, odd:]
-
-
-def gumbel_max_dense(
-    x: torch.Tensor,
-    n32: torch.Tensor,
-    em2t: torch.Tensor,
-    *,
-    scale: float,
-    gamma: float,
-    chunk_size: int,
-    streams: Streams | torch.Generator,
-) -> torch.Tensor:
-    """Reference Gumbel-max sample of softmax(−scale·min(d(x, ·), γ)) over the columns (V uniforms a token).
-
-    For each chunk of columns: fp32 distances, float64 scores ``−scale·min(d, γ)``, plus a standard
-    Gumbel ``−log(−log u)`` with u the column's uniform of the token's stream; first index on ties, a
-    later chunk wins only on a strictly larger value. The same law as :class:`ExponentialSampler`
-    (which the mechanisms use); kept as a slow reference for the tests.
-
-    Returns:
-        `torch.Tensor` `[B]` int64: column indices, on ``x``'s device. Memory O(B·chunk_size).
-    """
-    B = x.shape[0]
-    V = n32.shape[0]
-    dev = x.device
-    st = as_streams(streams, B, dev)
-    x_sq = (x.double() ** 2).sum(1).float()
-    best = torch.full((B,), -math.inf, dtype=torch.float64, device=dev)
-    arg = torch.zeros(B, dtype=torch.int64, device=dev)
-    with exact_fp32_matmul():
-        for c0 in range(0, V, chunk_size):
-            c1 = min(c0 + chunk_size, V)
-            s = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1]).double()
-            if gamma < math.inf:
-                s.clamp_(max=gamma)
-            s.mul_(-scale).sub_(_neg_log_neg_log(_chunk_uniforms(st, c0, c1)))
-            m, j = s.max(dim=1)  # first index on ties
-            upd = m > best  # a later chunk wins only on a strictly larger value
-            best = torch.where(upd, m, best)
-            arg = torch.where(upd, j + c0, arg)
-    return arg
 
 
 def gumbel_max_list(
