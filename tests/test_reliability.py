@@ -713,7 +713,7 @@ def test_resume_reuses_only_a_matching_partial_run(first, second, exc, match, ti
         return datasets.Dataset.from_dict({"text": texts, "text2": texts})
 
     output = tmp_path / "out"
-    kwargs = {"seed": 7, "shard_size": 5, "output_dir": output}
+    kwargs = {"seed": 2**40 + 7, "shard_size": 5, "output_dir": output}
     _interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         privatize_dataset(source(12), PrivatizerConfig(epsilon=2.0, model=tiny_bert), **kwargs, **first)
