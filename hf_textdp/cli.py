@@ -146,6 +146,12 @@ class PrivatizeCommand:
             "(default: none, fresh OS entropy per row)",
         )
         p.add_argument("--seed-file", default=None, help="file holding the secret seed (default: none)")
+        p.add_argument(
+            "--allow-weak-seed",
+            action="store_true",
+            help="accept a seed below 2**32: anyone holding the output can search such a seed and recompute the "
+            "noise, so use it only for public benchmark data",
+        )
         p.add_argument("--num-proc", type=int, default=None, help="worker processes for Dataset.map (default: 1)")
         p.add_argument("--batch-size", type=int, default=1000, help="rows per map batch (outputs do not depend on it)")
         p.add_argument(
@@ -188,6 +194,7 @@ class PrivatizeCommand:
                 text_column=args.text_column,
                 id_column=args.id_column,
                 seed=seed,
+                allow_weak_seed=args.allow_weak_seed,
                 split=args.split or "",
                 batch_size=args.batch_size,
                 concurrency=args.num_proc,
@@ -207,6 +214,7 @@ class PrivatizeCommand:
             split=args.split,
             num_proc=args.num_proc,
             seed=seed,
+            allow_weak_seed=args.allow_weak_seed,
             id_column=args.id_column,
             output_dir=args.output,
             streaming=args.streaming,

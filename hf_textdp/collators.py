@@ -157,6 +157,8 @@ class DataCollatorWithPrivatization:
         text_column (`str`, defaults to `"text"`), text_pair_column (`str`, *optional*): the text fields.
         id_column (`str`, *optional*): the example key field (default: ``idx`` or ``id`` when present).
         split (`str`, defaults to `""`): split name, part of the noise key.
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
+            public benchmark data only.
         padding, truncation, max_length, pad_to_multiple_of: as for the tokenizer (defaults: pad to the
             longest, truncate to ``max_length`` or the model's maximum).
         return_tensors (`str`, defaults to `"pt"`): ``"pt"`` or ``"np"``.
@@ -174,6 +176,7 @@ class DataCollatorWithPrivatization:
         text_pair_column: str | None = None,
         id_column: str | None = None,
         split: str = "",
+        allow_weak_seed: bool = False,
         padding: bool | str = True,
         truncation: bool | str = True,
         max_length: int | None = None,
@@ -193,7 +196,7 @@ class DataCollatorWithPrivatization:
                 raise InvalidParameterError(f"{name} must be a non-empty str, got {value!r}.")
         if return_tensors not in ("pt", "np"):
             raise InvalidParameterError(f"return_tensors must be 'pt' or 'np', got {return_tensors!r}.")
-        self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=1)
+        self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=1, allow_weak_seed=allow_weak_seed)
         self.text_column = text_column
         self.text_pair_column = text_pair_column
         self.id_column = id_column

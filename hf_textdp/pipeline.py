@@ -53,6 +53,7 @@ from .errors import (
     ResumeError,
 )
 from .privatizer import Privatizer
+from .rng import validate_secret_seed
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from .tokens import make_tokens
 from .utils.io import (
@@ -808,6 +809,7 @@ def privatize_dataset(
     split: str | None = None,
     num_proc: int | None = None,
     seed: int | None = None,
+    allow_weak_seed: bool = False,
     id_column: str | None = None,
     output_dir: str | os.PathLike[str] | None = None,
     streaming: bool = False,
@@ -826,6 +828,8 @@ def privatize_dataset(
         split (`str`, *optional*): select one split of a ``DatasetDict``; also the noise key.
         num_proc (`int`, *optional*): worker processes for ``Dataset.map``.
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
+            public benchmark data only.
         id_column (`str`, *optional*): int column used as the row id instead of the index.
         output_dir (`str`, *optional*): where to save (file by extension, else a folder). Refused when it
             exists (unless ``overwrite``) or when it is, or contains, the input.
@@ -849,7 +853,8 @@ def privatize_dataset(
     Raises:
         OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``).
         ResumeError: ``resume=True`` found a partial run of another config or input.
-        ColumnNotFoundError, InvalidRowError, InvalidParameterError: bad columns, rows or parameters.
+        ColumnNotFoundError, InvalidRowError, InvalidParameterError: bad columns, rows or parameters (a
+            seed below 2**32 without ``allow_weak_seed=True``).
 
     Example:
 
@@ -868,6 +873,7 @@ def privatize_dataset(
         raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
     for name, value in (("streaming", streaming), ("resume", resume), ("overwrite", overwrite)):
         check_bool(value, name)
+    validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before loading anything
     output = Path(output_dir).expanduser() if output_dir is not None else None
     if output is not None:
         _check_not_input(output, _input_paths(source, {}))
@@ -898,7 +904,14 @@ def privatize_dataset(
             raise ColumnNotFoundError(
                 f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
             )
-        privatizers[name] = Privatizer(config, seed=seed, text_column=text_column, id_column=id_column, split=name)
+        privatizers[name] = Privatizer(
+            config,
+            seed=seed,
+            text_column=text_column,
+            id_column=id_column,
+            split=name,
+            allow_weak_seed=allow_weak_seed,
+        )
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
 
     if output is None or iterable:

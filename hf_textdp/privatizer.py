@@ -23,7 +23,7 @@ from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
-from .rng import derive_row_seed, fresh_seed, streams_for_rows, validate_seed, validate_split, validate_stream
+from .rng import derive_row_seed, fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .scale import scale_stats
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
 from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
@@ -44,11 +44,18 @@ class Privatizer:
         config (`PrivatizerConfig`): mechanism, ε, model, post-processing.
         seed (`int`, *optional*): secret key in [0, 2**64). With a seed, row r's noise derives from
             (seed, split, stream, r), so outputs do not depend on batching or workers. Never saved.
-            Use at least 64 random bits (``secrets.randbits(64)``) and never publish it.
+            Use at least 64 random bits (``secrets.randbits(64)``) and never publish it; a seed below
+            2**32 is refused (it can be searched) unless ``allow_weak_seed=True``.
         text_column (`str`, defaults to `"text"`): the column to privatize (replaced in place).
         id_column (`str`, *optional*): an int column used as the row id instead of the row index.
         split (`str`, defaults to `""`): split name, part of the noise key (two splits never share noise).
         stream (`int`, defaults to `0`): noise stream (collators use epoch + 1).
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32, for public benchmark data
+            only (anyone can search such a seed from the output). Not pickled: an unpickled privatizer is
+            not checked again, and the ``datasets`` fingerprint does not depend on it.
+
+    Raises:
+        InvalidParameterError: a seed out of [0, 2**64), or below 2**32 without ``allow_weak_seed=True``.
     """
 
     def __init__(
@@ -60,11 +67,12 @@ class Privatizer:
         split: str = "",
         *,
         stream: int = 0,
+        allow_weak_seed: bool = False,
     ) -> None:
         if not isinstance(config, PrivatizerConfig):
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
         self.config = config
-        self.seed = validate_seed(seed)
+        self.seed = validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)
         if not isinstance(text_column, str) or not text_column:
             raise InvalidParameterError(f"text_column must be a non-empty str, got {text_column!r}.")
         if id_column is not None and (not isinstance(id_column, str) or not id_column):

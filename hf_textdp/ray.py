@@ -37,6 +37,7 @@ from .errors import (
     ParameterTypeError,
 )
 from .privatizer import Privatizer
+from .rng import validate_secret_seed
 from .utils.logging import get_logger
 
 
@@ -146,6 +147,7 @@ def privatize_ray(
     seed: int | None = None,
     split: str = "",
     *,
+    allow_weak_seed: bool = False,
     batch_size: int = 1000,
     concurrency: int | tuple[int, int] | None = None,
     num_cpus: float | None = None,
@@ -161,6 +163,8 @@ def privatize_ray(
             have no global row index.
         seed (`int`, *optional*): secret key; with ``id_column``, the output equals a single-process run's.
         split (`str`, defaults to `""`): split name, part of the noise key.
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
+            public benchmark data only.
         batch_size (`int`, defaults to `1000`): rows per batch (outputs do not depend on it).
         concurrency (`int` or `(min, max)`, *optional*): actors in the pool: a fixed number, or an autoscaling
             range (default: autoscale from 1 as the cluster allows). A fixed pool of N actors needs N actors'
@@ -176,7 +180,8 @@ def privatize_ray(
 
     Raises:
         MissingExtraError: Ray Data is not installed.
-        InvalidParameterError: a seed without ``id_column``, or a bad parameter.
+        InvalidParameterError: a seed without ``id_column``, a seed below 2**32 without ``allow_weak_seed=True``,
+            or a bad parameter.
 
     Example:
 
@@ -202,7 +207,9 @@ def privatize_ray(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}.")
     _check_concurrency(concurrency)
-    priv = Privatizer(config, seed=seed, text_column=text_column, id_column=id_column, split=split)
+    priv = Privatizer(
+        config, seed=seed, text_column=text_column, id_column=id_column, split=split, allow_weak_seed=allow_weak_seed
+    )
     schema = ds.schema(fetch_if_missing=False)
     names = list(schema.names) if schema is not None else []
     for param, column in (("text_column", text_column), ("id_column", id_column)):
@@ -321,6 +328,7 @@ def privatize_ray_files(
     text_column: str = "text",
     id_column: str | None = None,
     seed: int | None = None,
+    allow_weak_seed: bool = False,
     split: str = "",
     batch_size: int = 1000,
     concurrency: int | tuple[int, int] | None = None,
@@ -343,6 +351,7 @@ def privatize_ray_files(
     from .pipeline import REPORT_NAME, report_path_for
     from .utils.io import atomic_path, atomic_write_text, dumps_json
 
+    validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before Ray starts
     out = Path(output).expanduser()
     if out.suffix and out.suffix.lower() != ".parquet":
         raise InvalidParameterError(
@@ -372,6 +381,7 @@ def privatize_ray_files(
             text_column=text_column,
             id_column=id_column,
             seed=seed,
+            allow_weak_seed=allow_weak_seed,
             split=split,
             batch_size=batch_size,
             concurrency=(1, concurrency) if isinstance(concurrency, int) else concurrency,

@@ -35,6 +35,7 @@ from .errors import InvalidParameterError, ParameterTypeError
 
 __all__ = [
     "STREAM_VERSION",
+    "WEAK_SEED_BOUND",
     "Draw",
     "Streams",
     "derive_row_seed",
@@ -43,6 +44,7 @@ __all__ = [
     "streams_for_rows",
     "as_streams",
     "validate_seed",
+    "validate_secret_seed",
     "validate_split",
     "validate_stream",
 ]
@@ -53,6 +55,8 @@ STREAM_VERSION = 2
 
 _KEY_PREFIX = b"hf_textdp/rng/v1\x00"  # unchanged from v1: derive_row_seed's known answers stay
 _U64 = 2**64
+#: seeds below this are refused as noise keys unless ``allow_weak_seed=True``: 2**32 keys are searched in hours
+WEAK_SEED_BOUND = 2**32
 _I63 = 2**63
 _MASK = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox round multipliers
@@ -84,6 +88,25 @@ def validate_seed(seed: Any, name: str = "seed") -> int | None:
     if not 0 <= seed < _U64:
         raise InvalidParameterError(f"{name} must be an int in [0, 2**64), got a value out of range.")
     return int(seed)
+
+
+def validate_secret_seed(seed: Any, *, allow_weak_seed: bool = False) -> int | None:
+    """Check ``seed`` as a secret noise key: :func:`validate_seed`, and refuse one below 2**32 unless allowed.
+
+    A small seed can be searched: whoever holds the output tries every seed until the noise it gives
+    matches. Public benchmark data may use one (``allow_weak_seed=True``); private data may not.
+    """
+    if not isinstance(allow_weak_seed, bool):
+        raise ParameterTypeError(f"allow_weak_seed must be a bool, got {type(allow_weak_seed).__name__}.")
+    value = validate_seed(seed)
+    if value is not None and value < WEAK_SEED_BOUND and not allow_weak_seed:
+        # the seed's value is never printed: it is a secret key
+        raise InvalidParameterError(
+            "seed is below 2**32 and can be searched; use >= 64 random bits (secrets.randbits(64), or "
+            '`python -c "import secrets; print(secrets.randbits(64))" > my.seed` with --seed-file), or pass '
+            "allow_weak_seed=True (CLI --allow-weak-seed) for public benchmark data only."
+        )
+    return value
 
 
 def validate_split(split: Any) -> str:

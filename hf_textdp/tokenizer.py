@@ -35,7 +35,7 @@ from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
 from .privatizer import Privatizer
-from .rng import fresh_seed, streams_for_rows, validate_seed, validate_split, validate_stream
+from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, resolve_model
 
 
@@ -97,11 +97,12 @@ class PrivateEncoder:
         *,
         split: str = "",
         stream: int = 0,
+        allow_weak_seed: bool = False,
     ) -> None:
         if not isinstance(config, PrivatizerConfig):
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
         self.config = config
-        self.seed = validate_seed(seed)
+        self.seed = validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)
         self.split = validate_split(split)
         self.stream = validate_stream(stream)
         self._source: str | None = None
@@ -151,7 +152,8 @@ class PrivateEncoder:
     @property
     def privatizer(self) -> Privatizer:
         if self._priv is None:
-            self._priv = Privatizer(self.config, self.seed, split=self.split, stream=self.stream)
+            # the seed was checked at construction (the flag is not pickled, like the Privatizer's own)
+            self._priv = Privatizer(self.config, self.seed, split=self.split, stream=self.stream, allow_weak_seed=True)
         return self._priv
 
     @property
@@ -440,6 +442,8 @@ class PrivateTokenizer:
             every example draws fresh OS entropy (each call is a new release).
         split (`str`, defaults to `""`): split name, part of the noise key.
         stream (`int`, defaults to `0`): noise stream (collators use epoch + 1).
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
+            public benchmark data only.
 
     Example:
 
@@ -457,8 +461,11 @@ class PrivateTokenizer:
         *,
         split: str = "",
         stream: int = 0,
+        allow_weak_seed: bool = False,
     ) -> None:
-        self._encoder = PrivateEncoder(tokenizer, config, seed, split=split, stream=stream)
+        self._encoder = PrivateEncoder(
+            tokenizer, config, seed, split=split, stream=stream, allow_weak_seed=allow_weak_seed
+        )
         if config.postprocess == "vector":
             raise InvalidParameterError(
                 "postprocess='vector' releases vectors, not token ids; use DataCollatorForInputsEmbeds "
@@ -481,7 +488,7 @@ class PrivateTokenizer:
             model_id_or_path (`str`): a folder written by :meth:`save_pretrained`, a model folder or a hub id.
             config (`PrivatizerConfig`, *optional*): defaults to the ``privatizer_config.json`` found there.
             seed (`int`, *optional*): the secret key (never saved).
-            kwargs: ``split``, ``stream``.
+            kwargs: ``split``, ``stream``, ``allow_weak_seed``.
         """
         source = str(model_id_or_path)
         if config is None:

@@ -29,7 +29,8 @@ def main() -> None:
     print("| epsilon | kept | replaced | privatized tokens | seconds | tokens/s |")
     print("|---|---|---|---|---|---|")
     for eps in [float(x) for x in args.epsilons.split(",")]:
-        priv = Privatizer(PrivatizerConfig(epsilon=eps), seed=args.seed)
+        # MR is public benchmark data and the seed a public one (it reproduces the README's table)
+        priv = Privatizer(PrivatizerConfig(epsilon=eps), seed=args.seed, allow_weak_seed=True)
         priv.privatize(texts[:5])
         tok = priv.space.tokenizer
         t0 = time.perf_counter()

@@ -270,13 +270,13 @@ def test_privatizer_end_to_end(tmp_path):
     E = np.random.default_rng(7300).standard_normal((len(words), 4)) * np.array([0.5, 1.0, 2.0, 3.0])
     path = write_vectors(tmp_path / "vec.txt", words, E)
     cfg = PrivatizerConfig(mechanism="mahalanobis", epsilon=20.0, model=str(path), options={"lam": 0.5})
-    priv = Privatizer(cfg, seed=1)
+    priv = Privatizer(cfg, seed=2**40 + 1)
     batch = {"text": ["the movie was good", "bad plot zzz"]}
     out = priv(batch, [0, 1])
     assert {"text", "input_ids", "dp_tokens", "dp_epsilon"} <= set(out)
     assert out["dp_tokens"] == [4, 2]
     assert out["text"][1].endswith(" zzz")
-    assert Privatizer(cfg, seed=1)(batch, [0, 1])["text"] == out["text"]
+    assert Privatizer(cfg, seed=2**40 + 1)(batch, [0, 1])["text"] == out["text"]
     report = priv.privacy_report()
     json.dumps(report, allow_nan=False)
     assert report["guarantee"] == "metric_dp"

@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def _kept_rate(epsilon: float, texts: list[str]) -> float:
-    priv = Privatizer(PrivatizerConfig(epsilon=epsilon), seed=31415)
+    priv = Privatizer(PrivatizerConfig(epsilon=epsilon), seed=2**40 + 31415)
     out = priv({"text": texts}, list(range(len(texts))))
     tok = priv.space.tokenizer
     cand = set(priv.space.candidate_ids.tolist())
@@ -43,7 +43,7 @@ def test_default_model_keep_rates_on_mr(shared_dir):
 
 
 def test_default_model_space_and_report():
-    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=7)
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
     assert priv.space.V == 30517 and priv.space.d == 384
     assert priv.space.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
     out = priv.privatize(["a gorgeous, witty, seductive movie."])

@@ -31,7 +31,7 @@ def _columns(priv, texts, ids=None):
 
 
 def test_specials_unchanged_and_uncounted(model):
-    priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=model), seed=11)
+    priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=model), seed=2**40 + 11)
     texts = corpus(20, seed=3) + ["", "   "]
     out = _columns(priv, texts)
     tok = priv.space.tokenizer
@@ -50,7 +50,7 @@ def test_specials_unchanged_and_uncounted(model):
 
 def test_spelled_special_tokens_are_text(tiny_bert, tiny_gpt2):
     for model, spelled in ((tiny_bert, "[CLS] [SEP] [PAD]"), (tiny_gpt2, "<|endoftext|>")):
-        priv = Privatizer(PrivatizerConfig(epsilon=math.inf, model=model, options={"test_mode": True}), seed=1)
+        priv = Privatizer(PrivatizerConfig(epsilon=math.inf, model=model, options={"test_mode": True}), seed=2**40 + 1)
         out = _columns(priv, [spelled])
         tok = priv.space.tokenizer
         special = set(tok.all_special_ids)
@@ -62,7 +62,7 @@ def test_spelled_special_tokens_are_text(tiny_bert, tiny_gpt2):
 
 def test_out_of_range_ids_never_emitted(tiny_bert):
     """10,000 draws at ε = 0.01, where outputs spread widely: every id is a candidate (spec §11.5)."""
-    priv = Privatizer(PrivatizerConfig(epsilon=0.01, model=tiny_bert), seed=12)
+    priv = Privatizer(PrivatizerConfig(epsilon=0.01, model=tiny_bert), seed=2**40 + 12)
     text = " ".join(["good movie"] * 2500)
     out = _columns(priv, [text, text])
     ids = np.array(out["input_ids"][0][1:-1] + out["input_ids"][1][1:-1])
@@ -74,7 +74,7 @@ def test_out_of_range_ids_never_emitted(tiny_bert):
 
 
 def test_long_text_privatized_whole_without_warning(tiny_bert, recwarn, caplog):
-    priv = Privatizer(PrivatizerConfig(epsilon=5.0, model=tiny_bert), seed=13)
+    priv = Privatizer(PrivatizerConfig(epsilon=5.0, model=tiny_bert), seed=2**40 + 13)
     text = " ".join(["movie"] * 5000)
     out = _columns(priv, [text])
     assert out["dp_tokens"][0] >= 5000
@@ -111,10 +111,20 @@ def test_num_proc_invariance_with_seed(tiny_bert):
     ds = datasets.Dataset.from_dict({"text": texts})
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
     one = ds.map(
-        Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=1, load_from_cache_file=False
+        Privatizer(cfg, seed=2**40 + 77),
+        batched=True,
+        with_indices=True,
+        batch_size=8,
+        num_proc=1,
+        load_from_cache_file=False,
     )
     two = ds.map(
-        Privatizer(cfg, seed=77), batched=True, with_indices=True, batch_size=8, num_proc=2, load_from_cache_file=False
+        Privatizer(cfg, seed=2**40 + 77),
+        batched=True,
+        with_indices=True,
+        batch_size=8,
+        num_proc=2,
+        load_from_cache_file=False,
     )
     for col in ("text", "input_ids", "dp_tokens", "dp_epsilon"):
         assert one[col] == two[col]
@@ -123,7 +133,7 @@ def test_num_proc_invariance_with_seed(tiny_bert):
 def test_privatize_list_matches_map(tiny_bert):
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
     texts = corpus(10, seed=6)
-    assert Privatizer(cfg, seed=9).privatize(texts) == _columns(Privatizer(cfg, seed=9), texts)["text"]
+    assert Privatizer(cfg, seed=2**40 + 9).privatize(texts) == _columns(Privatizer(cfg, seed=2**40 + 9), texts)["text"]
 
 
 def test_fresh_randomness_without_seed(tiny_bert):
@@ -139,10 +149,10 @@ def test_fresh_randomness_without_seed(tiny_bert):
 def test_split_and_stream_change_the_noise(tiny_bert):
     cfg = PrivatizerConfig(epsilon=5.0, model=tiny_bert)
     text = [" ".join(corpus(20, seed=8))]
-    base = Privatizer(cfg, seed=5).privatize(text)
-    assert Privatizer(cfg, seed=5, split="test").privatize(text) != base
-    assert Privatizer(cfg, seed=5, stream=1).privatize(text) != base
-    assert Privatizer(cfg, seed=5).privatize(text) == base
+    base = Privatizer(cfg, seed=2**40 + 5).privatize(text)
+    assert Privatizer(cfg, seed=2**40 + 5, split="test").privatize(text) != base
+    assert Privatizer(cfg, seed=2**40 + 5, stream=1).privatize(text) != base
+    assert Privatizer(cfg, seed=2**40 + 5).privatize(text) == base
 
 
 def test_repeated_word_gets_many_replacements(tiny_bert):
@@ -150,7 +160,7 @@ def test_repeated_word_gets_many_replacements(tiny_bert):
     from hf_textdp.calibrate import calibrate
 
     epsilon = calibrate(target_rate=0.8, model=tiny_bert).epsilon  # keep rate 0.2 (spec §11.5)
-    priv = Privatizer(PrivatizerConfig(epsilon=epsilon, model=tiny_bert), seed=14)
+    priv = Privatizer(PrivatizerConfig(epsilon=epsilon, model=tiny_bert), seed=2**40 + 14)
     tok = priv.space.tokenizer
     word = "movie"
     assert len(tok(word, add_special_tokens=False)["input_ids"]) == 1
@@ -164,7 +174,7 @@ def test_repeated_word_gets_many_replacements(tiny_bert):
 
 def test_huge_epsilon_keeps_every_token(model):
     """ε = 1e9 keeps every token of 100 random texts (catches excluded-input post-processing)."""
-    priv = Privatizer(PrivatizerConfig(epsilon=1e9, model=model), seed=15)
+    priv = Privatizer(PrivatizerConfig(epsilon=1e9, model=model), seed=2**40 + 15)
     texts = corpus(100, seed=9)
     out = _columns(priv, texts)
     tok = priv.space.tokenizer
@@ -177,17 +187,17 @@ def test_global_rng_untouched(tiny_bert):
     texts = corpus(5, seed=10)
     torch.manual_seed(0)
     t_state, np_state, py_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
-    a = Privatizer(cfg, seed=3).privatize(texts)
+    a = Privatizer(cfg, seed=2**40 + 3).privatize(texts)
     assert torch.equal(torch.get_rng_state(), t_state)
     assert all(np.array_equal(x, y) for x, y in zip(np.random.get_state()[1:2], np_state[1:2], strict=False))
     assert random.getstate() == py_state
     torch.manual_seed(1)
-    assert Privatizer(cfg, seed=3).privatize(texts) == a
+    assert Privatizer(cfg, seed=2**40 + 3).privatize(texts) == a
 
 
 def test_dp_epsilon_is_product_of_tokens_and_token_epsilon(line_vocab):
     """Line vocabulary, ε = 2, madlib: five tokens → dp_epsilon = 5·ε·diam = 30.0 (spec §10.7)."""
-    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=line_vocab), seed=16)
+    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=line_vocab), seed=2**40 + 16)
     out = priv({"text": ["w0 w1 w2 w3 w0", "", "w1 unknown w2"]}, [0, 1, 2])
     assert out["dp_tokens"] == [5, 0, 2]
     assert out["dp_epsilon"] == [30.0, 0.0, 12.0]
@@ -202,13 +212,13 @@ def test_static_vectors_keep_separators(tmp_path):
     from tests.utils import write_vectors
 
     p = write_vectors(tmp_path / "v.txt", ["a", "b", "c"], np.array([[0.0], [10.0], [20.0]]))
-    priv = Privatizer(PrivatizerConfig(epsilon=math.inf, model=str(p), options={"test_mode": True}), seed=1)
+    priv = Privatizer(PrivatizerConfig(epsilon=math.inf, model=str(p), options={"test_mode": True}), seed=2**40 + 1)
     text = "  a\tb \n c  zz "
     assert priv.privatize([text]) == [text]
 
 
 def test_bad_rows_name_the_row(tiny_bert):
-    priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=1)
+    priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=2**40 + 1)
     with pytest.raises(InvalidRowError, match=r"row 17: expected str in column 'text', got NoneType"):
         priv({"text": ["ok", None]}, [16, 17])
     with pytest.raises(ColumnNotFoundError, match=r"text_column='txt'.*\['text'\]"):
@@ -220,24 +230,24 @@ def test_bad_rows_name_the_row(tiny_bert):
 def test_id_column_equals_index(tiny_bert):
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
     texts = corpus(6, seed=11)
-    by_index = Privatizer(cfg, seed=21)({"text": texts}, [10, 11, 12, 13, 14, 15])
-    by_id = Privatizer(cfg, seed=21, id_column="rid")({"text": texts, "rid": [10, 11, 12, 13, 14, 15]})
+    by_index = Privatizer(cfg, seed=2**40 + 21)({"text": texts}, [10, 11, 12, 13, 14, 15])
+    by_id = Privatizer(cfg, seed=2**40 + 21, id_column="rid")({"text": texts, "rid": [10, 11, 12, 13, 14, 15]})
     assert by_index["input_ids"] == by_id["input_ids"]
 
 
 def test_keep_original_only_when_asked(tiny_bert):
     texts = ["a secret text"]
-    out = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=1)({"text": texts}, [0])
+    out = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=2**40 + 1)({"text": texts}, [0])
     assert "text_original" not in out
     cfg = PrivatizerConfig(epsilon=1.0, model=tiny_bert, keep_original=True)
-    assert Privatizer(cfg, seed=1)({"text": texts}, [0])["text_original"] == texts
+    assert Privatizer(cfg, seed=2**40 + 1)({"text": texts}, [0])["text_original"] == texts
 
 
 def test_repr_and_pickle_hide_nothing_secret_and_hash_fast(tiny_bert):
     from datasets.fingerprint import Hasher
 
     seed = 918273645
-    priv = Privatizer(PrivatizerConfig(epsilon=3.0, model=tiny_bert), seed=seed)
+    priv = Privatizer(PrivatizerConfig(epsilon=3.0, model=tiny_bert), seed=seed, allow_weak_seed=True)
     priv.privatize(["warm the space up"])  # loaded matrices must not enter the hash
     assert str(seed) not in repr(priv)
     t0 = time.perf_counter()
@@ -245,7 +255,8 @@ def test_repr_and_pickle_hide_nothing_secret_and_hash_fast(tiny_bert):
     assert time.perf_counter() - t0 < 0.05
     code = (
         "from hf_textdp import Privatizer, PrivatizerConfig; from datasets.fingerprint import Hasher; "
-        f"print(Hasher.hash(Privatizer(PrivatizerConfig(epsilon=3.0, model={tiny_bert!r}), seed={seed})))"
+        f"print(Hasher.hash(Privatizer(PrivatizerConfig(epsilon=3.0, model={tiny_bert!r}), seed={seed}, "
+        "allow_weak_seed=True)))"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other == h
@@ -269,9 +280,9 @@ def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkey
         return original(self, texts, row_ids)
 
     monkeypatch.setattr(Privatizer, "_process", counting)
-    first = ds.map(Privatizer(cfg, seed=99), batched=True, with_indices=True)
+    first = ds.map(Privatizer(cfg, seed=2**40 + 99), batched=True, with_indices=True)
     n_first = calls["n"]
-    second = ds.map(Privatizer(cfg, seed=99), batched=True, with_indices=True)
+    second = ds.map(Privatizer(cfg, seed=2**40 + 99), batched=True, with_indices=True)
     assert n_first > 0 and calls["n"] == n_first, "a seeded rerun must be a cache hit"
     assert first.cache_files == second.cache_files and first["text"] == second["text"]
     third = ds.map(Privatizer(cfg), batched=True, with_indices=True)
@@ -283,7 +294,7 @@ def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
     """The public entry point of tokenizers/collators gives what privatize() gives for the same row and stream."""
     cfg = PrivatizerConfig(epsilon=5.0, model=tiny_bert)
     texts = [" ".join(corpus(12, seed=s)) for s in (3, 4)]
-    priv = Privatizer(cfg, seed=11)
+    priv = Privatizer(cfg, seed=2**40 + 11)
     out = _columns(priv, texts, [7, 9])["input_ids"]
     from hf_textdp.tokens import make_tokens
 
@@ -298,7 +309,7 @@ def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
     assert [g.tolist() for g in got] == expected and any(
         e != p.tolist() for e, p in zip(expected, positions, strict=True)
     )
-    other = Privatizer(cfg, seed=11, stream=1).release_positions(positions, [7, 9])
+    other = Privatizer(cfg, seed=2**40 + 11, stream=1).release_positions(positions, [7, 9])
     assert [g.tolist() for g in priv.release_positions(positions, [7, 9], stream=1)] == [o.tolist() for o in other]
     assert priv.stream == 0  # the override does not change the privatizer
     with pytest.raises(InvalidParameterError, match="stream"):

@@ -495,14 +495,14 @@ def test_privatizer_end_to_end(tmp_path, mechanism, options, guarantee):
     words = ["the", "movie", "was", "good", "bad", "plot", "film", "great"]
     path = write_words(tmp_path, words, np.random.default_rng(9500).standard_normal((len(words), 4)))
     cfg = PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=str(path), options=options)
-    priv = Privatizer(cfg, seed=1)
+    priv = Privatizer(cfg, seed=2**40 + 1)
     batch = {"text": ["the movie was good", "bad plot zzz"]}
     out = priv(batch, [0, 1])
     assert {"text", "input_ids", "dp_tokens", "dp_epsilon"} <= set(out)
     assert out["dp_tokens"] == [4, 2]
     assert out["text"][1].endswith(" zzz")
     assert set(out["text"][0].split()) <= set(words)
-    assert Privatizer(cfg, seed=1)(batch, [0, 1])["text"] == out["text"]
+    assert Privatizer(cfg, seed=2**40 + 1)(batch, [0, 1])["text"] == out["text"]
     report = priv.privacy_report()
     assert report["guarantee"] == guarantee
     assert report["mechanism"] == mechanism

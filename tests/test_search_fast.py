@@ -336,7 +336,7 @@ def test_batch_split_and_release_list_api_agree(tmp_path: Path) -> None:
     from hf_textdp import Privatizer, PrivatizerConfig
 
     path, texts = static_fixture(tmp_path)
-    priv = Privatizer(PrivatizerConfig(epsilon=20.0, model=path), seed=99)
+    priv = Privatizer(PrivatizerConfig(epsilon=20.0, model=path), seed=2**40 + 99)
     whole = priv({"text": texts}, list(range(len(texts))))
     parts: dict[str, list[Any]] = {}
     for s in range(0, len(texts), 7):

@@ -423,14 +423,14 @@ def test_privatizer_end_to_end(tmp_path):
     E = np.random.default_rng(6700).standard_normal((len(words), 4))
     path = write_vectors(tmp_path / "vec.txt", words, E)
     cfg = PrivatizerConfig(mechanism="tem", epsilon=3.0, model=str(path), options={"beta": 0.01, "sampler": "list"})
-    priv = Privatizer(cfg, seed=1)
+    priv = Privatizer(cfg, seed=2**40 + 1)
     out = priv({"text": ["the movie was good", "bad plot zzz"]}, [0, 1])
     assert {"text", "input_ids", "dp_tokens", "dp_epsilon"} <= set(out)
     assert out["dp_tokens"] == [4, 2]
     assert all(isinstance(t, str) for t in out["text"])
     assert out["text"][1].endswith(" zzz")  # passthrough word kept
     assert set(out["text"][0].split()) <= set(words)
-    again = Privatizer(cfg, seed=1)({"text": ["the movie was good", "bad plot zzz"]}, [0, 1])
+    again = Privatizer(cfg, seed=2**40 + 1)({"text": ["the movie was good", "bad plot zzz"]}, [0, 1])
     assert again["text"] == out["text"]
     report = priv.privacy_report()
     assert report["guarantee"] == "metric_dp"
