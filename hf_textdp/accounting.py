@@ -218,7 +218,7 @@ def privacy_report(obj: Any) -> dict[str, Any]:
         result: dict[str, Any] = obj.privacy_report()
         return result
     if isinstance(obj, (str, Path)):
-        from .pipeline import report_path_for
+        from .io.paths import report_path_for
 
         path = report_path_for(Path(obj))
         if not path.is_file():

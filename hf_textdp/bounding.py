@@ -40,8 +40,8 @@ import numpy.typing as npt
 import torch
 
 from .errors import InvalidParameterError
-from .scale import cache_dir
-from .utils.io import atomic_write_text
+from .io.cache import cache_dir
+from .io.files import atomic_write_text
 from .utils.logging import get_logger
 from .validation import check_choice, check_float, check_int, check_open_unit
 

@@ -172,7 +172,8 @@ class PrivatizeCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset, report_path_for
+        from .io.paths import report_path_for
+        from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
 
         config = _config_from_args(args)
         try:
@@ -253,7 +254,7 @@ class ReportCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from .accounting import format_report, privacy_report
-        from .utils.io import dumps_json
+        from .io.files import dumps_json
 
         report = privacy_report(Path(args.output))
         sys.stdout.write(dumps_json(report) if args.json else format_report(report, source=args.output))
@@ -318,8 +319,8 @@ class CalibrateCommand:
     def run(args: argparse.Namespace) -> int:
         from .calibrate import calibrate, format_calibration, plot_calibration
         from .config import PrivatizerConfig
+        from .io.files import dumps_json
         from .space import DEFAULT_MODEL
-        from .utils.io import dumps_json
 
         if args.plot is not None:  # fail before the work when matplotlib is missing
             try:
@@ -381,8 +382,8 @@ class AuditCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from .audit import audit
+        from .io.files import dumps_json
         from .space import load_space
-        from .utils.io import dumps_json
 
         config = _config_from_args(args)
         space = load_space(config.model, config.device)
@@ -587,8 +588,8 @@ class BenchCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from .bench import format_table, run_bench
+        from .io.files import dumps_json
         from .space import DEFAULT_MODEL
-        from .utils.io import dumps_json
 
         report = run_bench(
             model=args.model or DEFAULT_MODEL,

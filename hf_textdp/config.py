@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from .io.files import atomic_write_text, dumps_json
 from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
 from .space import DEFAULT_MODEL, parse_device
-from .utils.io import atomic_write_text, dumps_json
 from .validation import check_bool, check_epsilon
 
 

@@ -52,11 +52,7 @@ from .errors import (
     ParameterTypeError,
     ResumeError,
 )
-from .privatizer import Privatizer
-from .rng import validate_secret_seed
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
-from .tokens import make_tokens
-from .utils.io import (
+from .io.files import (
     atomic_path,
     atomic_write_arrow,
     atomic_write_text,
@@ -65,6 +61,11 @@ from .utils.io import (
     release_lock,
     try_lock,
 )
+from .io.paths import FILE_FORMATS, LOCK_NAME, MANIFEST_NAME, REPORT_NAME, report_path_for, work_dir_for
+from .privatizer import Privatizer
+from .rng import validate_secret_seed
+from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from .tokens import make_tokens
 from .utils.logging import get_logger
 from .validation import check_bool
 
@@ -83,27 +84,9 @@ __all__ = [
 
 logger = get_logger(__name__)
 
-FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-REPORT_NAME = "privacy_report.json"
 DEFAULT_SHARD_SIZE = 10_000
-MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "hf_textdp/shards/v1"
-LOCK_NAME = "lock"
 _CARD_FIELDS = ("description", "citation", "homepage", "license")
-
-
-def report_path_for(output: str | os.PathLike[str]) -> Path:
-    """Where the report of a saved output lives."""
-    output = Path(output)
-    if output.suffix.lower() in FILE_FORMATS:
-        return output.with_name(output.name + ".privacy_report.json")
-    return output / REPORT_NAME
-
-
-def work_dir_for(output: str | os.PathLike[str]) -> Path:
-    """The hidden work folder of a sharded run writing ``output``: ``.OUTPUT.partial`` beside it."""
-    output = Path(output)
-    return output.with_name(f".{output.name}.partial")
 
 
 # --------------------------------------------------------------------------- loading

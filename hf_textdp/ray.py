@@ -348,8 +348,8 @@ def privatize_ray_files(
             `dict`: the report, counted from the rows read back from ``output``.
     """
     ray = _import_ray()
-    from .pipeline import REPORT_NAME, report_path_for
-    from .utils.io import atomic_path, atomic_write_text, dumps_json
+    from .io.files import atomic_path, atomic_write_text, dumps_json
+    from .io.paths import REPORT_NAME, report_path_for
 
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before Ray starts
     out = Path(output).expanduser()

@@ -11,15 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from .io.cache import cache_dir
+from .io.files import atomic_write_text
 from .search import U32, ExactIndex, _threads, exact_fp32_matmul
-from .utils.io import atomic_write_text
 from .utils.logging import get_logger
 
 
@@ -38,11 +37,6 @@ class ScaleStats:
     diam: float
     diam_exact: bool
     rho1_sampled: bool
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("HF_TEXTDP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_textdp")
-    return Path(root)
 
 
 _MEMO: dict[str, ScaleStats] = {}

@@ -37,20 +37,18 @@ from typing import Any
 
 from .accounting import Totals
 from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, ParameterTypeError
+from .io.files import atomic_write_arrow, atomic_write_text, dumps_json
+from .io.paths import FILE_FORMATS, MANIFEST_NAME, work_dir_for
 from .pipeline import (
     DEFAULT_SHARD_SIZE,
-    FILE_FORMATS,
-    MANIFEST_NAME,
     WorkFolderRun,
     _sha256_json,
     manifest_mismatch,
     read_json_object,
     save_output,
     totals_from_columns,
-    work_dir_for,
 )
 from .privatizer import Privatizer
-from .utils.io import atomic_write_arrow, atomic_write_text, dumps_json
 from .utils.logging import get_logger
 
 

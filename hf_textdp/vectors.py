@@ -99,7 +99,7 @@ _CACHE_VERSION = "v1"
 def _cache_file(sha: str) -> Path | None:
     if os.environ.get("HF_TEXTDP_VECTOR_CACHE", "1") == "0":
         return None
-    from .scale import cache_dir
+    from .io.cache import cache_dir
 
     return cache_dir() / "vectors" / f"{sha}.{_CACHE_VERSION}.npz"
 
@@ -131,7 +131,7 @@ def _cache_store(vec: StaticVectors) -> None:
     path = _cache_file(vec.file_sha256)
     if path is None:
         return
-    from .utils.io import atomic_open
+    from .io.files import atomic_open
 
     try:
         # kept words never contain whitespace (spec §1.3), so a newline separates them unambiguously

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hf_textdp.pipeline import work_dir_for
+from hf_textdp.io.paths import work_dir_for
 from tests.conftest import minilm_available
 
 

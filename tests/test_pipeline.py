@@ -13,7 +13,7 @@ import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import InvalidParameterError
-from hf_textdp.pipeline import report_path_for, work_dir_for
+from hf_textdp.io.paths import report_path_for, work_dir_for
 from tests.utils import corpus
 
 

@@ -34,9 +34,9 @@ from hf_textdp.errors import (
     UnknownPostprocessError,
     VectorFileError,
 )
-from hf_textdp.pipeline import report_path_for, work_dir_for
+from hf_textdp.io.files import atomic_write_arrow as REAL_WRITE
+from hf_textdp.io.paths import report_path_for, work_dir_for
 from hf_textdp.space import CANDIDATE
-from hf_textdp.utils.io import atomic_write_arrow as REAL_WRITE
 from tests.utils import corpus
 
 
@@ -769,7 +769,7 @@ def test_resume_with_nothing_to_resume_then_of_a_finished_output(tiny_bert, tmp_
 
 def test_a_locked_work_folder_is_refused(tiny_bert, tmp_path):
     """Two runs never write one output: the second sees the first's lock (dropped by the kernel on death)."""
-    from hf_textdp.utils.io import release_lock, try_lock
+    from hf_textdp.io.files import release_lock, try_lock
 
     src = _small(tmp_path)
     output = tmp_path / "o.jsonl"

@@ -19,7 +19,7 @@ from hf_textdp import (
 )
 from hf_textdp.cli import main
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
-from hf_textdp.pipeline import report_path_for
+from hf_textdp.io.paths import report_path_for
 from hf_textdp.rng import WEAK_SEED_BOUND, derive_row_seed
 from tests.utils import corpus
 

@@ -271,7 +271,7 @@ def _save(path: Path, result: dict[str, Any]) -> None:
     import evaluate
 
     tmp = path.with_name(f".{path.name}.tmp")
-    from ..utils.io import _finite  # type: ignore[attr-defined]
+    from ..io.files import _finite  # type: ignore[attr-defined]
 
     evaluate.save(str(tmp), **_finite(result))
     os.replace(tmp, path)

@@ -98,7 +98,7 @@ def summary_markdown(root: str | Path) -> str:
 
 def write_summary(root: str | Path) -> Path:
     """Write ``root/README.md`` and return its path."""
-    from ..utils.io import atomic_write_text
+    from ..io.files import atomic_write_text
 
     path = Path(root) / "README.md"
     atomic_write_text(path, summary_markdown(root))

@@ -34,10 +34,10 @@ import torch
 
 from ..accounting import Claim
 from ..errors import InvalidParameterError
+from ..io.cache import cache_dir
+from ..io.files import atomic_write_text
 from ..rng import Streams, as_streams
-from ..scale import cache_dir
 from ..search import ExactIndex
-from ..utils.io import atomic_write_text
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int, check_open_unit
 from .base import AdditiveMechanism

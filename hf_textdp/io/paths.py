@@ -1,0 +1,26 @@
+"""Where a saved output's report, work folder and manifest live (names only: no file is touched)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+REPORT_NAME = "privacy_report.json"
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = "lock"
+
+
+def report_path_for(output: str | os.PathLike[str]) -> Path:
+    """Where the report of a saved output lives."""
+    output = Path(output)
+    if output.suffix.lower() in FILE_FORMATS:
+        return output.with_name(output.name + ".privacy_report.json")
+    return output / REPORT_NAME
+
+
+def work_dir_for(output: str | os.PathLike[str]) -> Path:
+    """The hidden work folder of a sharded run writing ``output``: ``.OUTPUT.partial`` beside it."""
+    output = Path(output)
+    return output.with_name(f".{output.name}.partial")
