@@ -182,14 +182,14 @@ class PrivatizerConfig:
             from huggingface_hub import hf_hub_download
 
             from .errors import ModelNotFoundError
-            from .space import _network_allowed
+            from .space import network_allowed
 
             try:
                 p = Path(
                     hf_hub_download(
                         str(path_or_repo_id),
                         CONFIG_NAME,
-                        local_files_only=hub_kwargs.pop("local_files_only", not _network_allowed()),
+                        local_files_only=hub_kwargs.pop("local_files_only", not network_allowed()),
                         **hub_kwargs,
                     )
                 )

@@ -174,7 +174,7 @@ class EmbeddingSpace:
 
 
 # --------------------------------------------------------------------------- resolving model=
-def _network_allowed() -> bool:
+def network_allowed() -> bool:
     """Whether a model may be downloaded: yes unless ``HF_HUB_OFFLINE`` is set, as in ``transformers``
     (DESIGN D9: the ecosystem's one offline switch; read at call time so a changed environment counts)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
@@ -200,12 +200,12 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
     try:
         from huggingface_hub import snapshot_download
 
-        folder = snapshot_download(model, local_files_only=not _network_allowed())
+        folder = snapshot_download(model, local_files_only=not network_allowed())
         rev = Path(folder).name
         return "folder", Path(folder), rev
     except Exception as err:  # noqa: BLE001 - any hub failure means "not resolvable offline"
         tried.append(f"not in the local Hugging Face cache ({type(err).__name__})")
-    offline = not _network_allowed()
+    offline = not network_allowed()
     raise ModelNotFoundError(
         f"model={model!r} cannot be resolved{' offline' if offline else ''}: " + "; ".join(tried) + ". Allowed: an "
         "existing vector file, a local model folder, a hub id already in the local cache, or the default model with "

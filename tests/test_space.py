@@ -185,14 +185,14 @@ def test_static_space_all_words_are_candidates(tmp_path):
     ids=["unset", "empty", "zero", "one", "true", "on", "yes"],
 )
 def test_hf_hub_offline_is_the_one_network_switch(monkeypatch, value, allowed):
-    from hf_textdp.space import _network_allowed
+    from hf_textdp.space import network_allowed
 
     monkeypatch.delenv("HF_TEXTDP_ALLOW_NETWORK", raising=False)
     if value is None:
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", value)
-    assert _network_allowed() is allowed
+    assert network_allowed() is allowed
 
 
 def test_private_network_switch_is_gone():
