@@ -17,7 +17,7 @@ done
 # The full SentEval protocol, one recipe per mechanism family, all units of the seven recipes spread
 # over 2 worker processes (results/full); about 80 minutes on 2 shared cores
 hf-textdp evaluate recipes/full_*.yaml --output results/ --jobs 2
-# seed 001: the noise variance itself (spec §4.6), about 1 minute
+# seed 001: the noise variance itself (laplace.md §8.6), about 1 minute
 python -m hf_textdp.evaluation.noise --epsilons 0.05,0.1,1,10 --deltas 1e-5,1e-6 --n-tokens 4000 \
   --output results/seed_claims/noise_variance.json
 # comparisons at equal replacement rate (printed), cards and the summary table
