@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.io.paths import report_path_for, work_dir_for
-from tests.utils import corpus
+from tests.utils import CLI, corpus
 
 
 SEED = 2**63 + 12345
@@ -198,9 +197,7 @@ def test_cli_end_to_end(fmt, cfg, reference, tiny_bert, tmp_path):
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     res = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "hf_textdp.cli",
+            *CLI,
             "privatize",
             src,
             str(output),
