@@ -11,10 +11,9 @@ from typing import Any
 import datasets
 
 from .config import PrivatizerConfig
-from .io.files import atomic_write_arrow
 from .io.outputs import save_output
 from .io.paths import FILE_FORMATS, work_dir_for
-from .io.workdir import WorkFolderRun, manifest_mismatch, sha256_json, shard_path, shard_rows
+from .io.workdir import WorkFolderRun, atomic_write_arrow, manifest_mismatch, sha256_json, shard_path, shard_rows
 from .privatizer import Privatizer
 from .totals import dataset_report
 from .utils.logging import get_logger

@@ -40,12 +40,13 @@ from datasets.utils import tqdm as hf_tqdm
 
 from .accounting import Totals
 from .errors import InvalidParameterError, ParameterTypeError
-from .io.files import atomic_write_arrow, atomic_write_text, dumps_json
+from .io.files import atomic_write_text, dumps_json
 from .io.outputs import refuse_existing_output, save_output
 from .io.paths import FILE_FORMATS, MANIFEST_NAME, work_dir_for
 from .io.workdir import (
     DEFAULT_SHARD_SIZE,
     WorkFolderRun,
+    atomic_write_arrow,
     manifest_mismatch,
     read_json_object,
     sha256_json,

@@ -10,9 +10,7 @@ import pytest
 
 import hf_textdp.sharded as sharded
 from hf_textdp import PrivatizerConfig, privatize_dataset
-from hf_textdp.errors import (
-    OutputExistsError,
-)
+from hf_textdp.errors import OutputExistsError
 from hf_textdp.io.paths import report_path_for, work_dir_for
 from tests.utils import corpus, read_jsonl, small_jsonl
 

@@ -15,13 +15,10 @@ import pytest
 
 import hf_textdp.sharded as sharded
 from hf_textdp import PrivatizerConfig, privatize_dataset
-from hf_textdp.errors import (
-    OutputExistsError,
-    ResumeError,
-)
-from hf_textdp.io.files import atomic_write_arrow as REAL_WRITE
+from hf_textdp.errors import OutputExistsError, ResumeError
 from hf_textdp.io.files import release_lock, try_lock
 from hf_textdp.io.paths import report_path_for, work_dir_for
+from hf_textdp.io.workdir import atomic_write_arrow as REAL_WRITE
 from tests.utils import CLI, LEAK_SEED, SEED_NEEDLES, corpus, make_canaries, scan, small_jsonl, write_jsonl
 
 

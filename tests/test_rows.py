@@ -11,10 +11,7 @@ import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privatize_dataset
 from hf_textdp.cli import main
-from hf_textdp.errors import (
-    ColumnNotFoundError,
-    InvalidRowError,
-)
+from hf_textdp.errors import ColumnNotFoundError, InvalidRowError
 from hf_textdp.io.paths import report_path_for, work_dir_for
 from hf_textdp.space import CANDIDATE
 from tests.utils import corpus, error_lines, read_jsonl, write_jsonl

@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-import pyarrow as pa
-
 
 if sys.platform != "win32":
     import fcntl
@@ -27,7 +25,6 @@ __all__ = [
     "dumps_json",
     "atomic_open",
     "atomic_write_text",
-    "atomic_write_arrow",
     "atomic_path",
     "replace_path",
     "fsync_dir",
@@ -112,13 +109,6 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (temporary sibling + ``os.replace``)."""
     with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
-
-
-def atomic_write_arrow(path: str | os.PathLike[str], table: Any, *, max_chunksize: int = 1000) -> None:
-    """Write a ``pyarrow.Table`` as an Arrow IPC stream (the format ``Dataset.from_file`` reads), atomically."""
-    with atomic_open(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=max_chunksize):
-            writer.write_batch(batch)
 
 
 def replace_path(

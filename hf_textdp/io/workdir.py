@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import pyarrow as pa
 
 from ..errors import HfTextDPError, OutputExistsError, ResumeError
 from ..utils.logging import get_logger
-from .files import atomic_write_text, dumps_json, release_lock, try_lock
+from .files import atomic_open, atomic_write_text, dumps_json, release_lock, try_lock
 from .paths import LOCK_NAME, MANIFEST_NAME
 
 
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_SHARD_SIZE",
     "sha256_json",
     "shard_path",
+    "atomic_write_arrow",
     "shard_rows",
     "manifest_mismatch",
     "lock_work_dir",
@@ -46,6 +48,13 @@ def sha256_json(obj: Any) -> str:
 def shard_path(work: Path, folder: str, k: int) -> Path:
     """The file of shard ``k`` of the split written into ``work/folder``."""
     return work / folder / f"shard-{k:05d}.arrow"
+
+
+def atomic_write_arrow(path: str | os.PathLike[str], table: Any, *, max_chunksize: int = 1000) -> None:
+    """Write a ``pyarrow.Table`` as an Arrow IPC stream (the format ``Dataset.from_file`` reads), atomically."""
+    with atomic_open(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=max_chunksize):
+            writer.write_batch(batch)
 
 
 def shard_rows(path: Path) -> int | None:
