@@ -15,12 +15,12 @@ from .version import __version__ as __version__
 
 
 if TYPE_CHECKING:
-    from .accounting import privacy_report
     from .audit import audit
     from .calibrate import calibrate
     from .collators import DataCollatorForInputsEmbeds, DataCollatorWithPrivatization
     from .config import PrivatizerConfig
     from .errors import HfTextDPError
+    from .io.reports import privacy_report
     from .pipeline import privatize_dataset
     from .privatizer import Privatizer
     from .tokenizer import PrivateTokenizer
@@ -44,7 +44,7 @@ _LAZY = {
     "PrivatizerConfig": "config",
     "Privatizer": "privatizer",
     "privatize_dataset": "pipeline",
-    "privacy_report": "accounting",
+    "privacy_report": "io.reports",
     "calibrate": "calibrate",
     "audit": "audit",
     "PrivateTokenizer": "tokenizer",

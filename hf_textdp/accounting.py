@@ -20,7 +20,6 @@ __all__ = [
     "Claim",
     "Totals",
     "build_report",
-    "privacy_report",
     "format_report",
     "guarantee_statement",
     "NOT_COVERED",
@@ -204,35 +203,6 @@ def build_report(
     if training is not None:
         report["training"] = training
     return report
-
-
-def privacy_report(obj: Any) -> dict[str, Any]:
-    """The privacy report of a :class:`~hf_textdp.Privatizer` (or anything with ``privacy_report()``).
-
-    Also accepts the path of a saved output (file or folder) and reads the report beside it.
-    """
-    import json
-    from pathlib import Path
-
-    if hasattr(obj, "privacy_report"):
-        result: dict[str, Any] = obj.privacy_report()
-        return result
-    if isinstance(obj, (str, Path)):
-        from .io.paths import report_path_for
-
-        path = report_path_for(Path(obj))
-        if not path.is_file():
-            from .errors import InvalidParameterError
-
-            raise InvalidParameterError(f"no privacy report found for {str(obj)!r} (looked for {path}).")
-        loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return loaded
-    from .errors import ParameterTypeError
-
-    raise ParameterTypeError(
-        f"privacy_report() takes a Privatizer, a PrivateTokenizer, a collator or a saved output path, "
-        f"got {type(obj).__name__}."
-    )
 
 
 def _g(x: Any) -> str:

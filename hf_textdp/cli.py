@@ -253,8 +253,9 @@ class ReportCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .accounting import format_report, privacy_report
+        from .accounting import format_report
         from .io.files import dumps_json
+        from .io.reports import privacy_report
 
         report = privacy_report(Path(args.output))
         sys.stdout.write(dumps_json(report) if args.json else format_report(report, source=args.output))

@@ -12,13 +12,16 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from huggingface_hub import hf_hub_download
+
+from .errors import InvalidParameterError, ModelNotFoundError, ParameterTypeError, UnknownOptionError
 from .io.files import atomic_write_text, dumps_json
 from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
-from .space import DEFAULT_MODEL, parse_device
+from .space import DEFAULT_MODEL, network_allowed, parse_device
 from .validation import check_bool, check_epsilon
+from .version import __version__
 
 
 __all__ = ["PrivatizerConfig", "CONFIG_NAME"]
@@ -162,8 +165,6 @@ class PrivatizerConfig:
 
     def save_pretrained(self, save_directory: str | Path) -> Path:
         """Write ``privatizer_config.json`` (sorted keys) into ``save_directory``; returns its path."""
-        from .version import __version__
-
         path = Path(save_directory) / CONFIG_NAME
         data = self.to_dict()
         data["hf_textdp_version"] = __version__
@@ -179,11 +180,6 @@ class PrivatizerConfig:
         if p.is_dir():
             p = p / CONFIG_NAME
         if not p.is_file():
-            from huggingface_hub import hf_hub_download
-
-            from .errors import ModelNotFoundError
-            from .space import network_allowed
-
             try:
                 p = Path(
                     hf_hub_download(

@@ -26,7 +26,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .config import PrivatizerConfig
 from .errors import (
@@ -36,13 +40,13 @@ from .errors import (
     OutputExistsError,
     ParameterTypeError,
 )
+from .io.files import atomic_path, atomic_write_text, dumps_json
+from .io.outputs import refuse_existing_output
+from .io.paths import REPORT_NAME, report_path_for
 from .privatizer import Privatizer
 from .rng import validate_secret_seed
+from .totals import totals_from_columns
 from .utils.logging import get_logger
-
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 
 __all__ = ["privatize_ray", "privatize_ray_files", "ray_report", "RAY_INSTALL"]
@@ -54,24 +58,14 @@ RAY_INSTALL = "pip install 'hf-textdp[ray]'"
 # The arrow types ``Dataset.map`` gives the released columns (datasets stores input_ids as int32 and
 # attention_mask as int8), so Ray and local outputs have one schema, and no block gets a ``null`` column (a
 # batch whose dp_epsilon values are all null).
-_COLUMN_TYPES: dict[str, Any] = {}
-
-
-def _column_types() -> dict[str, Any]:
-    import pyarrow as pa
-
-    if not _COLUMN_TYPES:
-        _COLUMN_TYPES.update(
-            {
-                "input_ids": pa.list_(pa.int32()),
-                "attention_mask": pa.list_(pa.int8()),
-                "dp_tokens": pa.int64(),
-                "dp_epsilon": pa.float64(),
-                "dp_delta": pa.float64(),
-                "inputs_embeds": pa.list_(pa.list_(pa.float64())),
-            }
-        )
-    return _COLUMN_TYPES
+_COLUMN_TYPES = {
+    "input_ids": pa.list_(pa.int32()),
+    "attention_mask": pa.list_(pa.int8()),
+    "dp_tokens": pa.int64(),
+    "dp_epsilon": pa.float64(),
+    "dp_delta": pa.float64(),
+    "inputs_embeds": pa.list_(pa.list_(pa.float64())),
+}
 
 
 def _import_ray() -> Any:
@@ -98,16 +92,13 @@ class _PrivatizeBatches:
         self.priv = priv
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
         priv = self.priv
         batch: dict[str, list[Any]] = {priv.text_column: table.column(priv.text_column).to_pylist()}
         if priv.id_column is not None:
             batch[priv.id_column] = table.column(priv.id_column).to_pylist()
         out = priv(batch)
-        types = _column_types()
         for name, values in out.items():
-            column = pa.array(values, type=types.get(name, pa.string()))
+            column = pa.array(values, type=_COLUMN_TYPES.get(name, pa.string()))
             index = table.schema.get_field_index(name)
             table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
         return table
@@ -257,8 +248,6 @@ def ray_report(
         InvalidParameterError: the rows have no ``input_ids`` (``postprocess="vector"``).
     """
     _import_ray()
-    from .pipeline import totals_from_columns
-
     priv = Privatizer(config, text_column=text_column, split=split)
     schema = written.schema()
     names = list(schema.names) if schema is not None else []
@@ -271,7 +260,7 @@ def ray_report(
     batches = (
         t.to_pydict() for t in written.select_columns(cols).iter_batches(batch_size=4096, batch_format="pyarrow")
     )
-    return priv.build_report(totals_from_columns(priv.space, batches, priv.claim.epsilon_token))
+    return priv.build_report(totals_from_columns(priv.space, batches))
 
 
 # --------------------------------------------------------------------------- files in, files out (the CLI)
@@ -283,8 +272,6 @@ def _read(source: str | os.PathLike[str]) -> Any:
 
     path = Path(source).expanduser()
     if path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
-        import datasets
-
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
             raise InvalidParameterError(
@@ -304,10 +291,6 @@ def _read(source: str | os.PathLike[str]) -> Any:
 
 def _merge_parquet(folder: Path, target: Path) -> None:
     """Concatenate the parquet files Ray wrote (in file-name order) into one file, row group by row group."""
-    import datasets
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     files = sorted(p for p in folder.rglob("*.parquet"))
     schemas = [pq.read_schema(p).remove_metadata() for p in files]
     schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
@@ -348,9 +331,6 @@ def privatize_ray_files(
             `dict`: the report, counted from the rows read back from ``output``.
     """
     ray = _import_ray()
-    from .io.files import atomic_path, atomic_write_text, dumps_json
-    from .io.paths import REPORT_NAME, report_path_for
-
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before Ray starts
     out = Path(output).expanduser()
     if out.suffix and out.suffix.lower() != ".parquet":
@@ -360,10 +340,8 @@ def privatize_ray_files(
     src = Path(source).expanduser()
     if src.exists() and (src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve())):
         raise OutputExistsError(f"output {str(output)!r} is or contains the input; refusing to overwrite the input.")
-    if out.exists() and not overwrite:
-        raise OutputExistsError(
-            f"output {str(output)!r} already exists; pass overwrite=True (--overwrite) to replace it."
-        )
+    if not overwrite:
+        refuse_existing_output(out)
     if config.postprocess == "vector":
         raise InvalidParameterError(
             "postprocess='vector' is not available with --engine ray (its report needs the input's token classes); "

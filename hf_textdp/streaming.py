@@ -35,20 +35,25 @@ import os
 from pathlib import Path
 from typing import Any
 
+import datasets
+from datasets.utils import tqdm as hf_tqdm
+
 from .accounting import Totals
-from .errors import HfTextDPError, InvalidParameterError, OutputExistsError, ParameterTypeError
-from .io.files import atomic_write_arrow, atomic_write_text, dumps_json
+from .errors import InvalidParameterError, ParameterTypeError
+from .io.files import atomic_write_text, dumps_json
+from .io.outputs import refuse_existing_output, save_output
 from .io.paths import FILE_FORMATS, MANIFEST_NAME, work_dir_for
-from .pipeline import (
+from .io.workdir import (
     DEFAULT_SHARD_SIZE,
     WorkFolderRun,
-    _sha256_json,
+    atomic_write_arrow,
     manifest_mismatch,
     read_json_object,
-    save_output,
-    totals_from_columns,
+    sha256_json,
+    shard_path,
 )
 from .privatizer import Privatizer
+from .totals import totals_from_dataset
 from .utils.logging import get_logger
 
 
@@ -97,8 +102,6 @@ def save_streaming(
     >>> save_streaming(out, "big.private.parquet", {"": priv})["totals"]["rows"]              # doctest: +SKIP
     1000000
     """
-    import datasets
-
     out_path = Path(output).expanduser()
     for name, value in (("resume", resume), ("overwrite", overwrite)):
         if not isinstance(value, bool):
@@ -130,18 +133,7 @@ def save_streaming(
         raise ParameterTypeError(f"ds must be an IterableDataset or IterableDatasetDict, got {type(ds).__name__}.")
 
     run = _StreamRun(parts, privatizers, out_path, is_dict=is_dict, shard_size=shard_size)
-    run.open(resume=resume, overwrite=overwrite)
-    keep = True
-    try:
-        run.compute()
-        report = run.assemble()
-        keep = False
-    except HfTextDPError:
-        # a bad row or parameter fails again at the same place on resume: nothing to keep
-        keep = False
-        raise
-    finally:  # anything else (KeyboardInterrupt, a full disk, a lost connection) keeps the shards for resume
-        run.close(keep=keep and run.resumable)
+    report: dict[str, Any] = run.execute(resume=resume, overwrite=overwrite)
     totals = report["totals"]
     logger.info(
         "privatized %d streamed rows (%s, epsilon=%s per token) into %s",
@@ -184,7 +176,7 @@ class _StreamRun(WorkFolderRun):
         first = next(iter(self.privatizers.values()))
         return {
             "format": STREAM_MANIFEST_FORMAT,
-            "config_sha256": _sha256_json(first.config.to_dict()),
+            "config_sha256": sha256_json(first.config.to_dict()),
             "space_sha256": first.space.space_hash,
             "text_column": first.text_column,
             "id_column": first.id_column,
@@ -194,7 +186,7 @@ class _StreamRun(WorkFolderRun):
         }
 
     @staticmethod
-    def _mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    def mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
         return manifest_mismatch(
             old,
             new,
@@ -204,25 +196,18 @@ class _StreamRun(WorkFolderRun):
             },
         )
 
-    def _finished(self) -> int:
+    def finished(self) -> int:
         return sum(self._progress(name)["shards"] for name in self.parts) if self.work.is_dir() else 0
 
     # ---------------------------------------------------------------- the work folder
     def open(self, *, resume: bool, overwrite: bool) -> None:
         """Create or take over the locked work folder, after checking the output and any partial run."""
-        has_partial = (self.work / MANIFEST_NAME).is_file()
-        if self.output.exists() and not overwrite and not (resume and has_partial):
-            raise OutputExistsError(
-                f"output {str(self.output)!r} already exists"
-                + (" (a finished run: there is nothing to resume)" if resume else "")
-                + "; pass overwrite=True (--overwrite) to replace it."
-            )
-        new = self.manifest()  # loads the model: a bad model fails before anything is written
-        self.work.mkdir(parents=True, exist_ok=True)
-        self._lock_and_take_over(new, resume=resume, overwrite=overwrite)
+        if not overwrite and not (resume and (self.work / MANIFEST_NAME).is_file()):
+            refuse_existing_output(self.output, resume=resume)
+        super().open(resume=resume, overwrite=overwrite)
 
-    def _refusal(self, old: dict[str, Any]) -> str | None:
-        if not self.resumable and self._finished():
+    def refusal(self, old: dict[str, Any]) -> str | None:
+        if not self.resumable and self.finished():
             return "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
         return None
 
@@ -233,7 +218,7 @@ class _StreamRun(WorkFolderRun):
         return data
 
     def _shard_path(self, name: str, k: int) -> Path:
-        return self.work / self.folders[name] / f"shard-{k:05d}.arrow"
+        return shard_path(self.work, self.folders[name], k)
 
     # ---------------------------------------------------------------- the work
     def compute(self) -> None:
@@ -255,9 +240,6 @@ class _StreamRun(WorkFolderRun):
             )
 
     def _stream(self, name: str, part: Any, progress: dict[str, Any]) -> dict[str, Any]:
-        import datasets
-        from datasets.utils import tqdm as hf_tqdm
-
         # Python batches: datasets' arrow iteration over a Python map converts the outputs one row at a time,
         # several times slower than one conversion per shard (with the types Dataset.map would infer).
         stream = part.with_format(None)
@@ -283,8 +265,6 @@ class _StreamRun(WorkFolderRun):
         return progress
 
     def _load(self, name: str) -> Any:
-        import datasets
-
         n = self._progress(name)["shards"]
         shards = [datasets.Dataset.from_file(str(self._shard_path(name, k))) for k in range(n)]
         if not shards:
@@ -293,16 +273,12 @@ class _StreamRun(WorkFolderRun):
 
     def assemble(self) -> dict[str, Any]:
         """Write the output and its report (from the written rows) atomically; return the report."""
-        import datasets
-
         loaded = {name: self._load(name) for name in self.parts}
         totals = Totals()
         for name, part in loaded.items():
             priv = self.privatizers[name]
             if "input_ids" in part.column_names or part.num_rows == 0:
-                cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in part.column_names]
-                batches = part.select_columns(cols).iter(batch_size=1000) if part.num_rows else []
-                totals.merge(totals_from_columns(priv.space, batches, priv.claim.epsilon_token))
+                totals.merge(totals_from_dataset(priv.space, part))
             else:  # postprocess="vector": the classes this process counted (the run was not resumed)
                 totals.merge(self._run_totals.get(name, Totals()))
         first = next(iter(self.privatizers.values()))

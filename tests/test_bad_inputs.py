@@ -6,13 +6,14 @@ import json
 import logging
 import os
 import subprocess
-import sys
 
 import pytest
 
 from hf_textdp import HfTextDPError, PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import InputFileError, OutputNotWritableError
-from hf_textdp.pipeline import ROW_EPSILON_OUTLIER_MULTIPLE, read_file_in_memory
+from hf_textdp.io.sources import read_file_in_memory
+from hf_textdp.totals import ROW_EPSILON_OUTLIER_MULTIPLE
+from tests.utils import CLI
 
 
 @pytest.mark.parametrize(
@@ -54,9 +55,7 @@ def test_input_file_error_is_one_cli_line(tmp_path, tiny_bert):
     src.write_text("")
     res = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "hf_textdp.cli",
+            *CLI,
             "privatize",
             str(src),
             str(tmp_path / "o.jsonl"),

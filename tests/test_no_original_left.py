@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from hf_textdp.io.paths import work_dir_for
 from tests.conftest import minilm_available
+from tests.utils import CLI
 
 
 pytestmark = [
@@ -62,7 +62,7 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def _cmd(src: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "hf_textdp.cli", "privatize", str(src), str(out), "--epsilon", "1", *extra]
+    return [*CLI, "privatize", str(src), str(out), "--epsilon", "1", *extra]
 
 
 def _files_with_canary(root: Path, skip: Path) -> list[str]:

@@ -11,9 +11,9 @@ import hf_textdp
 
 
 def test_every_public_name_resolves_to_its_definition():
-    from hf_textdp.accounting import privacy_report
     from hf_textdp.audit import audit
     from hf_textdp.calibrate import calibrate
+    from hf_textdp.io.reports import privacy_report
     from hf_textdp.privatizer import Privatizer
 
     assert hf_textdp.audit is audit and hf_textdp.calibrate is calibrate  # functions, not the submodules

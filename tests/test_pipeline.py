@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import hf_textdp.pipeline as pipeline
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.io.paths import report_path_for, work_dir_for
-from tests.utils import corpus
+from tests.utils import CLI, corpus
 
 
 SEED = 2**63 + 12345
@@ -172,15 +172,14 @@ def test_vector_output_has_a_report(tiny_bert, tmp_path):
 
 def test_streaming_output_goes_through_save_streaming(cfg, tmp_path, monkeypatch):
     """An IterableDataset output is handed to ``streaming.save_streaming`` (owned by the streaming module)."""
-    streaming = pytest.importorskip("hf_textdp.streaming")
     calls = []
-    real = streaming.save_streaming
+    real = pipeline.save_streaming
 
     def spy(ds, output, privs, **kw):
         calls.append((output, kw))
         return real(ds, output, privs, **kw)
 
-    monkeypatch.setattr(streaming, "save_streaming", spy)
+    monkeypatch.setattr(pipeline, "save_streaming", spy)
     privatize_dataset(
         _source("jsonl", tmp_path), cfg, seed=SEED, streaming=True, output_dir=tmp_path / "s.jsonl", shard_size=7
     )
@@ -198,9 +197,7 @@ def test_cli_end_to_end(fmt, cfg, reference, tiny_bert, tmp_path):
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
     res = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "hf_textdp.cli",
+            *CLI,
             "privatize",
             src,
             str(output),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -206,3 +208,69 @@ def build_tiny_gpt2(folder: Path, vocab_size: int = 600, hidden: int = 16, seed:
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+# --------------------------------------------------------------------------- the CLI, files and leak scans
+CLI = [sys.executable, "-m", "hf_textdp.cli"]  # the ``hf-textdp`` command, run in a child process
+
+LEAK_SEED = 918273645  # spec §10.7's leak-scan seed
+SEED_NEEDLES = [
+    b"918273645",
+    b"36bbbe6d",
+    b"36BBBE6D",
+    LEAK_SEED.to_bytes(8, "little"),
+    b"J" + LEAK_SEED.to_bytes(4, "little"),
+]
+
+
+def write_jsonl(path: Path, texts: list[Any], **extra: Any) -> Path:
+    """A .jsonl file with a ``text`` column (and the ``extra`` columns)."""
+    import datasets
+
+    datasets.Dataset.from_dict({"text": list(texts), **extra}).to_json(str(path), force_ascii=False)
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    # split on "\n" only: str.splitlines() would also split inside texts holding U+2028 or \x1c
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+
+
+def small_jsonl(tmp_path: Path, n: int = 12) -> Path:
+    """``tmp_path/in.jsonl``: ``n`` rows of text and an int ``label``."""
+    return write_jsonl(tmp_path / "in.jsonl", corpus(n, seed=31), label=list(range(n)))
+
+
+def error_lines(err: str) -> list[str]:
+    """The ``hf-textdp: error:`` lines of a stderr."""
+    return [line for line in err.splitlines() if line.startswith("hf-textdp: error:")]
+
+
+def make_canaries(k: int) -> list[bytes]:
+    """Unique random words that cannot occur by chance (24 letters: ≥ 15 WordPiece pieces, each replaced)."""
+    rng = random.Random(918)
+    return [("".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(24))).encode() for _ in range(k)]
+
+
+def _file_bytes(path: Path) -> bytes:
+    data = path.read_bytes()
+    if path.suffix == ".parquet":  # compressed pages: also scan the decoded values
+        import pyarrow.parquet as pq
+
+        data += json.dumps(pq.read_table(path).to_pylist(), default=repr, ensure_ascii=False).encode()
+    return data
+
+
+def scan(roots: Any, needles: list[bytes], allowed: Any = ()) -> dict[str, list[bytes]]:
+    """Every file under ``roots`` (hidden ones included) → the needles found in it."""
+    allowed = {Path(a).resolve() for a in allowed}
+    hits: dict[str, list[bytes]] = {}
+    for root in roots:
+        root = Path(root)
+        for path in [root] if root.is_file() else root.rglob("*"):
+            if path.is_file() and path.resolve() not in allowed:
+                data = _file_bytes(path)
+                found = [n for n in needles if n in data]
+                if found:
+                    hits[str(path)] = found
+    return hits

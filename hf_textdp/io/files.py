@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import IO, Any
 
 
+if sys.platform != "win32":
+    import fcntl
+
 __all__ = [
     "dumps_json",
     "atomic_open",
     "atomic_write_text",
-    "atomic_write_arrow",
     "atomic_path",
     "replace_path",
     "fsync_dir",
@@ -108,15 +111,6 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         f.write(text)
 
 
-def atomic_write_arrow(path: str | os.PathLike[str], table: Any, *, max_chunksize: int = 1000) -> None:
-    """Write a ``pyarrow.Table`` as an Arrow IPC stream (the format ``Dataset.from_file`` reads), atomically."""
-    import pyarrow as pa
-
-    with atomic_open(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=max_chunksize):
-            writer.write_batch(batch)
-
-
 def replace_path(
     src: str | os.PathLike[str], dst: str | os.PathLike[str], *, trash_dir: str | os.PathLike[str]
 ) -> None:
@@ -169,9 +163,7 @@ def try_lock(path: str | os.PathLike[str]) -> int | None:
     ``fcntl`` does not exist (Windows) the lock always succeeds.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
+    if sys.platform == "win32":  # pragma: no cover
         return fd
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,120 @@
+"""Saving an output with its report atomically, and refusing outputs that exist or hold the input."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from ..errors import HfTextDPError, InvalidParameterError, OutputExistsError, OutputNotWritableError
+from .files import atomic_path, dumps_json, fsync_tree
+from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
+
+
+__all__ = ["check_not_input", "input_paths", "refuse_existing_output", "save_output", "output_errors"]
+
+
+def check_not_input(output: Path, paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse an output that is an input path, or a folder that holds one (replacing it would delete it)."""
+    out = output.expanduser().resolve()
+    for path in paths:
+        p = Path(path).expanduser()
+        if not p.exists():
+            continue
+        p = p.resolve()
+        if p == out or out in p.parents:
+            what = "is the input itself" if p == out else f"contains the input {str(p)!r}"
+            raise OutputExistsError(f"output {str(output)!r} {what}; refusing to overwrite the input.")
+
+
+def input_paths(source: Any, parts: dict[str, Any]) -> list[str]:
+    """The paths a run reads: ``source`` when it is a path, and the splits' Arrow cache files."""
+    paths: list[str] = [str(source)] if isinstance(source, (str, os.PathLike)) else []
+    for part in parts.values():
+        paths.extend(f["filename"] for f in getattr(part, "cache_files", None) or [])
+    return paths
+
+
+def refuse_existing_output(output: Path, *, resume: bool = False) -> None:
+    """Raise :class:`OutputExistsError` when ``output`` exists (the caller checked ``overwrite``)."""
+    if output.exists():
+        raise OutputExistsError(
+            f"output {str(output)!r} already exists"
+            + (" (a finished run: there is nothing to resume)" if resume else "")
+            + "; pass overwrite=True (--overwrite) to replace it."
+        )
+
+
+def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path | None = None) -> None:
+    """Write ``ds`` and its report to ``output`` (format from the extension, else a ``save_to_disk`` folder).
+
+    Both are written under ``tmp_root`` (default: beside ``output``) and renamed into place, the report
+    first, so an output that exists is complete and has its report.
+    """
+    output = Path(output)
+    fmt = FILE_FORMATS.get(output.suffix.lower())
+    if fmt is not None:
+        if isinstance(ds, datasets.DatasetDict):
+            raise InvalidParameterError(
+                f"output {str(output)!r}: a DatasetDict with splits {sorted(ds)} needs a folder output (no extension) "
+                "or split=."
+            )
+        with atomic_path(output, is_dir=False, tmp_root=tmp_root) as tmp:
+            if fmt == "json":
+                ds.to_json(str(tmp), lines=True, force_ascii=False)
+            elif fmt == "csv":
+                ds.to_csv(str(tmp), index=False)
+            else:
+                ds.to_parquet(str(tmp))
+            report_tmp = tmp.with_name(report_path_for(output).name)
+            report_tmp.write_text(dumps_json(report), encoding="utf-8")
+            fsync_tree(report_tmp)
+            os.replace(report_tmp, report_path_for(output))
+        return
+    # The in-process fingerprint is derived from the (secret) seed: publish a random one instead.
+    if isinstance(ds, datasets.DatasetDict):
+        ds = datasets.DatasetDict({k: _refingerprint(v) for k, v in ds.items()})
+    else:
+        ds = _refingerprint(ds)
+    with atomic_path(output, is_dir=True, tmp_root=tmp_root) as tmp:
+        ds.save_to_disk(str(tmp))
+        (tmp / REPORT_NAME).write_text(dumps_json(report), encoding="utf-8")
+
+
+def _refingerprint(ds: Any) -> Any:
+    ds = ds.flatten_indices() if getattr(ds, "_indices", None) is not None else ds
+    ds._fingerprint = secrets.token_hex(16)
+    return ds
+
+
+@contextlib.contextmanager
+def output_errors(output: Path) -> Iterator[None]:
+    """Turn an ``OSError`` met while writing ``output`` into one line that names the output.
+
+    The hidden work folder (``.OUTPUT.partial``) is an implementation detail: the message names the
+    output the user asked for, and an ancestor that is in the way (a file where a folder should be).
+    """
+    try:
+        yield
+    except HfTextDPError:
+        raise
+    except OSError as err:
+        work = work_dir_for(output)
+        where = ""
+        if err.filename is not None:
+            culprit = Path(os.fsdecode(err.filename))
+            if culprit != output and culprit != work and work not in culprit.parents and output not in culprit.parents:
+                where = f" at {str(culprit)!r}"
+        reason = err.strerror or type(err).__name__
+        blocker = next((a for a in output.parents if a.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            reason, where = f"{str(blocker)!r} is a file, not a folder", ""
+        raise OutputNotWritableError(
+            f"output {str(output)!r} cannot be written ({reason}{where}); choose an output path in an existing, "
+            "writable folder with free space."
+        ) from err

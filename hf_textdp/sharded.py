@@ -1,0 +1,195 @@
+"""The in-memory sharded writer behind ``privatize_dataset(..., output_dir=...)`` (shards, work folder and
+resume: see :mod:`hf_textdp.pipeline`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from .config import PrivatizerConfig
+from .io.outputs import save_output
+from .io.paths import FILE_FORMATS, work_dir_for
+from .io.workdir import WorkFolderRun, atomic_write_arrow, manifest_mismatch, sha256_json, shard_path, shard_rows
+from .privatizer import Privatizer
+from .totals import dataset_report
+from .utils.logging import get_logger
+
+
+__all__ = ["ShardedRun"]
+
+logger = get_logger("hf_textdp.pipeline")  # the logger these lines have always used
+
+MANIFEST_FORMAT = "hf_textdp/shards/v1"
+_CARD_FIELDS = ("description", "citation", "homepage", "license")
+
+
+class _Shifted:
+    """``Privatizer.__call__`` with the shard's first row added to ``datasets``' 0-based indices.
+
+    Row r of a split keeps row id r whatever shard it falls in, so its noise (docs/mechanisms/randomness.md) is the
+    same as in a single ``Dataset.map``. Picklable for ``num_proc`` workers; hashes as the privatizer plus the offset.
+    """
+
+    def __init__(self, priv: Privatizer, offset: int) -> None:
+        self.priv = priv
+        self.offset = offset
+
+    def __call__(self, batch: dict[str, list[Any]], indices: Sequence[int]) -> dict[str, list[Any]]:
+        return self.priv(batch, [self.offset + int(i) for i in indices])
+
+
+@dataclass
+class _Split:
+    name: str
+    data: Any  # datasets.Dataset
+    priv: Privatizer
+    folder: str
+
+    def ranges(self, shard_size: int) -> list[tuple[int, int]]:
+        n = len(self.data)
+        return [(a, min(a + shard_size, n)) for a in range(0, n, shard_size)] or [(0, 0)]
+
+
+class ShardedRun(WorkFolderRun):
+    """One ``privatize_dataset(..., output_dir=...)`` call over in-memory or memory-mapped splits."""
+
+    def __init__(
+        self,
+        parts: dict[str, Any],
+        privatizers: dict[str, Privatizer],
+        output: Path,
+        config: PrivatizerConfig,
+        *,
+        is_dict: bool,
+        text_column: str,
+        id_column: str | None,
+        shard_size: int,
+        batch_size: int,
+        num_proc: int | None,
+    ) -> None:
+        self.splits = [
+            _Split(name, part, privatizers[name], f"split-{i:03d}") for i, (name, part) in enumerate(parts.items())
+        ]
+        self.output = output
+        self.work = work_dir_for(output)
+        self.config = config
+        self.is_dict = is_dict
+        self.text_column = text_column
+        self.id_column = id_column
+        self.shard_size = shard_size
+        self.batch_size = batch_size
+        self.num_proc = num_proc
+
+    # ---------------------------------------------------------------- the manifest
+    def manifest(self) -> dict[str, Any]:
+        """What this run is, with no text and nothing derived from the seed (only whether there is one)."""
+        priv = self.splits[0].priv
+        inputs = [
+            {
+                "split": s.name,
+                "rows": len(s.data),
+                "columns": s.data.column_names,
+                "fingerprint": getattr(s.data, "_fingerprint", None),
+            }
+            for s in self.splits
+        ]
+        return {
+            "format": MANIFEST_FORMAT,
+            "config_sha256": sha256_json(self.config.to_dict()),
+            "space_sha256": priv.space.space_hash,
+            "text_column": self.text_column,
+            "id_column": self.id_column,
+            "seeded": priv.seed is not None,
+            "shard_size": self.shard_size,
+            "input_sha256": sha256_json(inputs),
+            "splits": [
+                {"name": s.name, "folder": s.folder, "rows": len(s.data), "shards": len(s.ranges(self.shard_size))}
+                for s in self.splits
+            ],
+        }
+
+    @staticmethod
+    def mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+        return manifest_mismatch(
+            old,
+            new,
+            format_reason="it was written in another work-folder format",
+            own_reasons={
+                "shard_size": f"its shard_size was {old.get('shard_size')!r}, this run's is {new['shard_size']!r}",
+                "input_sha256": "its input differs from this run's (rows, columns, files or splits)",
+            },
+        )
+
+    def _shard_path(self, split: _Split, k: int) -> Path:
+        return shard_path(self.work, split.folder, k)
+
+    def finished(self) -> int:
+        return sum(1 for _ in self.work.glob("split-*/shard-*.arrow")) if self.work.is_dir() else 0
+
+    # ---------------------------------------------------------------- the work
+    def compute(self) -> None:
+        """Privatize every shard that is not finished yet, writing each atomically."""
+        reused = written = 0
+        for split in self.splits:
+            ranges = split.ranges(self.shard_size)
+            for k, (a, b) in enumerate(ranges):
+                path = self._shard_path(split, k)
+                if shard_rows(path) == b - a:
+                    reused += 1
+                    continue
+                atomic_write_arrow(path, self._privatize(split, a, b, k, len(ranges)))
+                written += 1
+        logger.info("%s: %d shard(s) privatized, %d reused", self.output, written, reused)
+
+    def _privatize(self, split: _Split, a: int, b: int, k: int, n_shards: int) -> Any:
+        data = split.data if (a, b) == (0, len(split.data)) else split.data.select(range(a, b))
+        label = split.name or "rows"
+        res = data.map(
+            _Shifted(split.priv, a),
+            batched=True,
+            with_indices=True,
+            batch_size=self.batch_size,
+            num_proc=self.num_proc if self.num_proc and b - a > 1 else None,
+            keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
+            load_from_cache_file=False,
+            desc=f"Privatizing {label} shard {k + 1}/{n_shards} ({self.config.mechanism}, "
+            f"epsilon={self.config.epsilon:g})",
+        )
+        if len(res) != b - a:  # pragma: no cover - an invariant of Dataset.map
+            raise RuntimeError(f"shard {k} of split {split.name!r}: {len(res)} rows out for {b - a} in.")
+        if getattr(res, "_indices", None) is not None:
+            res = res.flatten_indices(keep_in_memory=True)
+        # The map's schema metadata carries its in-process fingerprint, a hash of the seeded privatizer:
+        # keep only the features.
+        return res.data.table.replace_schema_metadata(res.features.arrow_schema.metadata)
+
+    def _load(self, *, in_memory: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for split in self.splits:
+            shards = [
+                datasets.Dataset.from_file(str(self._shard_path(split, k)), in_memory=in_memory)
+                for k in range(len(split.ranges(self.shard_size)))
+            ]
+            ds = shards[0] if len(shards) == 1 else datasets.concatenate_datasets(shards)
+            for key in _CARD_FIELDS:  # the input's card fields (never row text) carry over
+                setattr(ds.info, key, getattr(split.data.info, key, None) or getattr(ds.info, key))
+            out[split.name] = ds
+        return out
+
+    def assemble(self) -> tuple[Any, dict[str, Any]]:
+        """Write the output and its report atomically; return (the dataset to hand back, the report)."""
+        parts = self._load(in_memory=False)
+        out: Any = datasets.DatasetDict(parts) if self.is_dict else parts[self.splits[0].name]
+        privatizers = {s.name: s.priv for s in self.splits}
+        report = dataset_report(out, privatizers, {s.name: s.data for s in self.splits})
+        save_output(out, self.output, report, tmp_root=self.work)
+        if FILE_FORMATS.get(self.output.suffix.lower()) is None:
+            return datasets.load_from_disk(str(self.output)), report
+        # A file output cannot be memory-mapped back with its types (CSV has no lists): hand back the
+        # shards, read into memory before the work folder goes.
+        mem = self._load(in_memory=True)
+        return (datasets.DatasetDict(mem) if self.is_dict else mem[self.splits[0].name]), report
