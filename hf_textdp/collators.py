@@ -42,7 +42,6 @@ from .tokenizer import EncodedBatch, PrivateEncoder, PrivateTokenizer, check_row
 from .utils.logging import get_logger, warn_once
 
 
-# PrivacyAccountingCallback (a transformers.TrainerCallback) is built on first access, see __getattr__ below
 __all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
 
 logger = get_logger(__name__)
