@@ -50,17 +50,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 
+from . import vectors
+from .config import PrivatizerConfig
 from .errors import InvalidParameterError
 from .mechanisms import get_mechanism_class
-from .space import DEFAULT_MODEL
+from .postprocess import clear_neighbour_caches
+from .privatizer import Privatizer
+from .rng import derive_row_seed, streams_for_rows
+from .search import bf16_filter_available, exact_fp32_matmul
+from .space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace, load_space
 
-
-if TYPE_CHECKING:
-    from .space import EmbeddingSpace
 
 __all__ = [
     "ARITHMETICS",
@@ -128,8 +131,6 @@ def gemm_bounds(
     >>> sorted(gemm_bounds(100, 8, repeats=1, rows=16))
     ['bf16', 'fp32', 'int8']
     """
-    from .search import exact_fp32_matmul
-
     dev = torch.device(device)
     m, k, n = rows, _ceil8(d), _ceil8(V)
     g = torch.Generator().manual_seed(0)
@@ -390,8 +391,6 @@ def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
     if get_mechanism_class(mech).kind == "selection":
         return SAMPLER_ARITHMETIC.get(mech, "fp32")
     if post in SEARCH_STEPS:
-        from .search import bf16_filter_available
-
         return "bf16" if bf16_filter_available(space.device) else "fp32"
     return "fp32"
 
@@ -462,9 +461,6 @@ class BenchReport:
 # --------------------------------------------------------------------------- the run
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
     """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
-    from .rng import derive_row_seed, streams_for_rows
-    from .space import CANDIDATE
-
     space, mech = priv.space, priv.mechanism
     rows = priv._tokens.encode(list(texts[:200]))
     pos = []
@@ -504,10 +500,6 @@ def _run_case(
     V: int,
     d: int,
 ) -> BenchCase:
-    from .config import PrivatizerConfig
-    from .postprocess import clear_neighbour_caches
-    from .privatizer import Privatizer
-
     mech_name, post = _parse_case(case)
     out = BenchCase(
         name=case if "/" in case or post == "nearest" else f"{mech_name}/{post}",
@@ -643,8 +635,6 @@ def _run_cli(args: list[str], timeout: float) -> dict[str, Any]:
 
 def _vector_load(path: Path) -> dict[str, Any]:
     """Reading a vector file once (bytes), parsing it (cache off) and loading it from the parse cache."""
-    from . import vectors
-
     t0 = time.perf_counter()
     raw = path.read_bytes()
     read_s = time.perf_counter() - t0
@@ -746,8 +736,6 @@ def run_bench(
     Raises:
         InvalidParameterError: a count below 1, an unknown case, or no text (see :func:`load_texts`).
     """
-    from .space import load_space
-
     if rows < 1 or batch_size < 1 or repeats < 1 or bound_repeats < 1:
         raise InvalidParameterError(
             f"rows, batch_size, repeats and bound_repeats must be >= 1, got {rows}, {batch_size}, {repeats}, "

@@ -40,7 +40,7 @@ from scipy import special
 
 from .audit import apply_step
 from .config import PrivatizerConfig
-from .errors import HfTextDPError, InvalidParameterError, ParameterTypeError
+from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.madlib import Madlib
 from .postprocess import PostprocessStep
@@ -488,8 +488,6 @@ def plot_calibration(result: CalibrationResult, path: str | os.PathLike[str]) ->
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        from .errors import MissingExtraError
-
         raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
     items = sorted(result.rates.items())
     eps = [e for e, _ in items]

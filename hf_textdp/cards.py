@@ -16,12 +16,19 @@ Example:
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
+
 from .errors import InvalidParameterError
+from .results import load_results
+from .version import __version__
 
 
 __all__ = [
@@ -159,8 +166,6 @@ def find_report(path: str | os.PathLike[str]) -> Path | None:
 
 def is_results_folder(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a folder of ``hf-textdp evaluate`` result JSONs."""
-    from .evaluation.plots import load_results
-
     p = Path(path)
     return p.is_dir() and bool(load_results(p))
 
@@ -185,8 +190,6 @@ def dataset_card(
         original_columns (`list[str]`, *optional*): columns of the data that hold the original text
             (``*_original``); the card then says first, plainly, that they and the dataset are not private.
     """
-    from huggingface_hub import DatasetCard, DatasetCardData
-
     original_columns = sorted(original_columns or [])
 
     totals = report.get("totals") or {}
@@ -279,11 +282,6 @@ _TASK_TYPES = {
 
 def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
     """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
-    from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    from .evaluation.plots import load_results
-    from .version import __version__
-
     results = load_results(Path(folder))
     if not results:
         raise InvalidParameterError(f"{str(folder)!r} holds no hf-textdp evaluate results (result JSONs).")
@@ -450,15 +448,10 @@ def _column_names(p: Path) -> set[str]:
                 if isinstance(row, dict):
                     names.update(row)
     elif suffix == ".csv":
-        import csv
-
         with p.open(encoding="utf-8", errors="replace", newline="") as fh:
             names.update(next(csv.reader(fh), []))
     elif suffix in (".parquet", ".arrow"):
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
             if suffix == ".parquet":
                 names.update(pq.read_schema(p).names)
             else:

@@ -6,12 +6,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import HfTextDPError, InvalidParameterError
+from .accounting import format_report
+from .audit import audit
+from .bench import format_table, run_bench
+from .calibrate import calibrate, format_calibration, plot_calibration
+from .cards import render_card
+from .config import PrivatizerConfig
+from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
+from .hub import push_to_hub
+from .io.files import dumps_json
+from .io.paths import report_path_for
+from .io.reports import privacy_report
+from .mechanisms import get_mechanism_class, list_mechanisms
+from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
+from .postprocess import list_postprocess
+from .ray import privatize_ray_files
+from .space import DEFAULT_MODEL, load_space
+from .version import __version__
 
 
 __all__ = ["main"]
@@ -53,21 +70,15 @@ def _read_seed(args: argparse.Namespace) -> int | None:
 
 
 def _mechanism_names() -> list[str]:
-    from .mechanisms import list_mechanisms
-
     return list_mechanisms()
 
 
 def _postprocess_names() -> list[str]:
-    from .postprocess import list_postprocess
-
     return list_postprocess()
 
 
 def _options_epilog() -> str:
     """Each registered mechanism's -o options with their defaults, and which post-processing steps apply."""
-    from .mechanisms import get_mechanism_class
-
     lines = ["mechanism options (-o KEY=VALUE; defaults shown) and post-processing steps:"]
     for name in _mechanism_names():
         cls = get_mechanism_class(name)
@@ -92,8 +103,6 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _config_from_args(args: argparse.Namespace) -> Any:
-    from .config import PrivatizerConfig
-
     base: dict[str, Any] = {}
     if getattr(args, "config", None):
         base = PrivatizerConfig.from_pretrained(args.config).to_dict()
@@ -172,17 +181,12 @@ class PrivatizeCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .io.paths import report_path_for
-        from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
-
         config = _config_from_args(args)
         try:
             seed = _read_seed(args)
         except OSError as err:
             raise InvalidParameterError(f"--seed-file {args.seed_file!r} cannot be read ({err.strerror}).") from None
         if args.engine == "ray":  # Ray Data reads, privatizes and writes parquet; see docs/large_corpora.md
-            from .ray import privatize_ray_files
-
             if args.resume:
                 raise InvalidParameterError(
                     "--resume is not available with --engine ray: Ray Data retries lost work within a run; rerun "
@@ -253,10 +257,6 @@ class ReportCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .accounting import format_report
-        from .io.files import dumps_json
-        from .io.reports import privacy_report
-
         report = privacy_report(Path(args.output))
         sys.stdout.write(dumps_json(report) if args.json else format_report(report, source=args.output))
         return 0
@@ -318,17 +318,10 @@ class CalibrateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .calibrate import calibrate, format_calibration, plot_calibration
-        from .config import PrivatizerConfig
-        from .io.files import dumps_json
-        from .space import DEFAULT_MODEL
-
         if args.plot is not None:  # fail before the work when matplotlib is missing
             try:
                 import matplotlib  # noqa: F401
             except ImportError as err:
-                from .errors import MissingExtraError
-
                 raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
         kwargs: dict[str, Any] = {"target_rate": args.target_rate}
         if args.postprocess is not None or args.delta is not None:
@@ -382,10 +375,6 @@ class AuditCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .audit import audit
-        from .io.files import dumps_json
-        from .space import load_space
-
         config = _config_from_args(args)
         space = load_space(config.model, config.device)
         seed = int(args.seed, 0) if args.seed is not None else None
@@ -404,10 +393,6 @@ class EnvCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        import platform
-
-        from .version import __version__
-
         info = {"hf-textdp": __version__, "python": platform.python_version(), "platform": platform.platform()}
         for mod in ("torch", "transformers", "tokenizers", "datasets", "numpy", "scipy", "huggingface_hub"):
             try:
@@ -483,7 +468,7 @@ class EvaluateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .evaluation.recipe import run_recipes
+        from .evaluation.recipe import run_recipes  # the eval extra's layer; importing it costs ~2 s (evaluate)
 
         root = Path(args.output or "results")
         done = run_recipes(
@@ -512,8 +497,6 @@ class CardCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .cards import render_card
-
         card = render_card(args.path)
         if args.output:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -544,8 +527,6 @@ class PushCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .hub import push_to_hub
-
         url = push_to_hub(
             args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
         )
@@ -588,10 +569,6 @@ class BenchCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .bench import format_table, run_bench
-        from .io.files import dumps_json
-        from .space import DEFAULT_MODEL
-
         report = run_bench(
             model=args.model or DEFAULT_MODEL,
             mechanisms=args.mechanism,

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import shutil
@@ -34,16 +33,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import TrainerCallback
 
 from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
-from .tokenizer import EncodedBatch, PrivateEncoder, check_row_id
+from .tokenizer import EncodedBatch, PrivateEncoder, PrivateTokenizer, check_row_id
 from .utils.logging import get_logger, warn_once
 
 
-# PrivacyAccountingCallback (a transformers.TrainerCallback) is built on first access, see __getattr__ below
-__all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]  # noqa: F822
+__all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
 
 logger = get_logger(__name__)
 # the per-epoch line is "hf_textdp: epoch E: ..." (spec §10.3): the library root logger's name is the prefix
@@ -183,8 +182,6 @@ class DataCollatorWithPrivatization:
         pad_to_multiple_of: int | None = None,
         return_tensors: str = "pt",
     ) -> None:
-        from .tokenizer import PrivateTokenizer
-
         if isinstance(tokenizer, PrivateTokenizer):
             tokenizer = tokenizer.tokenizer
         for name, value in (
@@ -291,7 +288,7 @@ class DataCollatorWithPrivatization:
 
     def callback(self) -> Any:
         """A ``TrainerCallback`` (:class:`PrivacyAccountingCallback`) that advances this collator's epochs."""
-        return _callback_class()(self)
+        return PrivacyAccountingCallback(self)
 
     # ---------------------------------------------------------------- accounting
     def _record(self, enc: EncodedBatch, keys: list[int] | None, epoch: int) -> None:
@@ -469,48 +466,34 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
         return batch
 
 
-def __getattr__(name: str) -> Any:
-    # built on first use: importing transformers' Trainer machinery costs ~1 s, too much for `import hf_textdp`
-    if name == "PrivacyAccountingCallback":
-        return _callback_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class PrivacyAccountingCallback(TrainerCallback):  # type: ignore[misc]
+    """Advance a privatizing collator's epoch with ``Trainer``'s (fresh noise and one log line per epoch).
 
+    Args:
+        collator (`DataCollatorWithPrivatization`): the collator given to ``Trainer(data_collator=...)``.
 
-@functools.cache
-def _callback_class() -> type:
-    from transformers import TrainerCallback
+    Example:
 
-    class PrivacyAccountingCallback(TrainerCallback):  # type: ignore[misc]
-        """Advance a privatizing collator's epoch with ``Trainer``'s (fresh noise and one log line per epoch).
+    >>> callbacks = [PrivacyAccountingCallback(collator)]                     # doctest: +SKIP
+    >>> trainer = Trainer(..., data_collator=collator, callbacks=callbacks)   # doctest: +SKIP
+    """
 
-        Args:
-            collator (`DataCollatorWithPrivatization`): the collator given to ``Trainer(data_collator=...)``.
+    def __init__(self, collator: DataCollatorWithPrivatization) -> None:
+        if not isinstance(collator, DataCollatorWithPrivatization):
+            raise ParameterTypeError(
+                f"collator must be a DataCollatorWithPrivatization, got {type(collator).__name__}."
+            )
+        self.collator = collator
 
-        Example:
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        # state.epoch is the fractional progress; at an epoch's start it is that epoch's index
+        self.collator.set_epoch(int(math.floor((state.epoch or 0.0) + 1e-6)))
+        return control
 
-        >>> callbacks = [PrivacyAccountingCallback(collator)]                     # doctest: +SKIP
-        >>> trainer = Trainer(..., data_collator=collator, callbacks=callbacks)   # doctest: +SKIP
-        """
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.collator.end_epoch()
+        return control
 
-        def __init__(self, collator: DataCollatorWithPrivatization) -> None:
-            if not isinstance(collator, DataCollatorWithPrivatization):
-                raise ParameterTypeError(
-                    f"collator must be a DataCollatorWithPrivatization, got {type(collator).__name__}."
-                )
-            self.collator = collator
-
-        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            # state.epoch is the fractional progress; at an epoch's start it is that epoch's index
-            self.collator.set_epoch(int(math.floor((state.epoch or 0.0) + 1e-6)))
-            return control
-
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            self.collator.end_epoch()
-            return control
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-            self.collator.end_epoch()
-            return control
-
-    PrivacyAccountingCallback.__module__ = __name__
-    return PrivacyAccountingCallback
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self.collator.end_epoch()
+        return control

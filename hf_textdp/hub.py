@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from huggingface_hub import HfApi, ModelCard, ModelCardData
+
+from .cards import find_report, is_results_folder, original_columns, render_card, results_card
 from .errors import InvalidParameterError, OriginalTextError
 from .validation import check_bool
 
@@ -36,8 +39,6 @@ def detect_kind(path: str | os.PathLike[str]) -> Kind:
     Raises:
         InvalidParameterError: none of these.
     """
-    from .cards import find_report, is_results_folder
-
     p = Path(path)
     if not p.exists():
         raise InvalidParameterError(f"path={str(p)!r} does not exist.")
@@ -54,8 +55,6 @@ def detect_kind(path: str | os.PathLike[str]) -> Kind:
 
 
 def _config_card(config: dict[str, Any], repo_id: str) -> str:
-    from huggingface_hub import ModelCard, ModelCardData
-
     data = ModelCardData(tags=["differential-privacy", "hf-textdp", "privatizer-config"], library_name="hf-textdp")
     template = """---
 {{ card_data }}
@@ -96,8 +95,6 @@ def check_original_columns(path: str | os.PathLike[str], *, allow_original: bool
     Raises:
         OriginalTextError: the output holds the original (non-private) text and ``allow_original`` is off.
     """
-    from .cards import original_columns
-
     cols = original_columns(path)
     if cols and not allow_original:
         raise OriginalTextError(
@@ -117,8 +114,6 @@ def stage_for_hub(
     Raises:
         OriginalTextError: a dataset holds ``*_original`` columns and ``allow_original`` is off.
     """
-    from .cards import find_report, render_card, results_card
-
     p = Path(path)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -182,10 +177,6 @@ def push_to_hub(
     """
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise InvalidParameterError(f"repo_id must be 'namespace/name', got {repo_id!r}.")
-    try:
-        from huggingface_hub import HfApi
-    except ImportError as err:  # pragma: no cover - huggingface_hub is a core dependency
-        raise InvalidParameterError("publishing needs huggingface_hub: pip install 'hf-textdp[hub]'") from err
     client = api if api is not None else HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="hf_textdp_push_") as tmp:
         kind = stage_for_hub(path, repo_id, tmp, allow_original=check_bool(allow_original, "allow_original"))

@@ -30,10 +30,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from huggingface_hub import HfApi
+from transformers import AutoTokenizer, BatchEncoding
 
 from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
+from .mechanisms.base import AdditiveMechanism
 from .privatizer import Privatizer
 from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, resolve_model
@@ -203,8 +206,6 @@ class PrivateEncoder:
                 f"postprocess={self.config.postprocess!r} releases token ids; inputs_embeds need postprocess='vector'."
             )
         st = streams_for_rows([fresh_seed()], [1], space.device)  # a public token's draw, discarded
-        from .mechanisms.base import AdditiveMechanism
-
         assert isinstance(mech, AdditiveMechanism)
         pos = torch.zeros(1, dtype=torch.int64)
         z = mech.perturb(mech.inputs(space, pos), st)
@@ -405,8 +406,6 @@ def _align(whole: Any, row: Any, j: int) -> tuple[np.ndarray, np.ndarray]:
 
 def load_tokenizer(model_id_or_path: str) -> Any:
     """A fast tokenizer from a folder or a hub id, resolved offline as ``model=`` is (spec §1.3)."""
-    from transformers import AutoTokenizer
-
     path = Path(model_id_or_path).expanduser()
     folder = path if path.is_dir() else resolve_model(model_id_or_path)[1]
     if folder.is_file():
@@ -515,8 +514,6 @@ class PrivateTokenizer:
         revision: str | None = None,
     ) -> Any:
         """Publish the tokenizer and its ``privatizer_config.json`` to a hub repo (``huggingface_hub``)."""
-        from huggingface_hub import HfApi
-
         api = HfApi(token=token)
         api.create_repo(repo_id, private=private, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -623,8 +620,6 @@ class PrivateTokenizer:
                 epsilon=claim.row_epsilon(k),
                 delta=claim.row_delta(k),
             )
-        from transformers import BatchEncoding
-
         if not enc.batched:
             data = {k: v[0] for k, v in data.items()}
         return BatchEncoding(data, encoding=enc.encodings, tensor_type=return_tensors)

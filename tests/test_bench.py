@@ -167,7 +167,7 @@ def test_cli_child_peak_rss_is_its_own() -> None:
     del big
     assert res["returncode"] == 0 and "privatize" in res["output"]
     assert res["peak_rss_source"] == "VmHWM"
-    assert 1 < res["peak_rss_mb"] < 256
+    assert 1 < res["peak_rss_mb"] < 640  # the CLI imports torch, transformers and scipy: ~320 MB
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ import torch
 
 from hf_textdp.errors import HfTextDPError
 from hf_textdp.evaluation import ClassifierConfig, load_task, recipe_from_dict, run_protocol, stratified_folds
+from hf_textdp.evaluation.common import METRICS_DIR, load_recipe, result_name
 from hf_textdp.evaluation.diagnostics import rank_histogram, rank_of_outputs
-from hf_textdp.evaluation.recipe import METRICS_DIR, load_recipe, result_name, run_recipe, run_recipe_file
+from hf_textdp.evaluation.recipe import run_recipe, run_recipe_file
 from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV, senteval_dir
 from tests.conftest import minilm_available
 

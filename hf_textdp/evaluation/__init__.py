@@ -4,8 +4,9 @@ privacy diagnostics, plots and the summary table (``hf-textdp evaluate``). Needs
 
 from __future__ import annotations
 
+from .common import Recipe, load_recipe, recipe_from_dict, result_name
 from .protocol import ClassifierConfig, run_protocol, stratified_folds
-from .recipe import Recipe, load_recipe, recipe_from_dict, result_name, run_recipe
+from .recipe import run_recipe
 from .tasks import TASKS, load_task, senteval_dir
 
 

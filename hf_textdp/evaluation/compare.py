@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .plots import load_results
+from ..results import load_results
 
 
 __all__ = ["curves", "accuracy_at_rate", "main"]

@@ -16,9 +16,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import torch
+from scipy import sparse
+from transformers import AutoModel, AutoTokenizer
 
 from ..errors import InvalidParameterError
-from ..space import DEFAULT_MODEL, resolve_model
+from ..space import DEFAULT_MODEL, load_hf_embeddings, resolve_model
 
 
 __all__ = ["Encoder", "BagOfVectorsEncoder", "MeanPoolingEncoder", "make_encoder", "ENCODERS"]
@@ -56,18 +58,12 @@ class BagOfVectorsEncoder(Encoder):
 
     def __init__(self, model: str = DEFAULT_MODEL) -> None:
         super().__init__(model)
-        from transformers import AutoTokenizer
-
-        from ..space import load_hf_embeddings
-
         folder = _folder(model)
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         self._E = load_hf_embeddings(Path(folder)).float().numpy()
         self._special = np.asarray(sorted(set(self._tokenizer.all_special_ids)), dtype=np.int64)
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        from scipy import sparse
-
         enc = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         rows: list[int] = []
         cols: list[int] = []
@@ -92,8 +88,6 @@ class MeanPoolingEncoder(Encoder):
 
     def __init__(self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, max_length: int = 128) -> None:
         super().__init__(model)
-        from transformers import AutoModel, AutoTokenizer
-
         folder = _folder(model)
         self._tokenizer = AutoTokenizer.from_pretrained(folder)
         self._model = AutoModel.from_pretrained(folder).eval()

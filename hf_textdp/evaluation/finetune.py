@@ -21,6 +21,8 @@ Recipe layout (``recipes/finetune_trec.yaml``)::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -29,12 +31,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
+from transformers import AutoModel, AutoTokenizer
 
 from ..config import PrivatizerConfig
 from ..privatizer import Privatizer
 from ..space import DEFAULT_MODEL, resolve_model
+from .common import Metrics, recipe_from_dict, result_name, save_result, versions
 from .protocol import summarize
-from .recipe import _Metrics, _save, result_name, versions
 from .tasks import load_task
 
 
@@ -45,8 +48,6 @@ class FeatureModel:
     """The frozen transformer: mean-pooled features from texts or from ``inputs_embeds`` rows."""
 
     def __init__(self, model: str = DEFAULT_MODEL, *, batch_size: int = 64, max_length: int = 128) -> None:
-        from transformers import AutoModel, AutoTokenizer
-
         _, folder, _ = resolve_model(model)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.model = AutoModel.from_pretrained(str(folder)).eval()
@@ -148,11 +149,6 @@ def run_finetune(
     raw: dict[str, Any], output_dir: str | os.PathLike[str], *, recipe_path: Path | None = None, progress: Any = None
 ) -> list[Path]:
     """Run a ``finetune`` recipe (see the module docstring); one JSON per (privatizer, ε, setting)."""
-    import hashlib
-    import json
-
-    from .recipe import recipe_from_dict
-
     say = progress or (lambda msg: None)
     ft = dict(raw["finetune"])
     head_cfg = dict(ft.get("head") or {})
@@ -173,7 +169,7 @@ def run_finetune(
         raise ValueError("finetune recipes need a task with a train/test split (sst5 or trec)")
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    metrics = _Metrics()
+    metrics = Metrics()
     fm = FeatureModel(str(ft.get("model", DEFAULT_MODEL)))
     y_tr, y_te = data.labels["train"], data.labels["test"]
     n_labels = data.spec.num_labels
@@ -210,7 +206,7 @@ def run_finetune(
         head = train_head(clean["train"], y_tr, num_labels=n_labels, seed=seed, **head_cfg)
         a = acc(head, clean["test"], y_te)
         mean, std, kind = summarize([a], y_te.size, False)
-        _save(
+        save_result(
             clean_path,
             {
                 **common,
@@ -262,7 +258,7 @@ def run_finetune(
                 test = clean["test"] if setting == "train_only" else feats["test"]
                 a = acc(head, test, y_te)
                 mean, std, kind = summarize([a], y_te.size, False)
-                _save(
+                save_result(
                     path,
                     {
                         **common,

@@ -6,31 +6,18 @@ once per setting (``accuracy_vs_epsilon__train_and_test.png``, …), half as man
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..results import load_results
 
-__all__ = ["load_results", "plot_recipe", "SPLIT_ABOVE"]
+
+__all__ = ["plot_recipe", "SPLIT_ABOVE"]
 
 #: privatizer lines above which each plot is also written once per setting
 SPLIT_ABOVE = 6
-
-
-def load_results(folder: str | Path) -> list[dict[str, Any]]:
-    """Every result JSON in ``folder`` (not recursive), sorted by task, label, setting and ε."""
-    out = []
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            res = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(res, dict) and "task" in res and "setting" in res:
-            res["_path"] = str(path)
-            out.append(res)
-    return out
 
 
 def plot_recipe(folder: str | Path) -> list[Path]:

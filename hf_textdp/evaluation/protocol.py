@@ -11,6 +11,7 @@ membership differs from SentEval's while the protocol is the same.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +122,6 @@ def select_c(X: Features, y: Labels, config: ClassifierConfig, k: int) -> float:
     # needs 2-4x fewer lbfgs iterations.
     order = sorted(range(len(config.c_grid)), key=lambda i: config.c_grid[i])
     acc = np.zeros((len(config.c_grid), len(folds)))
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for f, (tr, te) in enumerate(folds):
@@ -160,8 +159,6 @@ def run_protocol(
             numbers are shared with ``train``; otherwise ``test``.
         dev (`np.ndarray`, *optional*): dev features for ``split_dev`` (same view as ``train``).
     """
-    import warnings
-
     from sklearn.exceptions import ConvergenceWarning
     from threadpoolctl import threadpool_limits
 

@@ -22,259 +22,53 @@ recipe may fix it to make its numbers reproducible. Never reuse a benchmark seed
 
 from __future__ import annotations
 
-import hashlib
 import json
+import multiprocessing
 import os
-import re
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
+from ..accounting import Totals
+from ..config import PrivatizerConfig, parse_device_name
 from ..errors import InvalidParameterError
-from ..space import DEFAULT_MODEL
+from ..privatizer import Privatizer
+from ..space import CANDIDATE
+from ..tokens import make_tokens
 from ..utils.logging import get_logger
-from .protocol import ClassifierConfig, run_protocol, summarize
-from .tasks import TASKS, TaskData, load_task
+from .common import (
+    SETTINGS,
+    Metrics,
+    PrivatizerSpec,
+    Recipe,
+    TaskEntry,
+    load_recipe,
+    result_name,
+    save_result,
+    versions,
+)
+from .diagnostics import rank_histogram, rank_of_outputs
+from .encoders import make_encoder
+from .finetune import run_finetune
+from .plots import plot_recipe
+from .protocol import run_protocol, summarize
+from .summary import write_summary
+from .tasks import TaskData, load_task
 
 
-__all__ = [
-    "PrivatizerSpec",
-    "TaskEntry",
-    "Recipe",
-    "load_recipe",
-    "run_recipe",
-    "run_recipe_file",
-    "run_recipes",
-    "recipe_units",
-    "UnitKey",
-    "result_name",
-    "SETTINGS",
-]
+__all__ = ["run_recipe", "run_recipe_file", "run_recipes", "recipe_units", "UnitKey"]
 
 logger = get_logger(__name__)
 
-SETTINGS: tuple[str, ...] = ("clean", "train_only", "train_and_test")
 UnitKey = tuple[str, int | None, float | None]
 """One unit of work: (task, privatizer index, ε); (task, None, None) is the clean baseline."""
-METRICS_DIR = Path(__file__).resolve().parent / "metrics"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivatizerSpec:
-    """One line in the plots: a mechanism with fixed options, over a grid of ε."""
-
-    mechanism: str
-    epsilons: tuple[float, ...]
-    postprocess: str = "nearest"
-    options: dict[str, Any] = field(default_factory=dict)
-    delta: float | None = None
-    model: str = DEFAULT_MODEL
-    label: str = ""
-    tasks: tuple[str, ...] | None = None  # restrict this line to some of the recipe's tasks
-
-    @property
-    def name(self) -> str:
-        if self.label:
-            return self.label
-        return self.mechanism if self.postprocess == "nearest" else f"{self.mechanism}+{self.postprocess}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mechanism": self.mechanism,
-            "epsilons": list(self.epsilons),
-            "postprocess": self.postprocess,
-            "options": dict(self.options),
-            "delta": self.delta,
-            "model": self.model,
-            "label": self.name,
-            "tasks": list(self.tasks) if self.tasks is not None else None,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaskEntry:
-    name: str
-    max_rows: int | dict[str, int] | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
-    """A parsed recipe (see the module docstring for the YAML layout)."""
-
-    name: str
-    description: str = ""
-    path: Path | None = None
-    seed: int = 1111
-    data_dir: str | None = None
-    tasks: tuple[TaskEntry, ...] = ()
-    encoder: dict[str, Any] = field(default_factory=lambda: {"name": "bag_of_vectors"})
-    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
-    privatizers: tuple[PrivatizerSpec, ...] = ()
-    batch_rows: int = 512
-    rank_sample: int = 2000
-    results_folder: str = ""  # folder name under --output; recipes on the same subsets may share one
-    noise_seeds: tuple[int, ...] = ()  # repeat each privatization with these seeds (default: (seed,))
-    raw: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def folder(self) -> str:
-        return self.results_folder or self.name
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()
-
-    @property
-    def root(self) -> Path:
-        """The repository root the recipe lives in (the folder above ``recipes/``)."""
-        if self.path is None:
-            return Path.cwd()
-        return self.path.resolve().parent.parent
-
-
-def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise InvalidParameterError(f"{what} must be a non-empty list of numbers, got {value!r}.")
-    try:
-        return tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
-
-
-def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:
-    """Validate a recipe dict (as read from YAML)."""
-    if not isinstance(raw, dict):
-        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
-    known = {
-        "name",
-        "description",
-        "seed",
-        "data",
-        "tasks",
-        "encoder",
-        "classifier",
-        "privatizers",
-        "batch_rows",
-        "rank_sample",
-        "hub",
-        "notes",
-        "finetune",
-        "results_folder",
-        "noise_seeds",
-    }
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise InvalidParameterError(f"recipe: unknown key(s) {unknown}. Allowed keys: {sorted(known)}.")
-    name = str(raw.get("name") or (path.stem if path else "recipe"))
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise InvalidParameterError(f"recipe name must match [A-Za-z0-9_.-]+, got {name!r}.")
-    tasks = []
-    for item in raw.get("tasks") or []:
-        entry: dict[str, Any] = {"name": item} if isinstance(item, str) else dict(item)
-        if entry.get("name") not in TASKS:
-            raise InvalidParameterError(f"recipe task {entry.get('name')!r} is unknown. Known tasks: {sorted(TASKS)}.")
-        tasks.append(TaskEntry(name=str(entry["name"]), max_rows=entry.get("max_rows")))
-    if not tasks:
-        raise InvalidParameterError("recipe: tasks must list at least one of " + str(sorted(TASKS)) + ".")
-    privs: list[PrivatizerSpec] = []
-    for item in raw.get("privatizers") or []:
-        item = dict(item)
-        privs.append(
-            PrivatizerSpec(
-                mechanism=str(item["mechanism"]),
-                epsilons=_as_tuple_floats(item.get("epsilons"), f"privatizers[{len(privs)}].epsilons"),
-                postprocess=str(item.get("postprocess", "nearest")),
-                options=dict(item.get("options") or {}),
-                delta=item.get("delta"),
-                model=str(item.get("model", DEFAULT_MODEL)),
-                label=str(item.get("label", "")),
-                tasks=tuple(item["tasks"]) if item.get("tasks") else None,
-            )
-        )
-    clf = dict(raw.get("classifier") or {})
-    if "c_grid" in clf:
-        clf["c_grid"] = _as_tuple_floats(clf["c_grid"], "classifier.c_grid")
-    data = raw.get("data") or {}
-    return Recipe(
-        name=name,
-        description=str(raw.get("description", "")),
-        path=path,
-        seed=int(raw.get("seed", 1111)),
-        data_dir=data.get("dir"),
-        tasks=tuple(tasks),
-        encoder=dict(raw.get("encoder") or {"name": "bag_of_vectors"}),
-        classifier=ClassifierConfig(**clf),
-        privatizers=tuple(privs),
-        batch_rows=int(raw.get("batch_rows", 512)),
-        rank_sample=int(raw.get("rank_sample", 2000)),
-        results_folder=str(raw.get("results_folder") or ""),
-        noise_seeds=tuple(int(x) for x in raw.get("noise_seeds") or ()),
-        raw=raw,
-    )
-
-
-def load_recipe(path: str | os.PathLike[str]) -> Recipe:
-    """Read and validate a recipe YAML file."""
-    try:
-        import yaml
-    except ImportError as err:
-        raise InvalidParameterError("recipes need PyYAML: pip install 'hf-textdp[eval]'") from err
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
-    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    return recipe_from_dict(raw, path=p)
-
-
-def _eps_tag(epsilon: float) -> str:
-    return f"{epsilon:g}".replace("+", "")
-
-
-def result_name(task: str, label: str | None, epsilon: float | None, setting: str) -> str:
-    """File name of one result: ``{task}__{label}__eps{ε}__{setting}.json`` (``{task}__clean.json``)."""
-    if setting == "clean":
-        return f"{task}__clean.json"
-    assert label is not None and epsilon is not None
-    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", label)
-    return f"{task}__{safe}__eps{_eps_tag(epsilon)}__{setting}.json"
-
-
-def versions() -> dict[str, str]:
-    from ..version import __version__
-
-    out = {"hf_textdp": __version__}
-    for mod in ("torch", "transformers", "tokenizers", "datasets", "evaluate", "sklearn", "numpy", "scipy"):
-        try:
-            out[mod] = str(__import__(mod).__version__)
-        except ImportError:
-            out[mod] = "not installed"
-    return out
-
-
-class _Metrics:
-    """The two local evaluate modules, loaded once by path (works offline)."""
-
-    def __init__(self) -> None:
-        import evaluate
-
-        self.accuracy = evaluate.load(str(METRICS_DIR / "accuracy"))
-        self.diagnostics = evaluate.load(str(METRICS_DIR / "privacy_diagnostics"))
-
-
-def _save(path: Path, result: dict[str, Any]) -> None:
-    """Write with ``evaluate.save`` (adds its ``_timestamp``/versions fields), atomically."""
-    import evaluate
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    from ..io.files import _finite  # type: ignore[attr-defined]
-
-    evaluate.save(str(tmp), **_finite(result))
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -290,16 +84,10 @@ def _privatize_task(
     spec: PrivatizerSpec,
     epsilon: float,
     recipe: Recipe,
-    metrics: _Metrics,
+    metrics: Metrics,
     seed: int,
     device: str = "cpu",
 ) -> _Privatized:
-    from ..accounting import Totals
-    from ..config import PrivatizerConfig
-    from ..privatizer import Privatizer
-    from ..space import CANDIDATE
-    from ..tokens import make_tokens
-    from .diagnostics import rank_histogram, rank_of_outputs
 
     config = PrivatizerConfig(
         mechanism=spec.mechanism,
@@ -400,15 +188,12 @@ def run_recipe(
 
     Returns the paths of the result files (existing ones included when ``resume``).
     """
-    from ..config import parse_device_name
-
     parse_device_name(device)
-    from .encoders import make_encoder
 
     out_dir = Path(output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda msg: logger.info(msg))
-    metrics = _Metrics()
+    metrics = Metrics()
     enc_cfg = dict(recipe.encoder)
     encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
     written: list[Path] = []
@@ -501,7 +286,7 @@ def run_recipe(
                 "privacy": None,
                 "timing_s": {"total": time.perf_counter() - t},
             }
-            _save(clean_path, payload)
+            save_result(clean_path, payload)
             say(f"{spec.name}: clean {payload['accuracy']:.2f}")
             return float(payload["accuracy"])
 
@@ -593,7 +378,7 @@ def run_recipe(
                         "classify": sum(r[4] for r in runs),
                     },
                 }
-                _save(path, payload)
+                save_result(path, payload)
                 written.append(path)
     if plots:
         _plot(out_dir)
@@ -603,8 +388,6 @@ def run_recipe(
 def _plot(folder: Path) -> None:
     """The plots of a results folder; a warning instead when matplotlib is missing."""
     try:
-        from .plots import plot_recipe
-
         plot_recipe(folder)
     except ImportError:
         logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
@@ -648,8 +431,6 @@ def _unit_cost(recipe: Recipe, unit: UnitKey) -> float:
 
 def _run_unit(recipe_path: str, output_dir: str, unit: UnitKey, device: str) -> list[str]:
     """Worker body of :func:`run_recipes`: a spawned process with one intra-op thread (the pool is the parallelism)."""
-    import torch
-
     torch.set_num_threads(1)
     recipe = load_recipe(recipe_path)
     written = run_recipe(recipe, output_dir, resume=True, device=device, only={unit}, plots=False)
@@ -676,8 +457,6 @@ def run_recipes(
     Returns one (results folder, result files) pair per recipe. The summary table
     ``output_root/README.md`` is rewritten afterwards.
     """
-    from ..config import parse_device_name
-
     parse_device_name(device)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise InvalidParameterError(f"jobs must be an integer >= 1, got {jobs!r}.")
@@ -686,8 +465,6 @@ def run_recipes(
             run_recipe_file(p, output_root, resume=resume, progress=progress, device=device, summary=False)
             for p in paths
         ]
-        from .summary import write_summary
-
         write_summary(Path(output_root))
         return done
     say = progress or (lambda msg: logger.info(msg))
@@ -714,9 +491,6 @@ def run_recipes(
             job = (_unit_cost(recipe, unit), str(recipe.path), str(folder), unit, label)
             phases[0 if index is None else 1].append(job)
     failures: list[str] = []
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     for phase in phases:
         phase.sort(key=lambda job: -job[0])
     # clean baselines first (the executor starts jobs in submission order); private units that finish
@@ -742,8 +516,6 @@ def run_recipes(
         _plot(folder)
     for p in finetunes:
         results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, summary=False))
-    from .summary import write_summary
-
     write_summary(Path(output_root))
     if failures:
         raise RuntimeError(f"{len(failures)} recipe unit(s) failed:\n" + "\n".join(failures))
@@ -786,13 +558,9 @@ def run_recipe_file(
     Returns the recipe's results folder and the result files. The summary table
     ``output_root/README.md`` is rewritten afterwards (unless ``summary=False``).
     """
-    from .summary import write_summary
-
     p = Path(path)
     raw = _finetune_raw(p)
     if raw is not None:
-        from .finetune import run_finetune
-
         folder = Path(output_root) / str(raw.get("results_folder") or raw.get("name") or p.stem)
         written = run_finetune(raw, folder, recipe_path=p, progress=progress)
         _plot(folder)

@@ -6,7 +6,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .plots import load_results
+from ..io.files import atomic_write_text
+from ..results import load_results
 
 
 __all__ = ["summary_markdown", "write_summary"]
@@ -98,8 +99,6 @@ def summary_markdown(root: str | Path) -> str:
 
 def write_summary(root: str | Path) -> Path:
     """Write ``root/README.md`` and return its path."""
-    from ..io.files import atomic_write_text
-
     path = Path(root) / "README.md"
     atomic_write_text(path, summary_markdown(root))
     return path

@@ -1,0 +1,244 @@
+"""What the SentEval runner (:mod:`.recipe`) and the fine-tuning runner (:mod:`.finetune`) share: recipe
+parsing and validation, the result file names, and writing one result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import evaluate
+
+from ..errors import InvalidParameterError
+from ..io.files import _finite
+from ..space import DEFAULT_MODEL
+from ..version import __version__
+from .protocol import ClassifierConfig
+from .tasks import TASKS
+
+
+__all__ = [
+    "PrivatizerSpec",
+    "TaskEntry",
+    "Recipe",
+    "recipe_from_dict",
+    "load_recipe",
+    "result_name",
+    "versions",
+    "Metrics",
+    "save_result",
+    "SETTINGS",
+    "METRICS_DIR",
+]
+
+SETTINGS: tuple[str, ...] = ("clean", "train_only", "train_and_test")
+METRICS_DIR = Path(__file__).resolve().parent / "metrics"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivatizerSpec:
+    """One line in the plots: a mechanism with fixed options, over a grid of ε."""
+
+    mechanism: str
+    epsilons: tuple[float, ...]
+    postprocess: str = "nearest"
+    options: dict[str, Any] = field(default_factory=dict)
+    delta: float | None = None
+    model: str = DEFAULT_MODEL
+    label: str = ""
+    tasks: tuple[str, ...] | None = None  # restrict this line to some of the recipe's tasks
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        return self.mechanism if self.postprocess == "nearest" else f"{self.mechanism}+{self.postprocess}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "epsilons": list(self.epsilons),
+            "postprocess": self.postprocess,
+            "options": dict(self.options),
+            "delta": self.delta,
+            "model": self.model,
+            "label": self.name,
+            "tasks": list(self.tasks) if self.tasks is not None else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskEntry:
+    name: str
+    max_rows: int | dict[str, int] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """A parsed recipe (the YAML layout: :mod:`hf_textdp.evaluation.recipe`)."""
+
+    name: str
+    description: str = ""
+    path: Path | None = None
+    seed: int = 1111
+    data_dir: str | None = None
+    tasks: tuple[TaskEntry, ...] = ()
+    encoder: dict[str, Any] = field(default_factory=lambda: {"name": "bag_of_vectors"})
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    privatizers: tuple[PrivatizerSpec, ...] = ()
+    batch_rows: int = 512
+    rank_sample: int = 2000
+    results_folder: str = ""  # folder name under --output; recipes on the same subsets may share one
+    noise_seeds: tuple[int, ...] = ()  # repeat each privatization with these seeds (default: (seed,))
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return self.results_folder or self.name
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def root(self) -> Path:
+        """The repository root the recipe lives in (the folder above ``recipes/``)."""
+        if self.path is None:
+            return Path.cwd()
+        return self.path.resolve().parent.parent
+
+
+def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InvalidParameterError(f"{what} must be a non-empty list of numbers, got {value!r}.")
+    try:
+        return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
+
+
+def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:
+    """Validate a recipe dict (as read from YAML)."""
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
+    known = {
+        "name",
+        "description",
+        "seed",
+        "data",
+        "tasks",
+        "encoder",
+        "classifier",
+        "privatizers",
+        "batch_rows",
+        "rank_sample",
+        "hub",
+        "notes",
+        "finetune",
+        "results_folder",
+        "noise_seeds",
+    }
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InvalidParameterError(f"recipe: unknown key(s) {unknown}. Allowed keys: {sorted(known)}.")
+    name = str(raw.get("name") or (path.stem if path else "recipe"))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InvalidParameterError(f"recipe name must match [A-Za-z0-9_.-]+, got {name!r}.")
+    tasks = []
+    for item in raw.get("tasks") or []:
+        entry: dict[str, Any] = {"name": item} if isinstance(item, str) else dict(item)
+        if entry.get("name") not in TASKS:
+            raise InvalidParameterError(f"recipe task {entry.get('name')!r} is unknown. Known tasks: {sorted(TASKS)}.")
+        tasks.append(TaskEntry(name=str(entry["name"]), max_rows=entry.get("max_rows")))
+    if not tasks:
+        raise InvalidParameterError("recipe: tasks must list at least one of " + str(sorted(TASKS)) + ".")
+    privs: list[PrivatizerSpec] = []
+    for item in raw.get("privatizers") or []:
+        item = dict(item)
+        privs.append(
+            PrivatizerSpec(
+                mechanism=str(item["mechanism"]),
+                epsilons=_as_tuple_floats(item.get("epsilons"), f"privatizers[{len(privs)}].epsilons"),
+                postprocess=str(item.get("postprocess", "nearest")),
+                options=dict(item.get("options") or {}),
+                delta=item.get("delta"),
+                model=str(item.get("model", DEFAULT_MODEL)),
+                label=str(item.get("label", "")),
+                tasks=tuple(item["tasks"]) if item.get("tasks") else None,
+            )
+        )
+    clf = dict(raw.get("classifier") or {})
+    if "c_grid" in clf:
+        clf["c_grid"] = _as_tuple_floats(clf["c_grid"], "classifier.c_grid")
+    data = raw.get("data") or {}
+    return Recipe(
+        name=name,
+        description=str(raw.get("description", "")),
+        path=path,
+        seed=int(raw.get("seed", 1111)),
+        data_dir=data.get("dir"),
+        tasks=tuple(tasks),
+        encoder=dict(raw.get("encoder") or {"name": "bag_of_vectors"}),
+        classifier=ClassifierConfig(**clf),
+        privatizers=tuple(privs),
+        batch_rows=int(raw.get("batch_rows", 512)),
+        rank_sample=int(raw.get("rank_sample", 2000)),
+        results_folder=str(raw.get("results_folder") or ""),
+        noise_seeds=tuple(int(x) for x in raw.get("noise_seeds") or ()),
+        raw=raw,
+    )
+
+
+def load_recipe(path: str | os.PathLike[str]) -> Recipe:
+    """Read and validate a recipe YAML file."""
+    try:
+        import yaml
+    except ImportError as err:
+        raise InvalidParameterError("recipes need PyYAML: pip install 'hf-textdp[eval]'") from err
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
+    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    return recipe_from_dict(raw, path=p)
+
+
+def _eps_tag(epsilon: float) -> str:
+    return f"{epsilon:g}".replace("+", "")
+
+
+def result_name(task: str, label: str | None, epsilon: float | None, setting: str) -> str:
+    """File name of one result: ``{task}__{label}__eps{ε}__{setting}.json`` (``{task}__clean.json``)."""
+    if setting == "clean":
+        return f"{task}__clean.json"
+    assert label is not None and epsilon is not None
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", label)
+    return f"{task}__{safe}__eps{_eps_tag(epsilon)}__{setting}.json"
+
+
+def versions() -> dict[str, str]:
+    out = {"hf_textdp": __version__}
+    for mod in ("torch", "transformers", "tokenizers", "datasets", "evaluate", "sklearn", "numpy", "scipy"):
+        try:
+            out[mod] = str(__import__(mod).__version__)
+        except ImportError:
+            out[mod] = "not installed"
+    return out
+
+
+class Metrics:
+    """The two local evaluate modules, loaded once by path (works offline)."""
+
+    def __init__(self) -> None:
+        self.accuracy = evaluate.load(str(METRICS_DIR / "accuracy"))
+        self.diagnostics = evaluate.load(str(METRICS_DIR / "privacy_diagnostics"))
+
+
+def save_result(path: Path, result: dict[str, Any]) -> None:
+    """Write with ``evaluate.save`` (adds its ``_timestamp``/versions fields), atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    evaluate.save(str(tmp), **_finite(result))
+    os.replace(tmp, path)
