@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from .errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
+from .io.cache import DiskCache
+from .memo import Store
 from .search import ExactIndex
 from .utils.logging import get_logger
 
@@ -46,6 +48,7 @@ class EmbeddingSpace:
         E (`torch.Tensor`): ``[V, d]`` fp32 rows of the candidates, on ``device``.
         n_rows (`int`): rows of the full matrix (ids ≥ n_rows have no row).
         structural_ids / unk_id: ids that pass through uncounted / counted.
+        store (`Store`): where mechanisms keep derived public constants (the disk cache by default).
     """
 
     model_id: str
@@ -65,6 +68,7 @@ class EmbeddingSpace:
     excluded_padding: int = 0
     excluded_out_of_range: int = 0
     pad_id: int | None = None
+    store: Store | None = field(default_factory=DiskCache, repr=False, compare=False)
     E_full: torch.Tensor | None = field(default=None, repr=False)  # all rows (HF), for structural embeddings
     _index: ExactIndex | None = field(default=None, repr=False)
     _hash: str | None = field(default=None, repr=False)

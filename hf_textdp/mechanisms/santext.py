@@ -86,7 +86,7 @@ class Santext(Tem):
         return math.inf
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        stats = scale_stats(space.E, index=space.index)
+        stats = scale_stats(space.E, index=space.index, store=space.store)
         return {"metric_dp": {"epsilon": self.epsilon, "metric": "euclidean"}, "diam_exact": stats.diam_exact}
 
 
@@ -443,7 +443,7 @@ class SantextPlus(Santext):
 
     def claim(self, space: EmbeddingSpace) -> Claim:
         """UMLDP: ε·d + ln(1/p) on protected outputs; ε·d metric DP when w = 1 (spec §9.2, §10.1)."""
-        stats = scale_stats(space.E, index=space.index)
+        stats = scale_stats(space.E, index=space.index, store=space.store)
         eps = self.epsilon
         st = self._prepare(space)
         full = st.sensitive.numel() == space.V
