@@ -55,7 +55,8 @@ from hf_textdp.mechanisms.laplace import Laplace
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.mechanisms.mahalanobis import Mahalanobis
 from hf_textdp.mechanisms.privemb import Privemb
-from hf_textdp.mechanisms.santext import Santext, SantextPlus
+from hf_textdp.mechanisms.santext import Santext
+from hf_textdp.mechanisms.santext_plus import SantextPlus
 from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class

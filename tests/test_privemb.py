@@ -16,8 +16,8 @@ from scipy import stats
 
 from hf_textdp import Privatizer, PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
-from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.io.cache import DiskCache
+from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms import projection as projection_mod
 from hf_textdp.mechanisms.privemb import Privemb, sample_privemb_noise
 from hf_textdp.mechanisms.projection import (

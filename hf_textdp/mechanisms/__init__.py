@@ -13,7 +13,8 @@ from .laplace import Laplace
 from .madlib import Madlib
 from .mahalanobis import Mahalanobis
 from .privemb import Privemb
-from .santext import Santext, SantextPlus
+from .santext import Santext
+from .santext_plus import SantextPlus
 from .tem import Tem
 from .truncated_laplace import TruncatedLaplace
 
