@@ -24,7 +24,7 @@ Exact sensitivities (spec §8.3) are computed in row blocks (memory O(block·V),
 float64 recomputation by differences of every pair within 2η₂ of the maximum; Δ₁ by ``torch.cdist``
 (p = 1) with error below η₁ = (d+3)·u·2·max‖x‖₁ (u the unit roundoff of the pass: float64 on CPU,
 float32 on CUDA), then the same recomputation. The results do not depend on the block size. They
-are cached per (matrix hash, transform parameters), in memory and on disk.
+are cached per (matrix hash, transform parameters), in memory and in an injected store (the disk cache).
 """
 
 from __future__ import annotations
@@ -40,9 +40,7 @@ import numpy.typing as npt
 import torch
 
 from .errors import InvalidParameterError
-from .io.cache import cache_dir
-from .io.files import atomic_write_text
-from .utils.logging import get_logger
+from .memo import Store, memoised
 from .validation import check_choice, check_float, check_int, check_open_unit
 
 
@@ -61,8 +59,6 @@ __all__ = [
     "exact_sensitivity",
     "candidate_sensitivity",
 ]
-
-logger = get_logger(__name__)
 
 BOUNDS: tuple[str, ...] = ("clip", "vocab_exact", "observed_range", "minmax", "unit", "jl")
 # bounds whose sensitivity is always the exact one (spec §3.1 `sensitivity`: "ignored (always exact)")
@@ -475,39 +471,36 @@ _SENS: dict[str, Sensitivity] = {}
 
 
 def candidate_sensitivity(
-    E: torch.Tensor, transform: Transform, kind: str = "bound", *, chunk_size: int | None = None
+    E: torch.Tensor,
+    transform: Transform,
+    kind: str = "bound",
+    *,
+    chunk_size: int | None = None,
+    store: Store | None = None,
 ) -> Sensitivity:
     """The sensitivity a mechanism calibrates to: stated (§8.2) or exact over T(E) (§8.3).
 
     ``kind="bound"`` gives the closed form of §8.2, except for ``vocab_exact`` and ``jl``, which are
-    always exact. Exact values are cached per ``transform.key`` in memory and on disk
-    (``$HF_TEXTDP_CACHE/sensitivity``); they depend on the public matrix only.
+    always exact. Exact values are cached per ``transform.key`` in memory and in ``store`` (kind
+    ``"sensitivity"``); they depend on the public matrix only.
 
     Args:
         E (`torch.Tensor`): the candidate rows the transform was fitted to.
         transform (`Transform`): from :func:`fit_transform` on E.
         kind (`str`, defaults to `"bound"`): ``"bound"`` or ``"exact"``.
+        store (`Store`, *optional*): persistent cache (e.g. :class:`hf_textdp.io.cache.DiskCache`).
     """
     check_choice(kind, "sensitivity", SENSITIVITY_KINDS)
     if kind == "bound":
         stated = transform.stated()
         if stated is not None:
             return stated
-    key = transform.key
-    if key in _SENS:
-        return _SENS[key]
-    path = cache_dir() / "sensitivity" / f"{key}.json"
-    if path.is_file():
-        try:
-            sens = Sensitivity(**json.loads(path.read_text(encoding="utf-8")))
-            _SENS[key] = sens
-            return sens
-        except (OSError, ValueError, TypeError):
-            pass
-    sens = exact_sensitivity(transform.apply(E), chunk_size=chunk_size)
-    _SENS[key] = sens
-    try:
-        atomic_write_text(path, json.dumps(sens.to_dict(), sort_keys=True))
-    except OSError as err:
-        logger.debug("could not write the sensitivity cache: %s", err)
-    return sens
+    return memoised(
+        _SENS,
+        store,
+        "sensitivity",
+        transform.key,
+        lambda: exact_sensitivity(transform.apply(E), chunk_size=chunk_size),
+        lambda raw: Sensitivity(**raw),
+        Sensitivity.to_dict,
+    )

@@ -385,7 +385,7 @@ def calibrate(
             f"postprocess={base.postprocess!r} releases vectors, not tokens: no token is 'replaced', so there is "
             "no replacement rate to calibrate."
         )
-    stats = scale_stats(mech0.scale_metric_matrix(space))
+    stats = scale_stats(mech0.scale_metric_matrix(space), store=space.store)
     rng = np.random.default_rng(seed)
     V, d = space.V, space.d
     if frequencies is None:

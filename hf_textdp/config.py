@@ -16,6 +16,7 @@ from huggingface_hub import hf_hub_download
 
 from .errors import InvalidParameterError, ModelNotFoundError, ParameterTypeError, UnknownOptionError
 from .io.files import atomic_write_text, dumps_json
+from .io.frequencies import resolve_count_options
 from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
@@ -133,7 +134,7 @@ class PrivatizerConfig:
             epsilon=self.epsilon,
             delta=self.delta,
             test_mode=bool(self.options.get("test_mode", False)),
-            **mech_opts,
+            **resolve_count_options(mech_opts),
         )
         step = step_cls(**step_opts) if mech.kind == "additive" else None
         if step is not None and isinstance(mech, AdditiveMechanism):

@@ -229,7 +229,7 @@ class Privatizer:
         self._ensure()
         assert self._space is not None and self._mech is not None and self._claim is not None
         space, mech, claim = self._space, self._mech, self._claim
-        stats = scale_stats(mech.scale_metric_matrix(space))
+        stats = scale_stats(mech.scale_metric_matrix(space), store=space.store)
         eps = self.config.epsilon
         return build_report(
             mechanism=mech.name,

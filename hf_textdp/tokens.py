@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from .errors import TokenizerNotSupportedError
 
@@ -62,8 +63,6 @@ class HFTokens:
                 f"model: the tokenizer {type(tokenizer).__name__} has no fast (Rust) backend; hf-textdp needs a fast "
                 "tokenizer (PreTrainedTokenizerFast)."
             )
-        from tokenizers import Tokenizer
-
         tok = Tokenizer.from_str(backend.to_str())
         tok.no_truncation()
         tok.no_padding()

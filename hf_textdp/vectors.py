@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import VectorFileError
+from .io.cache import cache_dir
+from .io.files import atomic_open
 from .utils.logging import get_logger
 
 
@@ -99,8 +101,6 @@ _CACHE_VERSION = "v1"
 def _cache_file(sha: str) -> Path | None:
     if os.environ.get("HF_TEXTDP_VECTOR_CACHE", "1") == "0":
         return None
-    from .io.cache import cache_dir
-
     return cache_dir() / "vectors" / f"{sha}.{_CACHE_VERSION}.npz"
 
 
@@ -131,8 +131,6 @@ def _cache_store(vec: StaticVectors) -> None:
     path = _cache_file(vec.file_sha256)
     if path is None:
         return
-    from .io.files import atomic_open
-
     try:
         # kept words never contain whitespace (spec §1.3), so a newline separates them unambiguously
         words = np.frombuffer("\n".join(vec.words).encode("utf-8"), dtype=np.uint8)

@@ -50,11 +50,13 @@ from hf_textdp.audit import AuditResult, audit
 from hf_textdp.bounding import Sensitivity
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.mechanisms.base import AdditiveMechanism, Mechanism
-from hf_textdp.mechanisms.laplace import Gaussian, Laplace, analytic_gaussian_sigma
+from hf_textdp.mechanisms.gaussian import Gaussian, analytic_gaussian_sigma
+from hf_textdp.mechanisms.laplace import Laplace
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.mechanisms.mahalanobis import Mahalanobis
 from hf_textdp.mechanisms.privemb import Privemb
-from hf_textdp.mechanisms.santext import Santext, SantextPlus
+from hf_textdp.mechanisms.santext import Santext
+from hf_textdp.mechanisms.santext_plus import SantextPlus
 from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class

@@ -24,6 +24,7 @@ from hf_textdp.bounding import (
     jl_dimension,
 )
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
+from hf_textdp.io.cache import DiskCache
 from tests.conftest import minilm_available
 
 
@@ -290,14 +291,15 @@ def test_public_only_parameters_depend_on_matrix_only(synthetic):
 def test_sensitivity_cache_memory_and_disk(synthetic, tmp_path, monkeypatch):
     monkeypatch.setattr(bounding, "_SENS", {})
     T = fit_transform(synthetic, "unit")
-    first = candidate_sensitivity(synthetic, T, "exact")
-    assert candidate_sensitivity(synthetic, T, "exact") is first  # memory
+    disk = DiskCache()
+    first = candidate_sensitivity(synthetic, T, "exact", store=disk)
+    assert candidate_sensitivity(synthetic, T, "exact", store=disk) is first  # memory
     files = list((tmp_path / "cache" / "sensitivity").glob("*.json"))
     assert [f.stem for f in files] == [T.key]
     monkeypatch.setattr(bounding, "_SENS", {})
     calls = []
     monkeypatch.setattr(bounding, "exact_sensitivity", lambda *a, **k: calls.append(1))
-    assert candidate_sensitivity(synthetic, T, "exact") == first  # from disk, not recomputed
+    assert candidate_sensitivity(synthetic, T, "exact", store=disk) == first  # from disk, not recomputed
     assert calls == []
 
 

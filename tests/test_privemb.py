@@ -16,15 +16,16 @@ from scipy import stats
 
 from hf_textdp import Privatizer, PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
+from hf_textdp.io.cache import DiskCache
 from hf_textdp.mechanisms import get_mechanism_class
-from hf_textdp.mechanisms.privemb import (
-    Privemb,
+from hf_textdp.mechanisms import projection as projection_mod
+from hf_textdp.mechanisms.privemb import Privemb, sample_privemb_noise
+from hf_textdp.mechanisms.projection import (
     lipschitz_exact,
     phi_sha256,
     projection_dim,
     projection_matrix,
     projection_stats,
-    sample_privemb_noise,
 )
 from hf_textdp.rng import Draw
 from hf_textdp.space import load_space
@@ -204,22 +205,21 @@ def test_lipschitz_duplicates_and_near_duplicates():
 
 
 def test_projection_stats_cached(tmp_path, monkeypatch):
-    """Cached by (E hash, Φ hash): in memory, then on disk under $HF_TEXTDP_CACHE/privemb."""
-    import hf_textdp.mechanisms.privemb as privemb_mod
-
-    monkeypatch.setattr(privemb_mod, "_STATS_MEMO", {})
+    """Cached by (E hash, Φ hash): in memory, then in the disk store under $HF_TEXTDP_CACHE/privemb."""
+    monkeypatch.setattr(projection_mod, "_STATS_MEMO", {})
     E = torch.from_numpy(t_matrix())
     phi = projection_matrix(8, 16, 12345)
-    first = projection_stats(E, phi)
+    disk = DiskCache()
+    first = projection_stats(E, phi, store=disk)
     assert first.L_hat == pytest.approx(L_HAT_KAT, rel=1e-12)
     assert len(list((tmp_path / "cache" / "privemb").glob("*.json"))) == 1
-    assert projection_stats(E, phi) is first
-    monkeypatch.setattr(privemb_mod, "_STATS_MEMO", {})
-    monkeypatch.setattr(privemb_mod, "lipschitz_exact", lambda *a, **k: pytest.fail("recomputed"))
-    assert projection_stats(E, phi) == first  # read back from disk
+    assert projection_stats(E, phi, store=disk) is first
+    monkeypatch.setattr(projection_mod, "_STATS_MEMO", {})
+    monkeypatch.setattr(projection_mod, "lipschitz_exact", lambda *a, **k: pytest.fail("recomputed"))
+    assert projection_stats(E, phi, store=disk) == first  # read back from disk
     other = projection_matrix(8, 16, 1)
     with pytest.raises(pytest.fail.Exception, match="recomputed"):
-        projection_stats(E, other)  # a different Φ is a different key
+        projection_stats(E, other, store=disk)  # a different Φ is a different key
 
 
 @pytest.mark.slow  # five exact L̂ passes over 2,000 rows per case, plus loading MiniLM

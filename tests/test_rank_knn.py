@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hf_textdp.mechanisms.madlib import Madlib
-from hf_textdp.postprocess import (
+from hf_textdp.postprocess.select import (
     _KNN_CACHE,
     KNN_CACHE_WIDTH,
     KNN_MIN_K,

@@ -19,8 +19,10 @@ import pytest
 import torch
 
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from hf_textdp.io.frequencies import check_not_input, load_frequencies, resolve_count_options
 from hf_textdp.mechanisms import get_mechanism_class
-from hf_textdp.mechanisms.santext import Santext, SantextPlus, check_not_input, load_frequencies, sensitive_set
+from hf_textdp.mechanisms.santext import Santext, sensitive_set
+from hf_textdp.mechanisms.santext_plus import SantextPlus
 from tests.test_tem import (
     L12,
     AcceptAllSampler,
@@ -346,7 +348,7 @@ def test_frequency_sources_agree(tmp_path):
     ]
     hashes = set()
     for src in sources:
-        mech = SantextPlus(epsilon=1.0, w=0.5, **src)
+        mech = SantextPlus(epsilon=1.0, w=0.5, **resolve_count_options(src))
         mech.setup(space)
         assert mech.candidate_counts(space).tolist() == [4, 1, 0, 2, 4, 0]
         det = mech.details(space)
@@ -369,7 +371,7 @@ def test_frequency_corpus_with_hf_tokenizer(tiny_bert, tmp_path):
 
     space = load_space(tiny_bert)
     (tmp_path / "corpus.txt").write_text("the movie the film\nthe [CLS] movie\n", encoding="utf-8")
-    mech = SantextPlus(epsilon=1.0, frequency_corpus=str(tmp_path / "corpus.txt"))
+    mech = SantextPlus(epsilon=1.0, **resolve_count_options({"frequency_corpus": str(tmp_path / "corpus.txt")}))
     counts = mech.candidate_counts(space)
     tokens = SantextPlus.candidate_tokens(space)
     by_token = {t: int(c) for t, c in zip(tokens, counts, strict=True) if c}
@@ -410,7 +412,7 @@ def test_frequency_corpus_with_hf_tokenizer(tiny_bert, tmp_path):
 )
 def test_santext_plus_invalid_parameters(kwargs, error, match):
     with pytest.raises(error, match=match):
-        SantextPlus(epsilon=1.0, **kwargs)
+        SantextPlus(epsilon=1.0, **resolve_count_options(kwargs))
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from scipy import stats
 
 from hf_textdp.errors import InvalidParameterError, UnknownOptionError
 from hf_textdp.mechanisms import get_mechanism_class
-from hf_textdp.mechanisms.laplace import Gaussian
+from hf_textdp.mechanisms.gaussian import Gaussian
 from hf_textdp.mechanisms.truncated_laplace import (
     TruncatedLaplace,
     reference_constants,

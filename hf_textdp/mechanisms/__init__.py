@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from ..errors import InvalidParameterError, ParameterTypeError, UnknownMechanismError
 from .base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .gaussian import Gaussian
+from .laplace import Laplace
+from .madlib import Madlib
+from .mahalanobis import Mahalanobis
+from .privemb import Privemb
+from .santext import Santext
+from .santext_plus import SantextPlus
+from .tem import Tem
+from .truncated_laplace import TruncatedLaplace
 
 
 __all__ = [
@@ -52,27 +61,8 @@ def get_mechanism_class(name: str) -> type[Mechanism]:
 
 
 def _register_builtins() -> None:
-    from .madlib import Madlib
-
-    for cls in (Madlib,):
+    for cls in (Madlib, Privemb, Laplace, Gaussian, TruncatedLaplace, Tem, Santext, SantextPlus, Mahalanobis):
         register_mechanism(cls.name, cls)
-
-    from .privemb import Privemb
-
-    register_mechanism(Privemb.name, Privemb)
-
-    from .laplace import Gaussian, Laplace
-    from .truncated_laplace import TruncatedLaplace
-
-    for dp in (Laplace, Gaussian, TruncatedLaplace):
-        register_mechanism(dp.name, dp)
-
-    from .mahalanobis import Mahalanobis
-    from .santext import Santext, SantextPlus
-    from .tem import Tem
-
-    for sel in (Tem, Santext, SantextPlus, Mahalanobis):
-        register_mechanism(sel.name, sel)
 
 
 _register_builtins()

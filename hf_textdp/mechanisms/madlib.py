@@ -124,7 +124,7 @@ class Madlib(AdditiveMechanism):
 
     def claim(self, space: EmbeddingSpace) -> Claim:
         index = self.search_index(space)
-        stats = scale_stats(index.E, index=index)
+        stats = scale_stats(index.E, index=index, store=space.store)
         E64 = index.E.double()
 
         def pair_bound(a: int, b: int) -> float:
@@ -145,7 +145,7 @@ class Madlib(AdditiveMechanism):
         index = self.search_index(space)
         d = index.d
         eps = self.epsilon
-        stats = scale_stats(index.E, index=index)
+        stats = scale_stats(index.E, index=index, store=space.store)
         bounded = self._transformed(space)
         return {
             "bound": self.options["bound"],

@@ -228,11 +228,11 @@ class Mahalanobis(AdditiveMechanism):
         st = self._prepare(space)
         W64 = space.E.double().cpu() @ st.mats.M_inv_half
         err = float(torch.linalg.vector_norm(W64 - st.metric_matrix.double().cpu(), dim=1).max())
-        return math.nextafter(scale_stats(st.metric_matrix).diam + 2.0 * err, math.inf)
+        return math.nextafter(scale_stats(st.metric_matrix, store=space.store).diam + 2.0 * err, math.inf)
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
         st = self._prepare(space)
-        stats = scale_stats(st.metric_matrix)
+        stats = scale_stats(st.metric_matrix, store=space.store)
         ev = st.mats.eigenvalues
         lam_min, lam_max = float(ev[0]), float(ev[-1])
         return {

@@ -28,7 +28,7 @@ import torch
 from ..bounding import Sensitivity
 from ..errors import InvalidParameterError
 from ..rng import Draw, Streams, as_streams
-from .laplace import BoundedAdditiveMechanism, _Prepared
+from .bounded import BoundedAdditiveMechanism, Prepared
 
 
 __all__ = [
@@ -235,6 +235,6 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
     def warning_text(self) -> str:
         return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (§4.4)"
 
-    def noise_details(self, state: _Prepared) -> dict[str, Any]:
+    def noise_details(self, state: Prepared) -> dict[str, Any]:
         c: TruncatedLaplaceConstants = state.noise
         return c.to_dict()

@@ -1,0 +1,269 @@
+"""The base of the DP additive mechanisms: clip (spec §8), add noise calibrated to a sensitivity (spec §3, §4).
+
+For a candidate w, release ``y = T(φ(w)) + z`` with T a sensitivity-bounding transform of spec §8
+(default: clipping to the median row norm C, ``T(x) = x·min(1, C/‖x‖₂)``), then post-process y (§7;
+default: the exact nearest row of T(E)). Subclasses (``laplace``, ``gaussian``, ``truncated_laplace``)
+give the noise law and its calibration. ε is the per-token DP parameter, so ε_tok = ε.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from ..accounting import Claim
+from ..bounding import (
+    BOUNDS,
+    EXACT_ONLY_BOUNDS,
+    SENSITIVITY_KINDS,
+    Sensitivity,
+    Transform,
+    candidate_sensitivity,
+    check_bound_options,
+    fit_transform,
+)
+from ..errors import InvalidParameterError
+from ..rng import Streams, as_streams
+from ..search import ExactIndex
+from ..utils.logging import get_logger, warn_once
+from ..validation import check_choice
+from .base import AdditiveMechanism
+
+
+if TYPE_CHECKING:
+    from ..space import EmbeddingSpace
+
+
+__all__ = ["BoundedAdditiveMechanism", "Prepared", "MATCH_SPACES", "NOT_A_GUARANTEE"]
+
+logger = get_logger(__name__)
+
+MATCH_SPACES: tuple[str, ...] = ("clipped", "raw")
+NOT_A_GUARANTEE = (
+    "not a guarantee: calibration='reference_code' reproduces seed code whose stated privacy claim does not "
+    "hold as computed (certified: false)."
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Constants of a mechanism for one space (all public: from E and the configuration only)."""
+
+    space_hash: str
+    transform: Transform
+    sensitivity: Sensitivity
+    noise: Any  # b, σ, or TruncatedLaplaceConstants
+    index: ExactIndex
+    map_back: bool
+
+
+class BoundedAdditiveMechanism(AdditiveMechanism):
+    """Base of the DP additive mechanisms: transform (§8), calibrate to a sensitivity, add noise.
+
+    Subclasses define ``CALIBRATIONS``, :meth:`calibrate` (the noise constants for a sensitivity) and
+    :meth:`sample_noise`; :meth:`transform_input` applies T. Each step is one small method so that a
+    test can subclass it to build a deliberately broken variant.
+    """
+
+    OPTIONS: ClassVar[dict[str, Any]] = {
+        "bound": "clip",
+        "clip_norm": None,
+        "sensitivity": "bound",
+        "match_space": "clipped",
+        "jl_k": None,
+        "jl_xi": None,
+        "jl_seed": None,
+    }
+    BOUNDS: ClassVar[tuple[str, ...]] = BOUNDS
+    CALIBRATIONS: ClassVar[tuple[str, ...]] = ()
+    UNCERTIFIED: ClassVar[tuple[str, ...]] = ("reference_code",)
+    POSTPROCESS = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
+
+    _state: Prepared | None = None
+
+    def _validate(self) -> None:
+        o = self.options
+        check_bound_options(
+            o["bound"],
+            clip_norm=o["clip_norm"],
+            jl_k=o["jl_k"],
+            jl_xi=o["jl_xi"],
+            jl_seed=o["jl_seed"],
+            allowed=self.BOUNDS,
+        )
+        if o["clip_norm"] is not None:
+            o["clip_norm"] = float(o["clip_norm"])
+        check_choice(o["sensitivity"], "sensitivity", SENSITIVITY_KINDS)
+        check_choice(o["match_space"], "match_space", MATCH_SPACES)
+        if o["match_space"] == "raw" and o["bound"] == "jl":
+            raise InvalidParameterError(
+                "match_space='raw' is not defined for bound='jl' (the projection has no inverse and its output "
+                "lives in another dimension); use match_space='clipped'."
+            )
+        if "calibration" in self.OPTIONS:
+            self._validate_calibration(o["calibration"])
+
+    def _validate_calibration(self, calibration: Any) -> None:
+        check_choice(calibration, "calibration", self.CALIBRATIONS)
+
+    # ---------------------------------------------------------------- public constants
+    @property
+    def certified(self) -> bool:
+        return self.options.get("calibration") not in self.UNCERTIFIED
+
+    def fit(self, space: EmbeddingSpace) -> Transform:
+        """The transform T fitted to the public candidate rows of ``space`` (spec §8.1)."""
+        o = self.options
+        return fit_transform(
+            space.E,
+            o["bound"],
+            clip_norm=o["clip_norm"],
+            jl_k=o["jl_k"],
+            jl_xi=o["jl_xi"],
+            jl_seed=o["jl_seed"],
+            ids=space.candidate_ids,
+        )
+
+    def sensitivity_kind(self) -> str:
+        """``"exact"`` for ``vocab_exact``/``jl`` (always), else the ``sensitivity`` option."""
+        return "exact" if self.options["bound"] in EXACT_ONLY_BOUNDS else str(self.options["sensitivity"])
+
+    def prepare(self, space: EmbeddingSpace) -> Prepared:
+        """Fit T, compute the sensitivity and the noise constants, and build the search index (cached)."""
+        state = self._state
+        if state is not None and state.space_hash == space.space_hash:
+            return state
+        transform = self.fit(space)
+        sens = candidate_sensitivity(space.E, transform, self.sensitivity_kind(), store=space.store)
+        if not (sens.l1 > 0 and sens.l2 > 0 and sens.linf > 0):
+            raise InvalidParameterError(
+                f"bound={transform.bound!r}: the transformed candidates are all equal (sensitivity 0); "
+                "choose another bound."
+            )
+        noise = self.calibrate(sens, transform.d_out) if not math.isinf(self.epsilon) else None
+        raw = self.options["match_space"] == "raw"
+        if raw:
+            index = space.index
+        else:
+            rows = transform.apply(space.E).to(torch.float32)
+            index = space.index if torch.equal(rows, space.E) else ExactIndex(rows, space.device)
+        state = Prepared(
+            space_hash=space.space_hash,
+            transform=transform,
+            sensitivity=sens,
+            noise=noise,
+            index=index,
+            map_back=raw and transform.bound == "minmax",
+        )
+        self._state = state
+        if not self.certified:
+            warn_once(logger, f"uncertified:{self.name}", self.warning_text())
+        return state
+
+    def setup(self, space: EmbeddingSpace) -> None:
+        self.prepare(space)
+
+    def _require_state(self) -> Prepared:
+        if self._state is None:
+            raise InvalidParameterError(
+                f"mechanism {self.name!r} has not been set up for a space; call mechanism.setup(space) first."
+            )
+        return self._state
+
+    # ---------------------------------------------------------------- the mechanism
+    @abc.abstractmethod
+    def calibrate(self, sensitivity: Sensitivity, dim: int) -> Any:
+        """The noise constants for ``sensitivity`` in dimension ``dim`` (float64; spec §3.3, §4.2)."""
+
+    @abc.abstractmethod
+    def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
+        """``[n, k]`` float64 noise, row i from ``streams`` token i's :attr:`~hf_textdp.rng.Draw.NOISE` draws."""
+
+    def transform_input(self, x: torch.Tensor) -> torch.Tensor:
+        """x̃ = T(x) in float64 (spec §3.2)."""
+        return self._require_state().transform.apply(x)
+
+    def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
+        """``(T(x) + z).float()`` (spec §3.4); z is fresh per token, from the token's own stream.
+
+        With ``match_space="raw"`` and ``bound="minmax"`` the noisy vector is mapped back with T⁻¹, so
+        that ``nearest`` compares it with the raw rows (post-processing: the guarantee is unchanged).
+        """
+        state = self._require_state()
+        if x.ndim != 2 or x.shape[1] != state.transform.d_in:
+            raise InvalidParameterError(f"x must have shape [n, {state.transform.d_in}], got {tuple(x.shape)}.")
+        xt = self.transform_input(x)
+        n, k = xt.shape
+        if n and not math.isinf(self.epsilon):
+            xt = xt + self.sample_noise(as_streams(streams, n, x.device), k)
+        if state.map_back:
+            xt = state.transform.inverse(xt)
+        return xt.to(torch.float32)
+
+    def search_index(self, space: EmbeddingSpace) -> ExactIndex:
+        """Rows of T(E) (``match_space="clipped"``) or of E (``"raw"``), as spec §3.4."""
+        return self.prepare(space).index
+
+    def scale_metric_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
+        return space.E
+
+    # ---------------------------------------------------------------- report
+    def warning_text(self) -> str:
+        return f"calibration='reference_code' of mechanism {self.name!r} is not certified."
+
+    def delta_token(self) -> float:
+        """δ_tok of §10.1: the configured δ for certified (ε, δ) calibrations, else 0."""
+        return float(self.delta) if (self.USES_DELTA and self.delta is not None) else 0.0
+
+    def claim(self, space: EmbeddingSpace) -> Claim:
+        """``guarantee="dp"``, ε_tok = ε, δ_tok = δ (spec §10.1), from the configuration and E only."""
+        self.prepare(space)
+        eps = self.epsilon
+        certified = self.certified
+        delta_tok = self.delta_token()
+
+        def pair_bound(a: int, b: int) -> float:
+            return eps
+
+        return Claim(
+            guarantee="dp",
+            metric=None,
+            epsilon=eps,
+            delta=delta_tok if delta_tok > 0 else None,
+            epsilon_token=eps,
+            delta_token=delta_tok,
+            certified=certified,
+            warnings=() if certified else (self.warning_text(),),
+            not_covered=() if certified else (NOT_A_GUARANTEE,),
+            pair_bound=pair_bound,
+        )
+
+    def noise_details(self, state: Prepared) -> dict[str, Any]:
+        return {}
+
+    def details(self, space: EmbeddingSpace) -> dict[str, Any]:
+        """Report items of spec §3.5 / §4.3: bound, transform, sensitivity, noise constants, calibration."""
+        state = self.prepare(space)
+        sens = state.sensitivity
+        out: dict[str, Any] = {
+            "bound": state.transform.bound,
+            "transform": state.transform.parameters(),
+            "sensitivity": "exact" if sens.exact else "bound",
+            "sensitivity_l1": sens.l1,
+            "sensitivity_l2": sens.l2,
+            "sensitivity_linf": sens.linf,
+            "epsilon": self.epsilon,
+            "match_space": self.options["match_space"],
+            "certified": self.certified,
+        }
+        if "calibration" in self.OPTIONS:
+            out["calibration"] = self.options["calibration"]
+        if self.USES_DELTA:
+            out["delta"] = self.delta_token() if self.delta_token() > 0 else None
+        if state.noise is not None:
+            out.update(self.noise_details(state))
+        return out
