@@ -38,11 +38,12 @@ from scipy import stats
 from .accounting import Claim
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError
+from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep
 from .rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
 from .search import ExactIndex
-from .space import EmbeddingSpace, load_space
+from .space import EmbeddingSpace
 from .validation import check_int, check_open_unit
 
 

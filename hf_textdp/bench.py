@@ -54,15 +54,16 @@ from typing import Any, Literal
 
 import torch
 
-from . import vectors
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
+from .io import vectors
+from .io.models import load_space
 from .mechanisms import get_mechanism_class
 from .postprocess import clear_neighbour_caches
 from .privatizer import Privatizer
 from .rng import derive_row_seed, streams_for_rows
 from .search import bf16_filter_available, exact_fp32_matmul
-from .space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace, load_space
+from .space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace
 
 
 __all__ = [

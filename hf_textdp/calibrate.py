@@ -41,13 +41,14 @@ from scipy import special
 from .audit import apply_step
 from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
+from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.madlib import Madlib
 from .postprocess import PostprocessStep
 from .rng import derive_row_seed, streams_for_rows, validate_seed
 from .scale import scale_stats
 from .search import exact_fp32_matmul
-from .space import DEFAULT_MODEL, EmbeddingSpace, load_space
+from .space import DEFAULT_MODEL, EmbeddingSpace
 from .utils.logging import get_logger
 from .validation import check_epsilon, check_int, check_open_unit
 

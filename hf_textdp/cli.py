@@ -21,13 +21,14 @@ from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
 from .hub import push_to_hub
 from .io.files import dumps_json
+from .io.models import load_space
 from .io.paths import report_path_for
 from .io.reports import privacy_report
 from .mechanisms import get_mechanism_class, list_mechanisms
 from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
 from .postprocess import list_postprocess
 from .ray import privatize_ray_files
-from .space import DEFAULT_MODEL, load_space
+from .space import DEFAULT_MODEL
 from .version import __version__
 
 

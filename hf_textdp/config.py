@@ -17,10 +17,11 @@ from huggingface_hub import hf_hub_download
 from .errors import InvalidParameterError, ModelNotFoundError, ParameterTypeError, UnknownOptionError
 from .io.files import atomic_write_text, dumps_json
 from .io.frequencies import resolve_count_options
+from .io.models import network_allowed
 from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
-from .space import DEFAULT_MODEL, network_allowed, parse_device
+from .space import DEFAULT_MODEL, parse_device
 from .validation import check_bool, check_epsilon
 from .version import __version__
 

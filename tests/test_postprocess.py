@@ -18,6 +18,7 @@ from scipy import stats
 from hf_textdp import Privatizer, PrivatizerConfig
 from hf_textdp.accounting import Claim
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.postprocess import (
     Backproject,
@@ -34,7 +35,6 @@ from hf_textdp.postprocess import (
     unsafe_claim,
 )
 from hf_textdp.rng import Draw, streams_for_rows
-from hf_textdp.space import load_space
 from tests.conftest import minilm_available
 from tests.utils import one_row, row_key, write_vectors
 

@@ -17,6 +17,7 @@ from scipy import stats
 from hf_textdp import Privatizer, PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.io.cache import DiskCache
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms import projection as projection_mod
 from hf_textdp.mechanisms.privemb import Privemb, sample_privemb_noise
@@ -28,7 +29,6 @@ from hf_textdp.mechanisms.projection import (
     projection_stats,
 )
 from hf_textdp.rng import Draw
-from hf_textdp.space import load_space
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
 

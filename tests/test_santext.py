@@ -330,7 +330,7 @@ def test_frequency_sources_agree(tmp_path):
     E = np.random.default_rng(9400).standard_normal((6, 3))
     words = ["a", "b", "c", "d", "e", "f"]
     path = write_words(tmp_path, words, E)
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     space = load_space(str(path))
     counts = {"a": 4, "b": 1, "d": 2, "e": 4, "zz": 7}  # c, f absent: count 0; zz is not a candidate
@@ -367,7 +367,7 @@ def write_words(tmp_path: Path, words: list[str], E: np.ndarray) -> Path:
 
 def test_frequency_corpus_with_hf_tokenizer(tiny_bert, tmp_path):
     """An HF space counts corpus tokens with its own tokenizer (specials excluded); keys are vocab tokens."""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     space = load_space(tiny_bert)
     (tmp_path / "corpus.txt").write_text("the movie the film\nthe [CLS] movie\n", encoding="utf-8")

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from hf_textdp.errors import ModelNotFoundError, VectorFileError
-from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL, load_hf_embeddings, load_space
+from hf_textdp.io.models import load_hf_embeddings, load_space
+from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
 
@@ -114,7 +115,7 @@ def test_embedding_found_by_name_is_the_input_embedding(tmp_path, monkeypatch, a
     known = _known_embedding_name(AutoConfig.from_pretrained(folder), _safetensors_files(folder))
     assert known is not None and known in _meta_names(folder)
     if not by_name:
-        monkeypatch.setattr("hf_textdp.space._known_embedding_name", lambda config, files: None)
+        monkeypatch.setattr("hf_textdp.io.models._known_embedding_name", lambda config, files: None)
     full = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach().float()
     assert torch.equal(load_hf_embeddings(folder), full)
 
@@ -185,7 +186,7 @@ def test_static_space_all_words_are_candidates(tmp_path):
     ids=["unset", "empty", "zero", "one", "true", "on", "yes"],
 )
 def test_hf_hub_offline_is_the_one_network_switch(monkeypatch, value, allowed):
-    from hf_textdp.space import network_allowed
+    from hf_textdp.io.models import network_allowed
 
     monkeypatch.delenv("HF_TEXTDP_ALLOW_NETWORK", raising=False)
     if value is None:

@@ -15,10 +15,11 @@ import torch
 from scipy import stats
 
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, UnknownOptionError
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import SelectionMechanism, get_mechanism_class
 from hf_textdp.mechanisms.exponential import ExponentialSampler
 from hf_textdp.mechanisms.tem import Tem, tem_beta_for_gamma, tem_gamma
-from hf_textdp.space import EmbeddingSpace, load_space
+from hf_textdp.space import EmbeddingSpace
 from tests.utils import T5, make_space, write_vectors
 
 

@@ -15,6 +15,7 @@ import torch
 from scipy import stats
 
 from hf_textdp.errors import InvalidParameterError, UnknownOptionError
+from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.gaussian import Gaussian
 from hf_textdp.mechanisms.truncated_laplace import (
@@ -24,7 +25,6 @@ from hf_textdp.mechanisms.truncated_laplace import (
     sound_constants,
     truncated_laplace_variance,
 )
-from hf_textdp.space import load_space
 from tests.utils import write_vectors
 
 

@@ -86,7 +86,7 @@ def one_row(key: int, n: int, device: str = "cpu") -> Streams:
 
 def make_space(tmp_dir: Path, E: np.ndarray, name: str = "vocab.txt") -> EmbeddingSpace:
     """``load_space`` of E written as a GloVe file with words t0, t1, …"""
-    from hf_textdp.space import load_space
+    from hf_textdp.io.models import load_space
 
     path = write_vectors(tmp_dir / name, [f"t{i}" for i in range(len(E))], E)
     return load_space(str(path))

@@ -20,7 +20,8 @@ from scipy import sparse
 from transformers import AutoModel, AutoTokenizer
 
 from ..errors import InvalidParameterError
-from ..space import DEFAULT_MODEL, load_hf_embeddings, resolve_model
+from ..io.models import load_hf_embeddings, resolve_model
+from ..space import DEFAULT_MODEL
 
 
 __all__ = ["Encoder", "BagOfVectorsEncoder", "MeanPoolingEncoder", "make_encoder", "ENCODERS"]

