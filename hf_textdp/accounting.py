@@ -1,8 +1,8 @@
-"""Per-token claims, per-row totals and the privacy report (spec §10).
+"""Per-token claims, per-row totals and the privacy report (accounting.md).
 
 A :class:`Claim` describes what one privatized token release guarantees; it is built from the
 validated configuration and the public embedding space, never from data. :class:`Totals` adds up
-what was released. :func:`build_report` turns both into the JSON report of spec §10.4.
+what was released. :func:`build_report` turns both into the JSON report of accounting.md §4.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ COMPOSITION = {"within_row": "basic", "across_rows": "parallel", "across_release
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    """The per-token promise of a configured mechanism (spec §10.1).
+    """The per-token promise of a configured mechanism (accounting.md §1).
 
     ``P[M(w) ∈ S] ≤ exp(epsilon_token)·P[M(w') ∈ S] + delta_token`` for all candidates w, w';
     metric-DP mechanisms also promise ``pair_bound(w, w')`` = ε·d(w, w').
@@ -86,7 +86,7 @@ class Claim:
 
 @dataclass
 class Totals:
-    """What was released, added up over rows (spec §10.4 ``totals``)."""
+    """What was released, added up over rows (accounting.md §4 ``totals``)."""
 
     rows: int = 0
     dp_tokens: int = 0
@@ -172,7 +172,7 @@ def build_report(
     projection: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the report of spec §10.4 (JSON-ready; never holds the seed or any text)."""
+    """Assemble the report of accounting.md §4 (JSON-ready; never holds the seed or any text)."""
     report: dict[str, Any] = {
         "report_version": 1,
         "hf_textdp_version": __version__,
@@ -210,7 +210,7 @@ def _g(x: Any) -> str:
 
 
 def guarantee_statement(report: dict[str, Any]) -> str:
-    """One sentence saying what the report's mechanism proves per token, in its own terms (spec §10.1).
+    """One sentence saying what the report's mechanism proves per token, in its own terms (accounting.md §1).
 
     Read from the report (the claim the mechanism computed), never re-derived: metric DP names its
     metric, TEM its truncation γ, santext_plus the tokens it does not protect, and an uncertified or

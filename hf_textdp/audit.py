@@ -1,18 +1,18 @@
-"""Empirical privacy-loss audit (spec §11.3): is any output event more likely than the claim allows?
+"""Empirical privacy-loss audit (testing.md §3): is any output event more likely than the claim allows?
 
 For each pair of candidates (w, w') the audit draws outputs of M(w) and M(w') through the
 mechanism's own interfaces (``perturb`` + the post-processing step, or ``sample``), chooses up to
 2·k_max candidate events on a *selection* half, and bounds the log probability ratio of each event
 on an independent *estimation* half with one-sided Clopper–Pearson bounds, Bonferroni-corrected over
 pairs and events. The claim under test is the mechanism's exact pairwise bound ``pair_bound(w, w')``
-(spec §10.1) with slack δ_tok. A correct mechanism fails with probability ≤ α whatever the sample
-sizes; the sizes set only the power (spec §11.3 lists the fixtures and the power measured).
+(accounting.md §1) with slack δ_tok. A correct mechanism fails with probability ≤ α whatever the sample
+sizes; the sizes set only the power (testing.md §3 lists the fixtures and the power measured).
 
 Vector outputs (``postprocess="vector"`` and the like) are reduced to the scalar ⟨z, u⟩ with the
 public unit vector u from f(w) to f(w'), f being the noise-free release map, then binned at the
 pooled quantiles of the selection draws (a public choice fixed before the estimation draws are read).
 
-The reference implementation is ``spec/kat/audit.py``; this one makes batched torch draws from
+The reference implementation is ``docs/mechanisms/kat/audit.py``; this one makes batched torch draws from
 per-pair keyed streams.
 
 Example:
@@ -170,10 +170,10 @@ def _events(ya: np.ndarray, yb: np.ndarray, n_out: int, k_max: int) -> list[np.n
 
 # --------------------------------------------------------------------------- helpers
 def _center(mech: Mechanism, space: EmbeddingSpace, positions: torch.Tensor) -> torch.Tensor:
-    """The noise-free pre-image f(w) of an additive mechanism's noisy vector (spec §11.3 step 2).
+    """The noise-free pre-image f(w) of an additive mechanism's noisy vector (testing.md §3 step 2).
 
     ``mech.inputs`` (the vectors handed to ``perturb``), passed through the map ``perturb`` applies
-    before adding noise when the mechanism exposes one (``transform_input`` for §8 bounds,
+    before adding noise when the mechanism exposes one (``transform_input`` for bounding.md bounds,
     ``project`` for projected mechanisms, or a ``transform_inputs(space, x)`` hook).
     """
     assert isinstance(mech, AdditiveMechanism)
@@ -198,7 +198,7 @@ def apply_step(
     streams: Streams,
     positions: torch.Tensor,
 ) -> torch.Tensor:
-    """Run a post-processing step; an unsafe one (spec §7.7) also receives the input positions."""
+    """Run a post-processing step; an unsafe one (postprocess.md §7) also receives the input positions."""
     if isinstance(step, UnsafePostprocessStep):
         return step.apply_unsafe(z, mech, space, streams, positions)
     return step.apply(z, mech, space, streams)
@@ -247,7 +247,7 @@ def _diameter_pair(M: torch.Tensor, block: int = 512) -> tuple[int, int]:
 
 
 def default_pairs(mech: Mechanism, space: EmbeddingSpace) -> list[tuple[int, int]]:
-    """Spec §11.3 default pairs (candidate ids): the three lowest ids with their nearest neighbour, and
+    """testing.md §3 default pairs (candidate ids): the three lowest ids with their nearest neighbour, and
     the diameter pair, in the mechanism's metric (duplicates removed)."""
     M, index = _metric_index(mech, space)
     k = min(3, space.V)
@@ -402,7 +402,7 @@ def audit(
     n_bins: int = 32,
     seed: int | None = None,
 ) -> AuditResult:
-    """Empirical privacy-loss audit of a configured mechanism (spec §11.3).
+    """Empirical privacy-loss audit of a configured mechanism (testing.md §3).
 
     Args:
         config_or_mechanism (`PrivatizerConfig` or `(Mechanism, PostprocessStep | None)`): what to

@@ -1,12 +1,12 @@
-"""Sensitivity bounding: transforms T of the embedding rows and their sensitivities (spec §8).
+"""Sensitivity bounding: transforms T of the embedding rows and their sensitivities (bounding.md).
 
-The additive DP mechanisms (``laplace``, ``gaussian``, ``truncated_laplace``; spec §3, §4) perturb
+The additive DP mechanisms (``laplace``, ``gaussian``, ``truncated_laplace``; laplace.md, §8) perturb
 ``T(φ(w))`` and calibrate their noise to a sensitivity of T over the candidate set C. Seed 002
-(sensitivity bounding for embeddings) proposes the transforms; spec §8.1 checks each:
+(sensitivity bounding for embeddings) proposes the transforms; bounding.md §1 checks each:
 
 - ``clip``: ``T(x) = x·min(1, C/‖x‖₂)`` (seed 001), C = ``clip_norm`` or the median row norm;
   stated Δ₁ = 2C√d, Δ₂ = Δ∞ = 2C (‖v‖₁ ≤ √d‖v‖₂, ‖v‖∞ ≤ ‖v‖₂).
-- ``vocab_exact``: ``T(x) = x``; the exact sensitivities over the raw candidates (§8.3).
+- ``vocab_exact``: ``T(x) = x``; the exact sensitivities over the raw candidates (bounding.md §3).
 - ``observed_range``: ``clamp(x, −v_max, v_max)``, v_max = max |E_wk| over C; stated 2d·v_max,
   2√d·v_max, 2·v_max (the identity on candidates, so the exact values are ``vocab_exact``'s).
 - ``minmax``: ``(x_k − lo_k)/(hi_k − lo_k)`` per column; stated d, √d, 1; affine and invertible.
@@ -14,12 +14,12 @@ The additive DP mechanisms (``laplace``, ``gaussian``, ``truncated_laplace``; sp
   L1 distance 2√d), Δ₂ = Δ∞ = 2.
 - ``jl``: ``A·x`` with a public Rademacher matrix ``A ∈ {±1/√k}^{k×d}`` (Johnson–Lindenstrauss);
   seed 002's Δ ≤ d'(b − a) assumes a range bound that a linear map of unbounded vectors does not
-  give, so only the exact value (§8.3) is used.
+  give, so only the exact value (bounding.md §3) is used.
 
-Soundness (spec §8.1): every parameter (C, v_max, lo/hi, the JL matrix) is computed from the
+Soundness (bounding.md §1): every parameter (C, v_max, lo/hi, the JL matrix) is computed from the
 public matrix E over C, never from the text being privatized; this module only ever sees E.
 
-Exact sensitivities (spec §8.3) are computed in row blocks (memory O(block·V), never V × V):
+Exact sensitivities (bounding.md §3) are computed in row blocks (memory O(block·V), never V × V):
 Δ∞ column-wise; Δ₂ by a float64 Gram pass with error below η₂ = (d+3)·u₆₄·4·max‖x‖², then a
 float64 recomputation by differences of every pair within 2η₂ of the maximum; Δ₁ by ``torch.cdist``
 (p = 1) with error below η₁ = (d+3)·u·2·max‖x‖₁ (u the unit roundoff of the pass: float64 on CPU,
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 BOUNDS: tuple[str, ...] = ("clip", "vocab_exact", "observed_range", "minmax", "unit", "jl")
-# bounds whose sensitivity is always the exact one (spec §3.1 `sensitivity`: "ignored (always exact)")
+# bounds whose sensitivity is always the exact one (laplace.md §1 `sensitivity`: "ignored (always exact)")
 EXACT_ONLY_BOUNDS: tuple[str, ...] = ("vocab_exact", "jl")
 SENSITIVITY_KINDS: tuple[str, ...] = ("bound", "exact")
 DEFAULT_JL_XI = 0.9
@@ -75,13 +75,13 @@ _BLOCK_ENTRIES = 1 << 22  # entries of one block of pairwise values (32 MiB in f
 
 @dataclass(frozen=True)
 class Sensitivity:
-    """L1, L2 and L∞ sensitivities of a transform over the candidates (spec §8.2, §8.3).
+    """L1, L2 and L∞ sensitivities of a transform over the candidates (bounding.md §2, §3).
 
     Attributes:
         l1 (`float`): Δ₁ = max over candidate pairs of ‖T(x) − T(x')‖₁ (or a stated upper bound).
         l2 (`float`): Δ₂, the same in the L2 norm.
         linf (`float`): Δ∞, the same in the L∞ norm.
-        exact (`bool`): whether these are the exact maxima (§8.3) or the stated bounds (§8.2).
+        exact (`bool`): whether these are the exact maxima (bounding.md §3) or the stated bounds (bounding.md §2).
     """
 
     l1: float
@@ -103,7 +103,7 @@ def check_bound_options(
     jl_seed: Any = None,
     allowed: tuple[str, ...] = BOUNDS,
 ) -> None:
-    """Validate ``bound`` and the options that belong to it (spec §3.1, §8.2).
+    """Validate ``bound`` and the options that belong to it (laplace.md §1, bounding.md §2).
 
     ``clip_norm`` is accepted only with ``bound="clip"``, ``jl_k``/``jl_xi``/``jl_seed`` only with
     ``bound="jl"`` (``None`` means "not given").
@@ -140,7 +140,7 @@ def check_bound_options(
 
 # --------------------------------------------------------------------------- JL
 def jl_dimension(V: int, xi: float = DEFAULT_JL_XI) -> int:
-    """k = ⌈8·ln V / (ξ² − 2ξ³/3)⌉ (spec §8.2; 255 for MiniLM's V = 30,517 at ξ = 0.9).
+    """k = ⌈8·ln V / (ξ² − 2ξ³/3)⌉ (bounding.md §2; 255 for MiniLM's V = 30,517 at ξ = 0.9).
 
     Example:
 
@@ -151,7 +151,7 @@ def jl_dimension(V: int, xi: float = DEFAULT_JL_XI) -> int:
 
 
 def jl_matrix(k: int, d: int, seed: int = DEFAULT_JL_SEED) -> npt.NDArray[np.float32]:
-    """The public JL matrix ``A ∈ {±1/√k}^{k×d}`` as float32 (spec §8.2; never from the noise seed)."""
+    """The public JL matrix ``A ∈ {±1/√k}^{k×d}`` as float32 (bounding.md §2; never from the noise seed)."""
     signs = np.random.default_rng(seed).integers(0, 2, size=(k, d)) * 2 - 1
     matrix: npt.NDArray[np.float32] = (signs / math.sqrt(k)).astype(np.float32)
     return matrix
@@ -160,7 +160,7 @@ def jl_matrix(k: int, d: int, seed: int = DEFAULT_JL_SEED) -> npt.NDArray[np.flo
 # --------------------------------------------------------------------------- transforms
 @dataclass(frozen=True, eq=False)
 class Transform:
-    """A fitted sensitivity-bounding transform T (spec §8.2); build it with :func:`fit_transform`.
+    """A fitted sensitivity-bounding transform T (bounding.md §2); build it with :func:`fit_transform`.
 
     Attributes:
         bound (`str`): one of :data:`BOUNDS`.
@@ -232,7 +232,7 @@ class Transform:
         return lo, torch.from_numpy(self.hi).to(device) - lo
 
     def stated(self) -> Sensitivity | None:
-        """The closed-form sensitivities of spec §8.2, or ``None`` for ``vocab_exact``/``jl``."""
+        """The closed-form sensitivities of bounding.md §2, or ``None`` for ``vocab_exact``/``jl``."""
         d = self.d_out
         if self.bound == "clip":
             assert self.clip_norm is not None
@@ -290,7 +290,7 @@ def fit_transform(
     jl_seed: int | None = None,
     ids: torch.Tensor | None = None,
 ) -> Transform:
-    """Fit the transform ``bound`` to the public candidate rows E (spec §8.2), float64 throughout.
+    """Fit the transform ``bound`` to the public candidate rows E (bounding.md §2), float64 throughout.
 
     Args:
         E (`torch.Tensor` of shape `[V, d]`): the candidate rows (fp32).
@@ -418,7 +418,7 @@ def _max_pair(
 def exact_sensitivity(
     X: torch.Tensor, *, chunk_size: int | None = None, l1_dtype: torch.dtype | None = None
 ) -> Sensitivity:
-    """Exact Δ₁, Δ₂, Δ∞ over all pairs of rows of ``X`` (spec §8.3), uncached.
+    """Exact Δ₁, Δ₂, Δ∞ over all pairs of rows of ``X`` (bounding.md §3), uncached.
 
     Args:
         X (`torch.Tensor` of shape `[V, k]`): transformed candidate rows (converted to float64).
@@ -445,7 +445,7 @@ def exact_sensitivity(
     # Δ∞: max over columns of (max − min), one float64 subtraction, equal to the pairwise brute force
     linf = float((X.max(dim=0).values - X.min(dim=0).values).max())
 
-    # Δ₂: float64 Gram blocks; |error| < η₂ = (d + 3)·u₆₄·4·max‖x‖² (spec §8.3)
+    # Δ₂: float64 Gram blocks; |error| < η₂ = (d + 3)·u₆₄·4·max‖x‖² (bounding.md §3)
     sq = (X * X).sum(dim=1)
     eta2 = (k + 3) * U64 * 4.0 * float(sq.max())
 
@@ -478,9 +478,9 @@ def candidate_sensitivity(
     chunk_size: int | None = None,
     store: Store | None = None,
 ) -> Sensitivity:
-    """The sensitivity a mechanism calibrates to: stated (§8.2) or exact over T(E) (§8.3).
+    """The sensitivity a mechanism calibrates to: stated (bounding.md §2) or exact over T(E) (bounding.md §3).
 
-    ``kind="bound"`` gives the closed form of §8.2, except for ``vocab_exact`` and ``jl``, which are
+    ``kind="bound"`` gives the closed form of bounding.md §2, except for ``vocab_exact`` and ``jl``, which are
     always exact. Exact values are cached per ``transform.key`` in memory and in ``store`` (kind
     ``"sensitivity"``); they depend on the public matrix only.
 

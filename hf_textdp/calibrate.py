@@ -1,11 +1,11 @@
-"""Expected replacement rate and the ε for a target rate, from the public matrix alone (spec §2.4).
+"""Expected replacement rate and the ε for a target rate, from the public matrix alone (madlib.md §4).
 
 The keep rate of a configured mechanism is K(ε) = Σ_w π(w)·P[M(w) = w], with π uniform over the
 candidate set C or a public frequency table (never the text being privatized); the replacement rate
 is 1 − K(ε). Nothing here reads private data: the tokens are drawn from C with a fixed, public
 calibration seed.
 
-- ``madlib`` with ``nearest`` (spec §2.4): the Voronoi cell of w is convex and contains φ(w), so the
+- ``madlib`` with ``nearest`` (madlib.md §4): the Voronoi cell of w is convex and contains φ(w), so the
   ray φ(w) + s·u stays in it exactly for s < s(w, u) = min over c ≠ w with ⟨u, Δ_c⟩ > 0 of
   ‖Δ_c‖²/(2⟨u, Δ_c⟩), Δ_c = φ(c) − φ(w). The radius is Gamma(d, 1/ε), hence
   P[keep | w, u] = P(d, ε·s(w, u)) and the Rao–Blackwellised estimator
@@ -74,7 +74,7 @@ class CalibrationResult:
         epsilon_stderr (`float` or `None`): standard error of ``epsilon`` (delta method).
         rates (`dict[float, tuple[float, float]]`): ε → (estimated replacement rate, standard error),
             for every ε asked for and the solved one.
-        estimator (`str`): ``"rao_blackwell"`` (madlib + nearest, spec §2.4) or ``"monte_carlo"``.
+        estimator (`str`): ``"rao_blackwell"`` (madlib + nearest, madlib.md §4) or ``"monte_carlo"``.
         weighting (`str`): ``"uniform"`` or the SHA-256 of the public frequency table.
         median_rho1, diam (`float`): scale statistics of the space in the mechanism's metric.
         epsilon_median_rho1 (`float` or `None`): ``epsilon · median_rho1`` (dimensionless).
@@ -116,7 +116,7 @@ def _duplicate_groups(E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def madlib_cell_radii(E: torch.Tensor, w: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """s(wᵢ, uᵢ) of spec §2.4: how far the ray φ(wᵢ) + s·uᵢ stays in wᵢ's ``nearest`` cell.
+    """s(wᵢ, uᵢ) of madlib.md §4: how far the ray φ(wᵢ) + s·uᵢ stays in wᵢ's ``nearest`` cell.
 
     ``+∞`` when no candidate lies ahead in direction uᵢ; 0 when a lower-id exact duplicate of φ(wᵢ)
     exists (``nearest`` then never returns wᵢ); higher-id duplicates are ignored (ties go to wᵢ).

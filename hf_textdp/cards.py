@@ -1,7 +1,7 @@
 """Cards for what hf-textdp publishes, rendered with ``huggingface_hub``'s card classes.
 
 - A **dataset card** (:class:`huggingface_hub.DatasetCard`) for a privatized dataset, from the privacy
-  report saved beside it (spec §10.4): what was privatized, the guarantee and its unit, the scale,
+  report saved beside it (accounting.md §4): what was privatized, the guarantee and its unit, the scale,
   the totals, what is not covered, and how to load it.
 - A **results card** (:class:`huggingface_hub.ModelCard` with :class:`~huggingface_hub.EvalResult`
   entries, i.e. ``model-index`` metadata) for a recipe's results folder: accuracy per (task,
@@ -137,7 +137,7 @@ MR/CR/MPQA, single test score (± binomial standard error) for SST-5 and TREC-6.
 {% endfor %}
 
 ε is per token (the unit of privacy is one token); see each result JSON's `privacy_report` for the
-full report (spec §10), including what the guarantee does not cover. The benchmark noise seed is fixed
+full report (accounting.md), including what the guarantee does not cover. The benchmark noise seed is fixed
 in the recipe because the SentEval data are public; never reuse it on private text.
 """
 

@@ -1,4 +1,4 @@
-"""``hf-textdp``: the command-line front end (DESIGN §4). It holds no logic: it parses arguments,
+"""``hf-textdp``: the command-line front end. It holds no logic: it parses arguments,
 calls the public API, and prints one line per :class:`HfTextDPError` (exit 2), no traceback
 unless ``--debug``."""
 
@@ -362,7 +362,7 @@ class AuditCommand:
     def register_subcommand(sub: Any) -> None:
         p = sub.add_parser(
             "audit",
-            help="empirical privacy-loss audit of a mechanism (spec §11.3)",
+            help="empirical privacy-loss audit of a mechanism (testing.md §3)",
             description="Estimate the privacy loss of a mechanism empirically and compare it with its claim; "
             "exit 0 when the claim holds, 1 when it does not.",
             formatter_class=_HelpFormatter,
@@ -446,7 +446,7 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
         action="append",
         metavar="KEY=VALUE",
         help="mechanism/post-processing option, repeatable, e.g. -o bound=clip -o beta=0.9; VALUE is JSON when it "
-        "parses (the options of each mechanism: DESIGN.md and spec §2-§9) (default: none)",
+        "parses (the options of each mechanism: docs/mechanisms/) (default: none)",
     )
 
 

@@ -1,10 +1,10 @@
-"""Privatize-on-the-fly data collators and their privacy accountant (DESIGN §3; spec §7.5, §10.3).
+"""Privatize-on-the-fly data collators and their privacy accountant (postprocess.md §5, accounting.md §3).
 
 :class:`DataCollatorWithPrivatization` privatizes each batch's text when it is collated, with fresh
 noise every epoch (noise stream = epoch + 1, docs/mechanisms/randomness.md), and returns padded model inputs.
 :class:`DataCollatorForInputsEmbeds` releases the noisy vectors themselves (``postprocess="vector"``)
 as ``inputs_embeds``. Every collation is a release: the accountant adds up each example's ε (and δ)
-across epochs (basic composition, spec §10.3), logs one INFO line per epoch, and reports a
+across epochs (basic composition, accounting.md §3), logs one INFO line per epoch, and reports a
 ``training`` block in :meth:`~DataCollatorWithPrivatization.privacy_report`.
 
 DataLoader workers (``num_workers > 0``) collate in other processes. Each worker appends its
@@ -45,7 +45,7 @@ from .utils.logging import get_logger, warn_once
 __all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
 
 logger = get_logger(__name__)
-# the per-epoch line is "hf_textdp: epoch E: ..." (spec §10.3): the library root logger's name is the prefix
+# the per-epoch line is "hf_textdp: epoch E: ..." (accounting.md §3): the library root logger's name is the prefix
 _epoch_logger = get_logger("hf_textdp")
 
 _I63 = 2**63
@@ -67,7 +67,7 @@ _LABEL_KEYS = ("label", "labels", "label_ids")
 
 
 class PrivacyAccountant:
-    """Per-example ε and δ added up over releases (spec §10.3), from accounting records.
+    """Per-example ε and δ added up over releases (accounting.md §3), from accounting records.
 
     An example with a key (its ``idx``/id) is summed exactly. Examples without one are bounded by
     Σ_epochs max_row ε, which assumes each is collated once per epoch.
@@ -326,7 +326,7 @@ class DataCollatorWithPrivatization:
                 self._offsets[path.name] = start + whole
 
     def privacy_report(self) -> dict[str, Any]:
-        """The privacy report of spec §10 with the ``training`` block (epochs, releases, per-example maxima)."""
+        """The privacy report of accounting.md with the ``training`` block (epochs, releases, per-example maxima)."""
         self._drain()
         acc = self.accountant
         report: dict[str, Any] = self._encoder.privatizer.build_report(acc.totals, training=acc.training_block())
@@ -404,7 +404,8 @@ class DataCollatorWithPrivatization:
 
 
 class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
-    """Release the noisy vectors as ``inputs_embeds`` ``[batch, seq, d]`` (``postprocess="vector"``, spec §7.5).
+    """Release the noisy vectors as ``inputs_embeds`` ``[batch, seq, d]`` (``postprocess="vector"``;
+    postprocess.md §5).
 
     Privatized positions hold the noisy vector; special, padding and passthrough positions hold the
     model's own embedding row (``config.model``'s input embeddings; zeros where an id has no row);
@@ -437,7 +438,7 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
             raise InvalidParameterError(
                 f"postprocess='vector' with mechanism {cfg.mechanism!r} releases vectors of size k={k}, but "
                 f"inputs_embeds need the model's hidden size d={d}; set options={{'vector_space': 'input'}} "
-                "(vector_space='input' maps the release back to R^d, spec §7.6)."
+                "(vector_space='input' maps the release back to R^d, postprocess.md §6)."
             )
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

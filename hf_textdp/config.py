@@ -1,4 +1,4 @@
-"""``PrivatizerConfig``: what to privatize with, validated at construction (DESIGN §3).
+"""``PrivatizerConfig``: what to privatize with, validated at construction.
 
 The config holds no seed: a seed is a secret key and is never saved (decision D3).
 """
@@ -42,8 +42,8 @@ class PrivatizerConfig:
         delta (`float`, *optional*): δ ∈ (0, 1) for mechanisms that use one (``None``: their default).
         model (`str`, defaults to `"sentence-transformers/all-MiniLM-L6-v2"`): hub id, local folder,
             or a GloVe/word2vec text file.
-        postprocess (`str`, defaults to `"nearest"`): post-processing step (spec §7).
-        options (`dict`, defaults to `{}`): mechanism and post-processing options (spec §2–§9);
+        postprocess (`str`, defaults to `"nearest"`): post-processing step (postprocess.md).
+        options (`dict`, defaults to `{}`): mechanism and post-processing options (docs/mechanisms/);
             ``{"test_mode": True}`` allows ε = ∞ (no noise) for tests.
         device (`str`, defaults to `"cpu"`): ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         keep_original (`bool`, defaults to `False`): keep the input text in ``{text_column}_original``.

@@ -17,7 +17,7 @@ place, then the work folder is removed. A run killed at any point (SIGKILL inclu
 output, only the work folder, or the complete output. ``resume=True`` reuses the finished shards when the
 manifest matches this run and computes only the missing ones; ``overwrite=True`` discards them.
 
-**Nothing secret in the work folder or the output** (spec §10.5). The manifest holds no text and nothing
+**Nothing secret in the work folder or the output** (accounting.md §5). The manifest holds no text and nothing
 derived from the seed: not the seed, and not a hash of it, salted or not (a hash of a small seed is
 inverted by trying seeds). It records only *whether* a seed was used. ``resume`` therefore cannot check
 that the seed is the same one: resuming a seeded run with another seed still privatizes every row exactly

@@ -1,4 +1,4 @@
-"""``Privatizer``: the ``datasets.map`` transform (DESIGN §1, §3).
+"""``Privatizer``: the ``datasets.map`` transform.
 
 >>> from hf_textdp import PrivatizerConfig, Privatizer          # doctest: +SKIP
 >>> priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 17)   # doctest: +SKIP
@@ -146,7 +146,7 @@ class Privatizer:
         mech, step = self.config.build()
         mech.setup(space)
         self._claim = mech.claim(space)
-        if step is not None and step.UNSAFE:  # spec §7.7: the step reads the input, no guarantee is left
+        if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":
             warn_once(
@@ -223,7 +223,7 @@ class Privatizer:
         return out
 
     def privacy_report(self) -> dict[str, Any]:
-        """The privacy report of spec §10 for what this object released in this process."""
+        """The privacy report of accounting.md for what this object released in this process."""
         return self.build_report(self.totals)
 
     def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -331,7 +331,7 @@ class Privatizer:
         structural: np.ndarray,
         out: np.ndarray | None,
     ) -> None:
-        """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (spec §10.2)."""
+        """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (accounting.md §2)."""
         space, claim = self._space, self._claim
         assert space is not None and claim is not None
         n = lengths.size
@@ -371,7 +371,7 @@ class Privatizer:
         flat: np.ndarray,
         rows: list[TokenizedRow] | None,
     ) -> dict[str, list[Any]]:
-        """``postprocess="vector"``: ``inputs_embeds`` per row (spec §7.5); no text, no ``input_ids``.
+        """``postprocess="vector"``: ``inputs_embeds`` per row (postprocess.md §5); no text, no ``input_ids``.
 
         Privatized positions hold the noisy vector; structural positions hold the model's own embedding
         (public); passthrough positions hold their own embedding where one exists (they are released
@@ -450,7 +450,7 @@ class Privatizer:
             return mech.sample(space, positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and self._step is not None
         z = mech.perturb(mech.inputs(space, positions), streams)
-        if isinstance(self._step, UnsafePostprocessStep):  # spec §7.7: the only path that sees the inputs
+        if isinstance(self._step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
             res = self._step.apply_unsafe(z, mech, space, streams, positions)
         else:
             res = self._step.apply(z, mech, space, streams)

@@ -1,4 +1,4 @@
-"""``privatize_ray``: the same :class:`~hf_textdp.Privatizer` over a ``ray.data.Dataset`` (DESIGN D8).
+"""``privatize_ray``: the same :class:`~hf_textdp.Privatizer` over a ``ray.data.Dataset``.
 
 Optional extra: ``pip install 'hf-textdp[ray]'``. Ray Data schedules the work; this module only supplies the
 transform. Each actor of the pool receives the privatizer's pickled state (config, seed, columns: decision
@@ -232,7 +232,7 @@ def ray_report(
     text_column: str = "text",
     split: str = "",
 ) -> dict[str, Any]:
-    """The privacy report (spec §10.4) of privatized rows, counted from the rows themselves.
+    """The privacy report (accounting.md §4) of privatized rows, counted from the rows themselves.
 
     Only ``input_ids``, ``dp_tokens`` and ``dp_epsilon``/``dp_delta`` stream to the driver (batch by batch,
     never the text), so the totals count exactly the rows of ``written``, whatever Ray retried on the way.

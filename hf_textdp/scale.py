@@ -1,6 +1,6 @@
-"""Scale statistics of a space: ρ₁ (nearest-neighbour distance) and the diameter (spec §1.4, §10.4).
+"""Scale statistics of a space: ρ₁ (nearest-neighbour distance) and the diameter (space.md §4, accounting.md §4).
 
-Both are exact (float64 answers certified by the fp32 error bounds of spec §1.5) for V ≤ 65,536;
+Both are exact (float64 answers certified by the fp32 error bounds of space.md §5) for V ≤ 65,536;
 above that ρ₁ is computed on every ⌈V/20,000⌉-th position and the diameter is the sound upper bound
 2·max‖φ(c) − mean‖. Results are cached per (matrix hash, metric) in memory and in an optional
 injected :class:`~hf_textdp.memo.Store` (the space's disk cache): they depend on the public matrix only.
@@ -60,7 +60,7 @@ def rho1(index: ExactIndex, positions: torch.Tensor | None = None, block: int = 
 def diameter(E: torch.Tensor, block: int = 512) -> float:
     """Exact float64 diameter: fp32 Gram pass, then float64 re-check of every pair within 2τ of the max.
 
-    τ bounds the error of an fp32 squared distance ``‖a‖² + ‖b‖² − 2a·b`` (spec §1.5's argument with
+    τ bounds the error of an fp32 squared distance ``‖a‖² + ‖b‖² − 2a·b`` (space.md §5's argument with
     both norms rounded), so every pair whose true squared distance is the maximum has an fp32 value
     within 2τ of the largest fp32 value. Per block of rows: one product against the rows from the
     block on (the distance is symmetric), the row maxima (one pass), and

@@ -1,9 +1,9 @@
-"""Exact chunked nearest-neighbour search (spec §1.5).
+"""Exact chunked nearest-neighbour search (space.md §5).
 
 ``ExactIndex(matrix).search(Q, k)`` returns, for each query row, the ``k`` positions with the
 smallest *exact* squared distance ``‖q − e_c‖²`` (real arithmetic on the fp32 values), ties to the
 lowest position. This equals float64 brute force whenever that brute force is itself exact, and is
-the exact answer when it is not (spec §1.5, cases N4/N5). The result never depends on the chunk size,
+the exact answer when it is not (space.md §5, cases N4/N5). The result never depends on the chunk size,
 the query block, the thread count, the device or which filter ran.
 
 Algorithm (filter and verify):
@@ -14,7 +14,7 @@ Algorithm (filter and verify):
    block score bounds the k-th best score, and only blocks that can hold a winner are read again.
    So the work beyond the product is one pass over the scores plus O(candidates).
 
-   * ``fp32`` (spec §1.5's reference, and always on CUDA): ``s̃_c = fl(‖e_c‖² − 2 q·e_c)`` by
+   * ``fp32`` (space.md §5's reference, and always on CUDA): ``s̃_c = fl(‖e_c‖² − 2 q·e_c)`` by
      ``addmm`` with TF32 and reduced-precision reductions off; ``|s̃_c − s_c| ≤ 0.51·η`` with
      ``η = 2(d+3)u(R² + 2‖q‖R)``, u = 2⁻²⁴, R = max row norm; candidates ``s̃_c ≤ m + 2η``.
    * ``bf16`` (CPUs whose bf16 matrix product is fast, e.g. AMX): a bf16 product with fp32
@@ -109,7 +109,7 @@ def _threads(n: int | None) -> Iterator[None]:
 
 @contextmanager
 def exact_fp32_matmul() -> Iterator[None]:
-    """Disable TF32 / bf16 reduced-precision fp32 matmuls for the duration (spec §1.5)."""
+    """Disable TF32 / bf16 reduced-precision fp32 matmuls for the duration (space.md §5)."""
     prev_prec = torch.get_float32_matmul_precision()
     prev_cuda = torch.backends.cuda.matmul.allow_tf32
     prev_cudnn = torch.backends.cudnn.allow_tf32
@@ -173,7 +173,7 @@ def bf16_filter_bound(
     **Claim.** |t_c − Ã_c| ≤ β_in + β_acc + β_ν + β_abs =: β, where
 
     * β_in = ‖q̂‖·ρ + ‖r_q‖·(Ê + ρ), with ρ = max_c‖r_c‖, Ê = max_c‖ê_c‖. Proof: q·e_c − q̂·ê_c =
-      q̂·r_c + r_q·ê_c + r_q·r_c exactly; apply Cauchy–Schwarz to each term. (This is spec §1.5's
+      q̂·r_c + r_q·ê_c + r_q·r_c exactly; apply Cauchy–Schwarz to each term. (This is space.md §5's
       input-rounding bound ((1 + u_in)² − 1)·Σ|q_j||e_cj| made sharper with the actual residuals.)
     * β_acc = γ_n·(‖q̂‖·Ê + max_c(|h_c| + |l_c|)), γ_n = n·u/(1 − n·u), u = 2⁻²⁴, n = d + 2. Proof: a
       product of two bf16 numbers (8-bit significands) has at most 16 significant bits, so it is exact
@@ -301,7 +301,7 @@ def _bf16_is_fast() -> bool:
 
 # --------------------------------------------------------------------------- the index
 class ExactIndex:
-    """An fp32 matrix prepared for exact nearest-neighbour search (spec §1.5).
+    """An fp32 matrix prepared for exact nearest-neighbour search (space.md §5).
 
     Args:
         matrix (`torch.Tensor` of shape `[V, k]`): the rows to search (converted to fp32, contiguous).
@@ -309,7 +309,7 @@ class ExactIndex:
         chunk_size (`int`, *optional*): positions per score tile (rounded up to a multiple of 64);
             by default as many as keep a tile of scores near 32 MB.
         filter (`str`, defaults to `"auto"`): ``"bf16"`` (the proven low-precision filter, CPU),
-            ``"fp32"`` (spec §1.5's reference filter) or ``"auto"`` (bf16 where it is available and fast,
+            ``"fp32"`` (space.md §5's reference filter) or ``"auto"`` (bf16 where it is available and fast,
             see :func:`bf16_filter_available`, and k ≤ ``BF16_MAX_K``). The result is the same exact
             answer for every choice.
 
@@ -559,7 +559,7 @@ class ExactIndex:
         else:
             n32p, em2tp = self._fp32_operands()
             qn = torch.linalg.vector_norm(Qb.double(), dim=1)
-            bound = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)  # η of spec §1.5
+            bound = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)  # η of space.md §5
             buf = torch.empty((B, L), dtype=torch.float32, device=dev)
         best = torch.full((B, k), -math.inf, dtype=torch.float64, device=dev)  # k best block scores so far
         found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (rows, positions, oriented scores)
@@ -697,7 +697,7 @@ class ExactIndex:
     def _threshold(best_k: torch.Tensor, bound: torch.Tensor, bf16: bool) -> torch.Tensor:
         """Lowest oriented score a true top-k position can have, given the k-th best block score.
 
-        fp32 (spec §1.5): at least k positions have s̃ ≤ m (m = −best_k), each with s ≤ m + η, so a true
+        fp32 (space.md §5): at least k positions have s̃ ≤ m (m = −best_k), each with s ≤ m + η, so a true
         top-k position has s ≤ m + η and s̃ ≤ m + 2η: threshold −(m + 2η).
         bf16: at least k positions have P̃ ≥ M (M = best_k), so t_(k) ≥ lo(M) − β; a true top-k position
         has hi(P̃_c) + β ≥ t_c ≥ t_(k), i.e. P̃_c ≥ hi⁻¹(lo(M) − 2β) (see :func:`bf16_filter_bound`).

@@ -1,4 +1,4 @@
-"""The embedding space: E over the candidate set C, its token classes and exact search (spec §1.3–§1.5).
+"""The embedding space: E over the candidate set C, its token classes and exact search (space.md §3–§5).
 
 A pure data structure: ``hf_textdp.io.models.load_space`` builds one from ``model=``.
 """
@@ -24,7 +24,7 @@ logger = get_logger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
-# position classes (spec §1.4)
+# position classes (space.md §4)
 STRUCTURAL, PASSTHROUGH, CANDIDATE = 0, 1, 2
 
 
@@ -105,7 +105,7 @@ class EmbeddingSpace:
 
     @property
     def space_hash(self) -> str:
-        """Hex SHA-256 of V, d, candidate ids and E (spec §1.3); keys every cache."""
+        """Hex SHA-256 of V, d, candidate ids and E (space.md §3); keys every cache."""
         if self._hash is None:
             h = hashlib.sha256(b"hf_textdp/space/v1\x00")
             h.update(self.V.to_bytes(8, "little"))
@@ -143,7 +143,7 @@ class EmbeddingSpace:
         return self._word_to_id
 
     def nearest(self, Q: torch.Tensor) -> torch.Tensor:
-        """Candidate ids (not positions) of the exact nearest rows to Q (spec §7.2)."""
+        """Candidate ids (not positions) of the exact nearest rows to Q (postprocess.md §2)."""
         pos = self.index.search(Q, 1)[:, 0]
         return self.candidate_ids[pos]
 

@@ -1,4 +1,4 @@
-"""Streaming outputs: write a privatized ``IterableDataset`` shard by shard, resumably (DESIGN §3, D8).
+"""Streaming outputs: write a privatized ``IterableDataset`` shard by shard, resumably.
 
 ``privatize_dataset(..., streaming=True, output_dir=OUTPUT)`` (CLI ``--streaming``) maps the stream with a
 :class:`~hf_textdp.Privatizer` and hands it to :func:`save_streaming`. Rows are written as they come, in
@@ -20,12 +20,12 @@ removed. Memory stays O(shard): the stream is never held whole.
 **Row ids.** ``IterableDataset.map(..., with_indices=True)`` numbers the rows it sees from 0, in stream order,
 and ``load_state_dict`` restores that counter, so for a single process reading the stream from its start the
 index of a row is its index in the source, the same as ``Dataset.map`` gives, and a seeded streaming output
-equals the in-memory one row for row (docs/mechanisms/randomness.md; spec §11.5). The counter restarts at 0 in each
+equals the in-memory one row for row (docs/mechanisms/randomness.md; testing.md §5). The counter restarts at 0 in each
 ``DataLoader`` worker and after ``skip``, ``shuffle`` or ``split_dataset_by_node``: there, pass ``id_column=`` (an int
 column holding each row's index in the source) so every row keeps its own id.
 
 **Resume.** After a crash, ``resume=True`` (``--resume``) loads the stream position of the last finished
-shard and continues from there: every row is written exactly once. The seed is not stored (spec §10.5), so
+shard and continues from there: every row is written exactly once. The seed is not stored (accounting.md §5), so
 it cannot be checked: resume with the same seed to get the output of an uninterrupted run.
 """
 
@@ -87,7 +87,7 @@ def save_streaming(
             depend on it).
 
     Returns:
-        `dict`: the privacy report written beside the output (spec §10.4).
+        `dict`: the privacy report written beside the output (accounting.md §4).
 
     Raises:
         OutputExistsError: the output exists, or a partial run exists, and neither ``overwrite`` nor

@@ -1,4 +1,4 @@
-"""``PrivateTokenizer``: any fast Hugging Face tokenizer, with privatized ``input_ids`` (DESIGN §3).
+"""``PrivateTokenizer``: any fast Hugging Face tokenizer, with privatized ``input_ids``.
 
 >>> from hf_textdp import PrivateTokenizer, PrivatizerConfig                      # doctest: +SKIP
 >>> cfg = PrivatizerConfig(epsilon=10.0, model="bert-base-uncased")              # doctest: +SKIP
@@ -12,10 +12,10 @@ keeps is located in the whole encoding (by sequence, token id and offsets), the 
 among them go through the mechanism and post-processing of a :class:`~hf_textdp.Privatizer` (one
 keyed stream per example), and the privatized ids replace the sequence tokens. Specials,
 padding, ``attention_mask``, ``token_type_ids``, offsets and shapes are the plain tokenizer's for
-any ε, and ``dp_epsilon`` counts only the positions kept after truncation (spec §10.2).
+any ε, and ``dp_epsilon`` counts only the positions kept after truncation (accounting.md §2).
 
 Text that spells a special token (``"[CLS]"``) is text: calls default to
-``split_special_tokens=True`` (DESIGN §1), unless the caller passes ``split_special_tokens``.
+``split_special_tokens=True``, unless the caller passes ``split_special_tokens``.
 """
 
 from __future__ import annotations
@@ -406,7 +406,7 @@ def _align(whole: Any, row: Any, j: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_tokenizer(model_id_or_path: str) -> Any:
-    """A fast tokenizer from a folder or a hub id, resolved offline as ``model=`` is (spec §1.3)."""
+    """A fast tokenizer from a folder or a hub id, resolved offline as ``model=`` is (space.md §3)."""
     path = Path(model_id_or_path).expanduser()
     folder = path if path.is_dir() else resolve_model(model_id_or_path)[1]
     if folder.is_file():
@@ -626,5 +626,5 @@ class PrivateTokenizer:
         return BatchEncoding(data, encoding=enc.encodings, tensor_type=return_tensors)
 
     def privacy_report(self) -> dict[str, Any]:
-        """The privacy report of spec §10 for what this object released in this process."""
+        """The privacy report of accounting.md for what this object released in this process."""
         return self.privatizer.build_report(self.totals)

@@ -1,4 +1,4 @@
-"""Tokenize, classify and decode (DESIGN §1 steps 1, 2, 5; spec §1.1, §1.4).
+"""Tokenize, classify and decode (space.md §1, §4).
 
 Hugging Face tokenizers run through their fast backend with ``encode_special_tokens=True`` (text
 that spells ``[CLS]`` is text), the template's special tokens added, and no truncation or padding
@@ -235,7 +235,7 @@ def _join_words(words: Sequence[str], seps: Sequence[str] | None, *, spacing_in_
 
 
 class WordTokens:
-    """Exact whitespace words looked up in a static vector file's vocabulary (spec §1.3)."""
+    """Exact whitespace words looked up in a static vector file's vocabulary (space.md §3)."""
 
     def __init__(self, word_to_id: dict[str, int]) -> None:
         self._w2i = word_to_id

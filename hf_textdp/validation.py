@@ -1,7 +1,7 @@
 """Parameter checks shared by the config, the mechanisms and the post-processing steps.
 
 Every check raises an :class:`~hf_textdp.errors.HfTextDPError` subclass whose message names the
-parameter, the value and what is allowed (STYLE §3).
+parameter, the value and what is allowed.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def isolated_datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 # --------------------------------------------------------------------------- spaces
 @pytest.fixture
 def line_space(line_vocab: str) -> EmbeddingSpace:
-    """Audit fixture (A) of spec §11.3: w0..w3 at 0, 1, 2, 3."""
+    """Audit fixture (A) of testing.md §3: w0..w3 at 0, 1, 2, 3."""
     from hf_textdp.io.models import load_space
 
     return load_space(line_vocab)
@@ -96,7 +96,7 @@ def line_space(line_vocab: str) -> EmbeddingSpace:
 
 @pytest.fixture
 def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
-    """Audit fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2))."""
+    """Audit fixture (B) of testing.md §3: default_rng(0).standard_normal((8, 2))."""
     from hf_textdp.io.models import load_space
 
     return load_space(tiny_random_vocab)
@@ -104,7 +104,7 @@ def tiny_space(tiny_random_vocab: str) -> EmbeddingSpace:
 
 @pytest.fixture
 def cluster_space(tmp_path: Path) -> EmbeddingSpace:
-    """Audit fixture (C) of spec §11.3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
+    """Audit fixture (C) of testing.md §3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
     from hf_textdp.io.models import load_space
     from tests.utils import cluster_vocabulary
 
@@ -113,7 +113,7 @@ def cluster_space(tmp_path: Path) -> EmbeddingSpace:
 
 @pytest.fixture(scope="module")
 def t5(tmp_path_factory: pytest.TempPathFactory, module_textdp_cache: Path) -> EmbeddingSpace:
-    """Spec §9's T5 (rows (0,0), (1,0), (0,1), (3,0), (0,4)) as a GloVe-file space, words t0..t4."""
+    """santext.md's T5 (rows (0,0), (1,0), (0,1), (3,0), (0,4)) as a GloVe-file space, words t0..t4."""
     from tests.utils import T5, make_space
 
     return make_space(tmp_path_factory.mktemp("t5"), T5)

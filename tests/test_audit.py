@@ -1,8 +1,8 @@
-"""Empirical privacy-loss audit (spec §11.3) and the mutations it must catch (spec §11.4).
+"""Empirical privacy-loss audit (testing.md §3) and the mutations it must catch (testing.md §4).
 
-Sizes are the spec's: n_select = 4,000, n_estimate = 20,000 per input, α = 1e-3, k_max = 4, so a
+Sizes are testing.md §3's: n_select = 4,000, n_estimate = 20,000 per input, α = 1e-3, k_max = 4, so a
 correct mechanism fails with probability ≤ 1e-3 and every mutation below was caught 50/50 in the
-reference runs (kat/audit.py). Each audit uses its own literal seed (§11.1).
+reference runs (kat/audit.py). Each audit uses its own literal seed (testing.md §1).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from tests.utils import one_row, row_key
 ALPHA = 1e-3
 LINE_PAIRS = [(0, 1), (1, 2), (0, 3)]
 CLUSTER_PAIRS = [(0, 1), (1, 2)]
-D01_TINY = 0.566639  # d(w0, w1) of fixture (B), spec §11.3
+D01_TINY = 0.566639  # d(w0, w1) of fixture (B), testing.md §3
 
 
-# --------------------------------------------------------------------------- broken variants (§11.4)
+# --------------------------------------------------------------------------- broken variants (testing.md §4)
 class HalvedNoise(Madlib):
     """Mutation: the noise radius is Gamma(d, 1/(2ε)) — half the scale the claim assumes."""
 
@@ -77,7 +77,7 @@ class ExcludeInput(PostprocessStep):
 
 
 class ReleaseVector(PostprocessStep):
-    """``vector``-like release of z itself (d = 1 madlib + this = the Laplace vector release of §11.3)."""
+    """``vector``-like release of z itself (d = 1 madlib + this = the Laplace vector release of testing.md §3)."""
 
     name = "test_vector"
     RELEASES_VECTORS = True
@@ -132,7 +132,7 @@ class ExpMechMissingHalf(ExpMech):
 
 
 # --------------------------------------------------------------------------- fixtures
-# line_space (A), tiny_space (B) and cluster_space (C) of spec §11.3 are in conftest.py.
+# line_space (A), tiny_space (B) and cluster_space (C) of testing.md §3 are in conftest.py.
 
 
 def laplace_cdf(z: np.ndarray, eps: float) -> np.ndarray:
@@ -151,7 +151,7 @@ def line_law(eps: float) -> np.ndarray:
 
 # --------------------------------------------------------------------------- known answers
 def test_line_law_known_answers() -> None:
-    """Spec §11.3 (A): P(·|w0), P(·|w1) of madlib + nearest at ε = 1, and the tight tail event y = w3."""
+    """testing.md §3 (A): P(·|w0), P(·|w1) of madlib + nearest at ε = 1, and the tight tail event y = w3."""
     P = line_law(1.0)
     # kat/audit.py prints np.round(P, 6), so 0.1917 is 0.191700
     np.testing.assert_allclose(P[0], [0.696735, 0.1917, 0.070523, 0.041042], atol=5e-7)
@@ -175,7 +175,7 @@ def test_line_law_matches_package_sampler(line_space: EmbeddingSpace) -> None:
 
 
 def test_cluster_exact_worst_ratio_known_answers() -> None:
-    """Spec §11.3 (C): exact worst log ratio / (ε·d) of the exponential mechanism, correct and missing ½."""
+    """testing.md §3 (C): exact worst log ratio / (ε·d) of the exponential mechanism, correct and missing ½."""
     pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
     for c, expected in ((0.5, 0.870493), (1.0, 1.722851)):
         W = np.exp(-c * np.abs(pts[:, None] - pts[None, :]))
@@ -244,7 +244,7 @@ def test_mutation_excluded_input_fails(line_space: EmbeddingSpace) -> None:
 
 @pytest.mark.skipif("nearest_excluding_input" not in list_postprocess(), reason="step not registered")
 def test_audit_flags_registered_nearest_excluding_input(line_vocab: str, line_space: EmbeddingSpace) -> None:
-    """The package's own unsafe step (spec §7.7) is audited against madlib's claim and fails."""
+    """The package's own unsafe step (postprocess.md §7) is audited against madlib's claim and fails."""
     cfg = PrivatizerConfig(
         epsilon=1.0, model=line_vocab, postprocess="nearest_excluding_input", options={"unsafe": True}
     )

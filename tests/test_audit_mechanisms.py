@@ -1,8 +1,8 @@
-"""Empirical privacy-loss audit (spec §11.3) of every registered mechanism, with broken controls (§11.4).
+"""Empirical privacy-loss audit (testing.md §3) of every registered mechanism, with broken controls (testing.md §4).
 
 Each registered mechanism gets one passing audit and at least one failing broken variant (a small
-subclass overriding one hook). Sizes are the spec's: n_select = 4,000, n_estimate = 20,000, α = 1e-3,
-k_max = 4; every audit uses its own literal seed (§11.1). Pure-DP mechanisms run on fixture (D),
+subclass overriding one hook). Sizes are testing.md §3's: n_select = 4,000, n_estimate = 20,000, α = 1e-3,
+k_max = 4; every audit uses its own literal seed (testing.md §1). Pure-DP mechanisms run on fixture (D),
 metric-DP ones on (A)/(B)/(C).
 
 Observed worst LCB/claim (this file's seeds):
@@ -145,7 +145,7 @@ def test_madlib_cluster_halved_fails(cluster_space: EmbeddingSpace) -> None:
     assert not run(MadlibHalved(epsilon=1.0), Nearest(), cluster_space, CLUSTER_PAIRS, 7102).passed
 
 
-# --------------------------------------------------------------------------- laplace (§3.7), fixture (D)
+# --------------------------------------------------------------------------- laplace (laplace.md §7), fixture (D)
 class LaplaceHalved(Laplace):
     """Mutation: b halved."""
 
@@ -187,7 +187,7 @@ def test_laplace_diag_passes(diag_space: EmbeddingSpace) -> None:
     assert run(Laplace(epsilon=1.0, clip_norm=1.0), OrthantStep(0.5), diag_space, CLIP_PAIRS, 7204).passed
 
 
-# --------------------------------------------------------------------------- gaussian (§3.7), fixture (D)
+# --------------------------------------------------------------------------- gaussian (laplace.md §7), fixture (D)
 class GaussianMissingTwo(Gaussian):
     """Mutation: Δ₂ = C (missing the factor 2 of Δ₂ = 2C)."""
 
@@ -214,7 +214,7 @@ def test_gaussian_missing_two_fails(clip_space: EmbeddingSpace) -> None:
     assert not run(GaussianMissingTwo(**GAUSS), OrthantStep(3.7), clip_space, CLIP_PAIRS, 7302).passed
 
 
-# --------------------------------------------------------------------------- truncated_laplace (§4.7)
+# --------------------------------------------------------------------------- truncated_laplace (laplace.md §8.7)
 class TruncatedDoubledAlpha(TruncatedLaplace):
     """Mutation: α doubled (A kept)."""
 
@@ -241,7 +241,7 @@ def test_truncated_laplace_reference_code_fails(axis_space: EmbeddingSpace) -> N
     assert not run(mech, vector_step(), axis_space, CLIP_PAIRS, 7404).passed
 
 
-# --------------------------------------------------------------------------- privemb (§5.8)
+# --------------------------------------------------------------------------- privemb (privemb.md §8)
 class PrivembHalved(Privemb):
     """Mutation: s halved."""
 
@@ -283,7 +283,7 @@ def test_privemb_seed_scale_fails(tiny_space: EmbeddingSpace) -> None:
     assert not run(mech, Nearest(), tiny_space, PRIVEMB_PAIR, 7503).passed
 
 
-# --------------------------------------------------------------------------- tem (§6.6), santext (§9.1)
+# --------------------------------------------------------------------------- tem (tem.md §6), santext (santext.md §1)
 class TemMissingHalf(Tem):
     EXPONENT_FACTOR = 1.0
 
@@ -308,7 +308,7 @@ def test_santext_missing_half_fails(cluster_space: EmbeddingSpace) -> None:
     assert not run(SantextMissingHalf(epsilon=1.0), None, cluster_space, CLUSTER_PAIRS, 7702).passed
 
 
-# --------------------------------------------------------------------------- santext_plus (§9.2)
+# --------------------------------------------------------------------------- santext_plus (santext.md §2)
 COUNTS = {f"c{i}": i + 1 for i in range(12)}  # ascending: V_S = the first ⌊w·V⌋ candidates
 
 
@@ -345,7 +345,7 @@ def test_santext_plus_w1_missing_half_fails(cluster_space: EmbeddingSpace) -> No
     assert not run(mech, None, cluster_space, CLUSTER_PAIRS, 7804).passed
 
 
-# --------------------------------------------------------------------------- mahalanobis (§9.3)
+# --------------------------------------------------------------------------- mahalanobis (mahalanobis.md)
 class MahalanobisInverse(Mahalanobis):
     """Mutation: M^{−1/2} in place of M^{1/2}."""
 

@@ -1,6 +1,6 @@
-"""Sensitivity bounding (spec §8): transforms, stated and exact sensitivities, caching.
+"""Sensitivity bounding (bounding.md): transforms, stated and exact sensitivities, caching.
 
-Every expected number is printed by ``shared/spec/kat/additive.py`` (spec §8.4); none is recomputed
+Every expected number is printed by ``docs/mechanisms/kat/additive.py`` (bounding.md §4); none is recomputed
 with package code. Brute-force references are plain numpy float64 by differences (no Gram trick).
 """
 
@@ -34,7 +34,7 @@ SYNTH_SHA256 = "c40eeed2c36cfdc7287885c4b31f7f83345c80f0b05251b18792e3111b7d3967
 
 @pytest.fixture(scope="module")
 def synthetic() -> torch.Tensor:
-    """Spec §8.4: default_rng(12345).standard_t(df=5, size=(300, 16)) as float32."""
+    """bounding.md §4: default_rng(12345).standard_t(df=5, size=(300, 16)) as float32."""
     E = np.random.default_rng(12345).standard_t(df=5, size=(300, 16)).astype(np.float32)
     return torch.from_numpy(E)
 
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.usefixtures("private_textdp_cache")  # the on-disk sens
 
 
 def brute_force(X: np.ndarray, chunk: int = 50) -> tuple[float, float, float]:
-    """Exact (Δ₁, Δ₂, Δ∞) over all pairs in float64 by differences (spec §8.5 T-sens-exhaustive)."""
+    """Exact (Δ₁, Δ₂, Δ∞) over all pairs in float64 by differences (bounding.md §5 T-sens-exhaustive)."""
     X = np.asarray(X, dtype=np.float64)
     l1 = l2 = linf = 0.0
     for i in range(0, len(X), chunk):
@@ -58,7 +58,7 @@ def rel(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
-# --------------------------------------------------------------------------- §8.4 synthetic table
+# --------------------------------------------------------------------------- bounding.md §4 synthetic table
 SYNTH_EXACT = [
     pytest.param(
         "clip", 30.71006357, 9.289970834, 8.483268946, (38.3741195927, 9.5935298982, 9.5935298982), id="clip"
@@ -84,7 +84,7 @@ def test_synthetic_matrix_hash(synthetic):
 
 @pytest.mark.parametrize("bound, l1, l2, linf, stated", SYNTH_EXACT)
 def test_sens_synthetic(synthetic, bound, l1, l2, linf, stated):
-    """T-sens-synthetic: exact and stated values of spec §8.4 (relative 1e-9)."""
+    """T-sens-synthetic: exact and stated values of bounding.md §4 (relative 1e-9)."""
     T = fit_transform(synthetic, bound, jl_k=8 if bound == "jl" else None)
     exact = candidate_sensitivity(synthetic, T, "exact")
     assert exact.exact
@@ -131,7 +131,7 @@ def test_exact_equals_brute_force_synthetic(synthetic, bound):
 
 @pytest.mark.parametrize("bound", ["clip", "unit", "jl"])
 def test_exact_independent_of_chunk_size(synthetic, bound):
-    """Spec §8.3: the results do not depend on the block size (bit for bit)."""
+    """bounding.md §3: the results do not depend on the block size (bit for bit)."""
     X = fit_transform(synthetic, bound, jl_k=8 if bound == "jl" else None).apply(synthetic)
     results = {exact_sensitivity(X, chunk_size=c) for c in (1, 7, 64, 299, 300, 10_000, None)}
     assert len(results) == 1
@@ -157,7 +157,7 @@ def test_exact_known_small():
     assert got == Sensitivity(l1=7.0, l2=5.0, linf=4.0, exact=True)
 
 
-# --------------------------------------------------------------------------- §8.4 MiniLM subset table
+# --------------------------------------------------------------------------- bounding.md §4 MiniLM subset table
 MINILM_TABLE = [
     pytest.param("clip", 13.320814, 0.84029626, 0.45826141, (21.2975, 1.08683, 1.08683), id="clip"),
     pytest.param("vocab_exact", 33.819234, 2.1510717, 0.86096281, None, id="vocab_exact"),
@@ -185,7 +185,7 @@ def minilm_subset() -> torch.Tensor:
 @pytest.mark.minilm
 @pytest.mark.parametrize("bound, l1, l2, linf, stated", MINILM_TABLE)
 def test_sens_exhaustive_minilm(minilm_subset, bound, l1, l2, linf, stated):
-    """T-sens-exhaustive (spec §8.5): all 124,750 pairs by brute force vs the implementation."""
+    """T-sens-exhaustive (bounding.md §5): all 124,750 pairs by brute force vs the implementation."""
     E = minilm_subset
     T = fit_transform(E, bound, jl_k=255 if bound == "jl" else None)
     exact = candidate_sensitivity(E, T, "exact")
@@ -349,7 +349,7 @@ def test_sensitivity_kind_invalid(synthetic):
         candidate_sensitivity(synthetic, fit_transform(synthetic, "clip"), "tight")
 
 
-# --------------------------------------------------------------------------- madlib with a bound (spec §2.1)
+# --------------------------------------------------------------------------- madlib with a bound (madlib.md §1)
 @pytest.mark.parametrize("bound", ["clip", "unit", "jl"])
 def test_madlib_with_bound(tmp_path, bound):
     """madlib perturbs T(φ(w)); d and diam in its guarantee are those of the transformed rows."""

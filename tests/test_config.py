@@ -1,4 +1,4 @@
-"""PrivatizerConfig: validation at construction, JSON round trips, no seed anywhere (DESIGN §3)."""
+"""PrivatizerConfig: validation at construction, JSON round trips, no seed anywhere."""
 
 from __future__ import annotations
 

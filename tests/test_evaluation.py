@@ -353,7 +353,7 @@ def test_noise_variance_laplace_matches_scale(tiny_bert):
     lap = noise_variance("laplace", epsilon=10.0, model=tiny_bert, n_tokens=500)
     tru = noise_variance("truncated_laplace", epsilon=10.0, delta=1e-5, model=tiny_bert, n_tokens=500)
     assert lap["variance"] > 0 and lap["n_samples"] == 500 * lap["d"]
-    # spec §4.6: truncation changes the variance by well under 5 % at this ε (n = 8,000 samples, se ≈ 2.5 %)
+    # laplace.md §8.6: truncation changes the variance by well under 5 % at this ε (n = 8,000 samples, se ≈ 2.5 %)
     assert abs(tru["variance"] / lap["variance"] - 1.0) < 0.1
 
 

@@ -1,7 +1,7 @@
-"""laplace and gaussian (spec §3): calibration known answers, noise law, independence, matching, claims.
+"""laplace and gaussian (laplace.md): calibration known answers, noise law, independence, matching, claims.
 
-Known answers are the numbers printed by ``shared/spec/kat/additive.py`` (spec §3.2, §3.5, §3.6,
-§8.4). Statistical tests use fixed seeds and the levels of spec §11.1 (α = 1e-3, Bonferroni).
+Known answers are the numbers printed by ``docs/mechanisms/kat/additive.py`` (laplace.md §2, §5, §6,
+bounding.md §4). Statistical tests use fixed seeds and the levels of testing.md §1 (α = 1e-3, Bonferroni).
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ def space384(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def space16(tmp_path_factory):
-    """d = 16 test space for the law tests (spec §3.7 T-law)."""
+    """d = 16 test space for the law tests (laplace.md §7 T-law)."""
     return _space(tmp_path_factory.mktemp("d16"), 50, 16, 16, scale=0.5)
 
 
 @pytest.fixture(scope="module")
 def synthetic_space(tmp_path_factory):
-    """The §8.4 synthetic matrix as a word-vector file (fp32 values round-trip exactly)."""
+    """The bounding.md §4 synthetic matrix as a word-vector file (fp32 values round-trip exactly)."""
     E = np.random.default_rng(12345).standard_t(df=5, size=(300, 16)).astype(np.float32)
     folder = tmp_path_factory.mktemp("synthetic")
     return load_space(str(write_vectors(folder / "vectors.txt", [f"t{i}" for i in range(300)], E)))
@@ -72,7 +72,7 @@ def test_registered():
     assert get_mechanism_class("gaussian") is Gaussian
 
 
-# --------------------------------------------------------------------------- §3.6 known answers
+# --------------------------------------------------------------------------- laplace.md §6 known answers
 @pytest.mark.parametrize(
     "d, epsilon, b",
     [
@@ -150,7 +150,7 @@ def test_classic_boundary():
     ],
 )
 def test_exact_sensitivity_option(synthetic_space, bound, l1):
-    """``sensitivity="exact"`` calibrates to the exact Δ₁ of spec §8.4 (the synthetic table)."""
+    """``sensitivity="exact"`` calibrates to the exact Δ₁ of bounding.md §4 (the synthetic table)."""
     mech = Laplace(epsilon=2.0, bound=bound, sensitivity="exact")
     details = mech.details(synthetic_space)
     assert details["sensitivity"] == "exact"
@@ -163,7 +163,7 @@ def test_vocab_exact_ignores_sensitivity_option(synthetic_space):
     assert a["sensitivity"] == "exact" and rel(a["sensitivity_l1"], 45.4400296) < 1e-9
 
 
-# --------------------------------------------------------------------------- MiniLM scale (spec §3.2, §3.5)
+# --------------------------------------------------------------------------- MiniLM scale (laplace.md §2, §5)
 @pytest.fixture(scope="module")
 def minilm():
     if not minilm_available():
@@ -239,7 +239,7 @@ class L2Laplace(Laplace):  # b = Δ₂/ε: √d too small
         return sensitivity.l2 / self.epsilon
 
 
-class PerCoordinateGaussian(Gaussian):  # σ/√d per coordinate (spec §11.4 (c))
+class PerCoordinateGaussian(Gaussian):  # σ/√d per coordinate (testing.md §4 (c))
     def sample_noise(self, streams, k):
         return super().sample_noise(streams, k) / math.sqrt(k)
 
@@ -268,7 +268,7 @@ def test_laplace_law_rejects_mutants(space16, mutant):
 
 
 def test_gaussian_law(space16):
-    """T-law: σ = 7.46126327 (ε = 1, δ = 1e-5, Δ₂ = 2C = 2; §3.6), seed 33."""
+    """T-law: σ = 7.46126327 (ε = 1, δ = 1e-5, Δ₂ = 2C = 2; laplace.md §6), seed 33."""
     mech = Gaussian(epsilon=1.0, delta=1e-5, clip_norm=1.0)
     assert rel(mech.details(space16)["sigma"], 7.46126327) < 1e-9
     assert gaussian_ok(draws(mech, space16, seed=33), 7.46126327)
@@ -406,7 +406,7 @@ def test_claims(space16):
     assert Gaussian(epsilon=3.0).delta == 1e-6  # default δ
     ref = Gaussian(epsilon=3.0, calibration="reference_code").claim(space16)
     assert not ref.certified and ref.warnings and ref.not_covered
-    assert ref.delta is None and ref.delta_token == 0.0  # the seed's code states no δ (spec §3.3)
+    assert ref.delta is None and ref.delta_token == 0.0  # the seed's code states no δ (laplace.md §3)
 
 
 def test_details_keys(space16):

@@ -1,4 +1,4 @@
-"""Leak scan: no text or seed in any file a run writes; the saved fingerprint is random (spec §10.5, §10.7)."""
+"""Leak scan: no text or seed in any file a run writes; the saved fingerprint is random (accounting.md §5, §7)."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ class _ListHandler(logging.Handler):
 
 
 def test_saved_fingerprint_is_random_not_the_in_process_one(tiny_bert, tmp_path):
-    """spec §10.5: the in-process fingerprint hashes the seeded privatizer; the saved one is fresh randomness."""
+    """accounting.md §5: the in-process fingerprint hashes the seeded privatizer; the saved one is fresh randomness."""
     import datasets
 
     ds = datasets.Dataset.from_dict({"text": corpus(20, seed=71)})

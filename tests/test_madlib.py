@@ -1,10 +1,10 @@
-"""madlib (spec §2.6): the noise law, independence, the exact output law, known answers, exact search.
+"""madlib (madlib.md §6): the noise law, independence, the exact output law, known answers, exact search.
 
-Statistical levels are §11.1's: each test at α = 1e-3, Bonferroni over the statistics it checks
+Statistical levels are testing.md §1's: each test at α = 1e-3, Bonferroni over the statistics it checks
 (α/k each); KS exact for n ≤ 10,000 and asymptotic above; χ² with every expected count ≥ 5;
 proportions by exact binomial tests. Every stochastic test uses its own literal seed. Sample sizes:
 n = 20,000 for the laws (T-radius, T-angle, T-1D, T-two-word; d = 384 at ε = 100: 200,000), the
-mutations at the sizes §11.4 gives (shape d − 1: d = 16, n = 2,000). Known answers are the numbers
+mutations at the sizes testing.md §4 gives (shape d − 1: d = 16, n = 2,000). Known answers are the numbers
 printed by kat/madlib.py, hard-coded.
 """
 
@@ -62,7 +62,7 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-# --------------------------------------------------------------------------- §1.6 randomness known answers
+# --------------------------------------------------------------------------- randomness.md randomness known answers
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -188,7 +188,7 @@ def _mut_l1_direction(n: int, d: int, eps: float, g: torch.Generator) -> torch.T
     ],
 )
 def test_t_radius_rejects_mutations(mutant: Mutant, d: int, n: int) -> None:
-    """The T-radius check (KS at α) rejects every §2.6/§11.4 mutation of the sampler (ε = 10, seed 6300)."""
+    """The T-radius check (KS at α) rejects every mutation of the sampler (madlib.md §6, testing.md §4; ε = 10)."""
     eps = 10.0
     Z = mutant(n, d, eps, gen(6300))
     r = eps * torch.linalg.vector_norm(Z, dim=1).numpy()
@@ -433,7 +433,7 @@ TWO_WORD = [
     ids=["d1-eps1", "d1-eps2", "d1-eps4", "d2-eps4", "d16-eps16", "d384-eps40", "d384-eps100"],
 )
 def test_two_word_known_answers(tmp_path: Path, d: int, eps: float, p_flip: float) -> None:
-    """Two candidates at distance 1: P[M(a) = b] (spec §2.6), exact binomial test through
+    """Two candidates at distance 1: P[M(a) = b] (madlib.md §6), exact binomial test through
     ``perturb`` + ``nearest``; n = 20,000 (d = 384, ε = 100: 200,000), seed 6800 + d + ε."""
     if d == 1:
         assert 0.5 * math.exp(-eps / 2) == pytest.approx(p_flip, rel=1e-11)
@@ -531,7 +531,7 @@ F32 = np.float32
 
 @pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])
 def test_search_constructed_cases(E: np.ndarray, q: np.ndarray, k: int, expected: Any) -> None:
-    """Spec §1.5 N1–N5 (kat/madlib.py), every chunk size."""
+    """space.md §5 N1–N5 (kat/madlib.py), every chunk size."""
     for chunk in (1, 2, len(E)):
         got = ExactIndex(torch.from_numpy(E)).search(torch.from_numpy(q), k, chunk_size=chunk)[0].tolist()
         assert got == expected
@@ -564,7 +564,7 @@ def test_search_k2_against_exact_arithmetic() -> None:
 
 # --------------------------------------------------------------------------- claim and test mode
 def test_madlib_claim_line(line_vocab: str) -> None:
-    """§2.3/§10.2: line vocabulary at ε = 2: ε_tok = ε·diam = 6, pair bound ε·d, δ = 0, certified."""
+    """madlib.md §3, accounting.md §2: line vocabulary at ε = 2: ε_tok = ε·diam = 6, pair bound ε·d, δ = 0."""
     space = load_space(line_vocab)
     claim = Madlib(epsilon=2.0).claim(space)
     assert claim.guarantee == "metric_dp" and claim.metric == "euclidean" and claim.certified

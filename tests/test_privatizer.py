@@ -1,4 +1,4 @@
-"""Privatizer on tiny BERT WordPiece and GPT-2 BPE models (spec §11.5, issue 3 tests)."""
+"""Privatizer on tiny BERT WordPiece and GPT-2 BPE models (testing.md §5, issue 3 tests)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_spelled_special_tokens_are_text(tiny_bert, tiny_gpt2):
 
 
 def test_out_of_range_ids_never_emitted(tiny_bert):
-    """10,000 draws at ε = 0.01, where outputs spread widely: every id is a candidate (spec §11.5)."""
+    """10,000 draws at ε = 0.01, where outputs spread widely: every id is a candidate (testing.md §5)."""
     priv = Privatizer(PrivatizerConfig(epsilon=0.01, model=tiny_bert), seed=2**40 + 12)
     text = " ".join(["good movie"] * 2500)
     out = _columns(priv, [text, text])
@@ -159,7 +159,7 @@ def test_repeated_word_gets_many_replacements(tiny_bert):
     """A word repeated 60 times yields ≥ 5 distinct outputs (shared noise yields exactly 1)."""
     from hf_textdp.calibrate import calibrate
 
-    epsilon = calibrate(target_rate=0.8, model=tiny_bert).epsilon  # keep rate 0.2 (spec §11.5)
+    epsilon = calibrate(target_rate=0.8, model=tiny_bert).epsilon  # keep rate 0.2 (testing.md §5)
     priv = Privatizer(PrivatizerConfig(epsilon=epsilon, model=tiny_bert), seed=2**40 + 14)
     tok = priv.space.tokenizer
     word = "movie"
@@ -196,7 +196,7 @@ def test_global_rng_untouched(tiny_bert):
 
 
 def test_dp_epsilon_is_product_of_tokens_and_token_epsilon(line_vocab):
-    """Line vocabulary, ε = 2, madlib: five tokens → dp_epsilon = 5·ε·diam = 30.0 (spec §10.7)."""
+    """Line vocabulary, ε = 2, madlib: five tokens → dp_epsilon = 5·ε·diam = 30.0 (accounting.md §7)."""
     priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=line_vocab), seed=2**40 + 16)
     out = priv({"text": ["w0 w1 w2 w3 w0", "", "w1 unknown w2"]}, [0, 1, 2])
     assert out["dp_tokens"] == [5, 0, 2]

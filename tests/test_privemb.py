@@ -1,7 +1,7 @@
-"""privemb (spec §5): m, Φ, exact L̂, the noise law, the claim, and end-to-end release.
+"""privemb (privemb.md): m, Φ, exact L̂, the noise law, the claim, and end-to-end release.
 
-Known answers come from ``spec/kat/privemb.py`` (hard-coded here, never recomputed by package code).
-Statistical tests: fixed seeds unique per test, level α = 1e-3 with Bonferroni (spec §11.1).
+Known answers come from ``docs/mechanisms/kat/privemb.py`` (hard-coded here, never recomputed by package code).
+Statistical tests: fixed seeds unique per test, level α = 1e-3 with Bonferroni (testing.md §1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests.utils import write_vectors
 
 ALPHA = 1e-3
 
-# §5.4 synthetic KAT matrix: default_rng(12345).standard_t(df=5, size=(300, 16)) as fp32; m = 8, seed 12345
+# privemb.md §4 synthetic KAT matrix: default_rng(12345).standard_t(df=5, size=(300, 16)) as fp32; m = 8, seed 12345
 L_HAT_KAT = 1.744235499232
 L_PAIR_KAT = (221, 267)
 SPECTRAL_KAT = 2.09553914
@@ -75,7 +75,7 @@ def test_registered():
     assert Privemb.POSTPROCESS == ("nearest", "vector", "backproject")
 
 
-# --------------------------------------------------------------------------- T-m (§5.2)
+# --------------------------------------------------------------------------- T-m (privemb.md §2)
 M_TABLE = {
     1e-6: {
         0.5: [149, 159, 174, 177, 186],
@@ -113,7 +113,7 @@ def test_m_option_overrides_formula():
     assert Privemb(epsilon=1.0, m=500).projection_dim(16) == 500  # m ≥ d allowed
 
 
-# --------------------------------------------------------------------------- T-phi (§5.3)
+# --------------------------------------------------------------------------- T-phi (privemb.md §3)
 @pytest.mark.parametrize(
     ("m", "d", "seed", "sha", "e00", "e01", "e10"),
     [
@@ -169,7 +169,7 @@ def test_phi_cuda_equals_cpu(t_path):
     assert torch.equal(cpu, gpu.cpu())
 
 
-# --------------------------------------------------------------------------- T-lip (§5.4)
+# --------------------------------------------------------------------------- T-lip (privemb.md §4)
 def test_lipschitz_kat_and_brute_force():
     E, phi = t_matrix(), projection_matrix(8, 16, 12345)
     st = lipschitz_exact(E, phi)
@@ -231,7 +231,7 @@ def test_projection_stats_cached(tmp_path, monkeypatch):
     ids=["m55", "m177"],
 )
 def test_lipschitz_minilm_subset_kat(m, values):
-    """L̂ on MiniLM ids 1000–2999 for projection_seed 0–4 (spec §5.4; quoted to 4 decimals)."""
+    """L̂ on MiniLM ids 1000–2999 for projection_seed 0–4 (privemb.md §4; quoted to 4 decimals)."""
     space = load_space("sentence-transformers/all-MiniLM-L6-v2")
     assert space.E_full is not None
     sub = space.E_full[1000:3000]
@@ -239,7 +239,7 @@ def test_lipschitz_minilm_subset_kat(m, values):
     assert got == pytest.approx(values, abs=5e-5)
 
 
-# --------------------------------------------------------------------------- T-law (§5.5)
+# --------------------------------------------------------------------------- T-law (privemb.md §5)
 def _noise_draws(mech: Privemb, space, n: int, seed: int, token: int = 0) -> np.ndarray:
     x = space.E[[token]].repeat(n, 1)
     y = mech.perturb(x, torch.Generator().manual_seed(seed))
@@ -271,7 +271,7 @@ def test_noise_law(t_space):
 
 
 def test_sampler_law_seed_scale():
-    """``sample_privemb_noise`` alone, m = 55, ε = 10, s = 1.9: E‖κ‖ = 10.45 (spec §5.5), seed 5303."""
+    """``sample_privemb_noise`` alone, m = 55, ε = 10, s = 1.9: E‖κ‖ = 10.45 (privemb.md §5), seed 5303."""
     noise = sample_privemb_noise(torch.Generator().manual_seed(5303), 20_000, 55, 1.9 / 10.0).numpy()
     p_radius, p_dir, z_mean = _law_pvalues(noise, 55, 0.19)
     assert 55 * 0.19 == pytest.approx(10.45)
@@ -310,7 +310,7 @@ class GammaShapeMinusOne(Privemb):  # radius Gamma(m − 1)
     ids=["s-halved", "eps-over-s", "direction-not-normalised", "gamma-shape-m-1"],
 )
 def test_noise_law_rejects_broken_variants(t_space, cls, m):
-    """Each mutation of spec §5.8 is rejected by the T-law statistics (same sizes, seed 5304)."""
+    """Each mutation of privemb.md §8 is rejected by the T-law statistics (same sizes, seed 5304)."""
     mech = cls(epsilon=2.0, m=m, projection_seed=12345)
     mech.setup(t_space)
     noise = _noise_draws(mech, t_space, 200_000, 5304)
@@ -344,7 +344,7 @@ def test_perturb_without_noise_is_projection(t_space):
     np.testing.assert_array_equal(mech.perturb(x, torch.Generator().manual_seed(0)).numpy(), expected)
 
 
-# --------------------------------------------------------------------------- claim (§5.6, §10.1)
+# --------------------------------------------------------------------------- claim (privemb.md §6, accounting.md §1)
 @pytest.mark.parametrize(
     ("certify", "beta", "m", "s_expected"),
     [(True, 0.9, 8, L_HAT_KAT), (False, 0.9, 8, 1.9), (False, 0.5, 8, 1.5)],
@@ -426,7 +426,7 @@ def test_token_steps_not_for_privemb(t_path, postprocess):
         PrivatizerConfig(mechanism="privemb", epsilon=1.0, model=t_path, postprocess=postprocess)
 
 
-# --------------------------------------------------------------------------- end to end (§5.7, §7.5, §7.6)
+# ----------------------------------------------------------------- end to end (privemb.md §7, postprocess.md §5, §6)
 TEXTS = ["t1 t2 t3 t4", "t5 unknown t6", "t200"]
 OPTS = {"m": 8, "projection_seed": 12345}
 

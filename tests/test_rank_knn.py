@@ -1,4 +1,4 @@
-"""The k-NN route of ``rank`` (spec §7.4 step 3) and the exact search for k > 1 (spec §1.5).
+"""The k-NN route of ``rank`` (postprocess.md §4 step 3) and the exact search for k > 1 (space.md §5).
 
 * :meth:`ExactIndex.search` with k up to 256 equals the exact (Fraction) order on noisy madlib queries
   and on rows of E excluding themselves, with duplicate rows and constructed near ties, for every

@@ -1,4 +1,4 @@
-"""The privacy report (spec §10.4, §10.7): exact keys for every mechanism, known values, no seed."""
+"""The privacy report (accounting.md §4, §7): exact keys for every mechanism, known values, no seed."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
     text = json.dumps(report, allow_nan=False)
     assert "918273645" not in text and format(918273645, "x") not in text
     assert report["mechanism"] == mechanism
-    assert report["stream_version"] == STREAM_VERSION == 2  # keyed Philox streams (spec §1.6 v2)
+    assert report["stream_version"] == STREAM_VERSION == 2  # keyed Philox streams (randomness.md)
     assert report["totals"]["rows"] == 3 and report["totals"]["passthrough_tokens"] == 1
     assert out["dp_tokens"] == [5, 1, 0]
     assert ("dp_delta" in out) == (mechanism in WITH_DELTA)
@@ -84,7 +84,7 @@ def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
 
 
 def test_report_known_answers_line_vocabulary(line_vocab):
-    """§10.4 known answers: line vocabulary sha256, ids sha256, median ρ₁ = 1, diam = 3; §10.2: 30.0."""
+    """accounting.md §4 known answers: line vocabulary sha256, ids sha256, median ρ₁ = 1, diam = 3; §2: 30.0."""
     priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=line_vocab), seed=2**40 + 1)
     out = priv({"text": ["w0 w1 w2 w3 w0"]}, [0])
     report = priv.privacy_report()
@@ -97,7 +97,7 @@ def test_report_known_answers_line_vocabulary(line_vocab):
 
 
 def test_report_known_answers_tiny_random_matrix(tiny_random_vocab):
-    """§10.4: sha256 5f74…, median ρ₁ 0.663519, diam 3.811709; at ε = 2: 1.327039 and 7.623418; row 38.117088."""
+    """accounting.md §4: sha256 5f74…, median ρ₁ 0.663519, diam 3.811709; ε = 2: 1.327039, 7.623418; row 38.117088."""
     priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=tiny_random_vocab), seed=2**40 + 1)
     out = priv({"text": ["w0 w1 w2 w3 w4"]}, [0])
     r = priv.privacy_report()

@@ -1,5 +1,5 @@
 """Resume: a partial run is reused only when it matches; a locked work folder is refused; kill -9 then
---resume gives the clean output (issue 7, spec §11.5)."""
+--resume gives the clean output (issue 7, testing.md §5)."""
 
 from __future__ import annotations
 

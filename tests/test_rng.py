@@ -1,7 +1,7 @@
 """Keyed Philox4x32-10 streams (``hf_textdp.rng``, docs/mechanisms/randomness.md).
 
 Known answers: Random123's three Philox4x32-10 test vectors, a pure-Python reference (a copy of
-``spec/kat/philox.py``, never imported from shared) on random counters and keys, the 52-bit uniform
+``docs/mechanisms/kat/philox.py``, never imported from shared) on random counters and keys, the 52-bit uniform
 conversion at its extremes, and ``derive_row_seed`` (kept in test_madlib.py). Laws by KS at α = 1e-3
 with fixed keys, and a mutation (a Gamma sampler of shape − 1) that the same KS rejects.
 """
@@ -23,7 +23,7 @@ from tests.utils import one_row, row_key
 ALPHA = 1e-3
 MASK = 0xFFFFFFFF
 
-# ------------------------------------------------------------------ pure-Python reference (spec/kat/philox.py)
+# ----------------------------------------------------------- pure-Python reference (docs/mechanisms/kat/philox.py)
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
 

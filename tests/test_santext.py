@@ -1,7 +1,7 @@
-"""Tests of ``santext`` and ``santext_plus`` (spec §9.1, §9.2).
+"""Tests of ``santext`` and ``santext_plus`` (santext.md §1, §2).
 
-Known answers are the numbers printed by ``spec/kat/santext.py`` (hard-coded, never recomputed by
-package code). Statistical tests follow spec §11.1: fixed seeds unique per test, α = 1e-3 per test.
+Known answers are the numbers printed by ``docs/mechanisms/kat/santext.py`` (hard-coded, never recomputed by
+package code). Statistical tests follow testing.md §1: fixed seeds unique per test, α = 1e-3 per test.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tests.utils import T5, synthetic_space
 ALPHA = 1e-3
 COUNTS_T5 = {"t0": 50, "t1": 7, "t2": 3, "t3": 3, "t4": 900}
 
-# spec §9.1, T5, ε = 2
+# santext.md §1, T5, ε = 2
 SANTEXT_T5 = np.array(
     [
         [0.5543662583, 0.2039399493, 0.2039399493, 0.0276002708, 0.0101535722],
@@ -50,7 +50,7 @@ SANTEXT_T5 = np.array(
         [0.0167874012, 0.0148429210, 0.0456328877, 0.0061757398, 0.9165610503],
     ]
 )
-# spec §9.2, T5, ε = 2, counts [50, 7, 3, 3, 900], w = 0.6, p = 0.3 → V_S = {1, 2, 3}
+# santext.md §2, T5, ε = 2, counts [50, 7, 3, 3, 900], w = 0.6, p = 0.3 → V_S = {1, 2, 3}
 PLUS_T5 = np.array(
     [
         [0.7, 0.1404931593, 0.1404931593, 0.0190136815, 0.0],
@@ -63,7 +63,7 @@ PLUS_T5 = np.array(
 
 
 def plus_law(E: np.ndarray, eps: float, counts: np.ndarray, w: float, p: float) -> np.ndarray:
-    """Independent float64 reference of santext_plus's law (spec §9.2)."""
+    """Independent float64 reference of santext_plus's law (santext.md §2)."""
     V = len(E)
     n_s = int(np.floor(w * V + 1e-12))
     S = np.sort(np.lexsort((np.arange(V), counts))[:n_s])
@@ -81,7 +81,7 @@ def plus_law(E: np.ndarray, eps: float, counts: np.ndarray, w: float, p: float) 
 pytestmark = pytest.mark.usefixtures("module_textdp_cache")  # one fresh $HF_TEXTDP_CACHE per module
 
 
-# --------------------------------------------------------------------------- santext (§9.1)
+# --------------------------------------------------------------------------- santext (santext.md §1)
 def test_santext_known_answers():
     P = exp_mech_law(T5, 2.0)
     np.testing.assert_allclose(P, SANTEXT_T5, rtol=1e-9, atol=1e-10)
@@ -100,7 +100,7 @@ def test_santext_chi2_against_exact_law(t5, w):
 
 
 def test_santext_missing_half_mutant_is_rejected(t5):
-    """Exponent without ½ (Gumbel scale 1/ε): χ² with n = 20,000 rejects at 1e-3 (spec §11.4)."""
+    """Exponent without ½ (Gumbel scale 1/ε): χ² with n = 20,000 rejects at 1e-3 (testing.md §4)."""
 
     class NoHalf(Santext):
         EXPONENT_FACTOR = 1.0
@@ -188,14 +188,14 @@ def test_santext_no_tensor_beyond_batch_times_chunk():
     with _MaxNumel() as mode:
         out = mech.sample(space, torch.arange(B), torch.Generator().manual_seed(9211))
     assert out.shape == (B,)
-    # DESIGN D6: a V × d pass over E itself (norms, a copy) is allowed, anything of V × V elements is not;
+    # a V × d pass over E itself (norms, a copy) is allowed, anything of V × V elements is not;
     # the rejection sampler's bound is one int32 product per group of tokens (rows padded to 32).
     v_pad = -(-V // BLOCK) * BLOCK
     assert mode.max_numel <= max(32 * v_pad, V * (d + 8))
     assert mode.max_numel < V * V
 
 
-# --------------------------------------------------------------------------- santext_plus (§9.2)
+# --------------------------------------------------------------------------- santext_plus (santext.md §2)
 def test_santext_plus_known_answers():
     counts = np.array([50, 7, 3, 3, 900])
     P = plus_law(T5, 2.0, counts, 0.6, 0.3)
@@ -319,7 +319,7 @@ def test_sensitive_set(counts, w, expected):
 
 
 def test_sensitive_set_sizes_minilm():
-    """n_S = ⌊w·V + 1e-12⌋: 27,465 at w = 0.9 and 15,258 at w = 0.5 for V = 30,517 (spec §9.2)."""
+    """n_S = ⌊w·V + 1e-12⌋: 27,465 at w = 0.9 and 15,258 at w = 0.5 for V = 30,517 (santext.md §2)."""
     counts = np.zeros(30_517)
     assert sensitive_set(counts, 0.9).size == 27_465
     assert sensitive_set(counts, 0.5).size == 15_258

@@ -2,7 +2,7 @@
 
 * Both filters (``bf16``, ``fp32``) return float64 brute force's answer on noisy madlib queries, on
   constructed near ties, on extreme magnitudes and on clusters that force the fp32 fallback, and the
-  exact answer on spec §1.5's N1–N5 for every chunk size.
+  exact answer on space.md §5's N1–N5 for every chunk size.
 * The bound of :func:`hf_textdp.search.bf16_filter_bound` holds on random data (the proof's claim).
 * Seeded outputs of every mechanism are the same with either filter (the v1 golden hashes, from
   torch's generator streams, are gone with stream version 2).
@@ -148,7 +148,7 @@ def test_near_ties_equal_exact_arithmetic(filt: FilterName, k: int) -> None:
 @pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])
 @pytest.mark.parametrize("filt", ["bf16", "fp32"])
 def test_constructed_cases_both_filters(E: np.ndarray, q: np.ndarray, k: int, expected: Any, filt: FilterName) -> None:
-    """Spec §1.5 N1–N5 with each filter and chunk size, and embedded in a large matrix of far rows."""
+    """space.md §5 N1–N5 with each filter and chunk size, and embedded in a large matrix of far rows."""
     for chunk in (1, 2, None):
         got = ExactIndex(torch.from_numpy(E), filter=filt).search(torch.from_numpy(q), k, chunk_size=chunk)
         assert got[0].tolist() == expected

@@ -1,4 +1,4 @@
-"""Embedding spaces: HF models (fast path = full load), static vectors, candidate sets (spec §1.3, §1.4)."""
+"""Embedding spaces: HF models (fast path = full load), static vectors, candidate sets (space.md §3, §4)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_tiny_bert_candidate_set(tiny_bert):
 
 
 def test_padded_matrix_rows_are_never_candidates(tmp_path):
-    """Rows ≥ len(tokenizer) (matrices padded to a multiple of 64) are not candidates (spec §1.4)."""
+    """Rows ≥ len(tokenizer) (matrices padded to a multiple of 64) are not candidates (space.md §4)."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     from tests.utils import build_tiny_bert
@@ -49,7 +49,7 @@ def test_padded_matrix_rows_are_never_candidates(tmp_path):
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied-lm-head"])
 def test_fast_path_equals_full_model_load(tmp_path, tied):
-    """Reading the safetensors tensor directly gives E_full bit for bit (spec §1.3)."""
+    """Reading the safetensors tensor directly gives E_full bit for bit (space.md §3)."""
     from transformers import AutoModel, GPT2Config, GPT2LMHeadModel
 
     from tests.utils import build_tiny_gpt2
@@ -96,7 +96,7 @@ def _save_bert_mlm(folder):
 @pytest.mark.parametrize("by_name", [True, False], ids=["by-name", "meta-model"])
 @pytest.mark.parametrize("arch", ["bert", "gpt2", "t5", "bert-mlm", "minilm"])
 def test_embedding_found_by_name_is_the_input_embedding(tmp_path, monkeypatch, arch, by_name):
-    """The name-only lookup (no modelling code) finds what the meta-model lookup finds (spec §1.3); when it
+    """The name-only lookup (no modelling code) finds what the meta-model lookup finds (space.md §3); when it
     declines, the meta model is asked and gives the same E_full."""
     from transformers import AutoConfig, AutoModel
 

@@ -1,4 +1,4 @@
-"""Streaming: ``IterableDataset.map`` row ids, seeded equality with the in-memory path (spec §11.5), and
+"""Streaming: ``IterableDataset.map`` row ids, seeded equality with the in-memory path (testing.md §5), and
 ``streaming.save_streaming`` outputs: every format, the report from the written rows, resume after a crash."""
 
 from __future__ import annotations

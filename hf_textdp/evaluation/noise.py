@@ -1,8 +1,8 @@
-"""Empirical noise variance of the additive mechanisms (seed 001's claim, spec §4.6).
+"""Empirical noise variance of the additive mechanisms (seed 001's claim, laplace.md §8.6).
 
 Draws the noise z = perturb(x) − x of ``laplace``, ``gaussian`` and ``truncated_laplace`` on the same
 bounded inputs with fixed keyed streams and reports the per-coordinate variance and the ratios
-truncated / Laplace and truncated / Gaussian. Spec §4.6 predicts a gain below 1 % against Laplace
+truncated / Laplace and truncated / Gaussian. laplace.md §8.6 predicts a gain below 1 % against Laplace
 (except at very small ε/δ) and 26–91 times *more* variance than the analytic Gaussian (d = 384).
 
 Run: ``python -m hf_textdp.evaluation.noise --output results/seed_claims/noise_variance.json``.

@@ -181,7 +181,7 @@ def run_recipe(
 
     Args:
         device (`str`, defaults to `"cpu"`): where the privatizers run (``"cuda"`` for a GPU). Seeded
-            outputs depend on the device type (spec §6.4), so each result records it.
+            outputs depend on the device type (tem.md §4), so each result records it.
         only (`Collection[UnitKey]`, *optional*): run just these units (see :func:`recipe_units`);
             :func:`run_recipes` uses it to spread a recipe over worker processes.
         plots (`bool`, defaults to `True`): draw the plots when done.

@@ -1,4 +1,4 @@
-"""Public token counts for santext_plus (spec §9.2), read from files by the I/O layer.
+"""Public token counts for santext_plus (santext.md §2), read from files by the I/O layer.
 
 ``frequencies=<path>`` (a JSON object or a two-column TSV) and ``frequency_corpus=<path>`` (public text,
 tokenized as privatization tokenizes) become count sources (:class:`FileCounts`, :class:`CorpusCounts`)
@@ -116,7 +116,7 @@ def corpus_texts(path: Path, block: int = 1024) -> Iterator[list[str]]:
 
 
 def check_not_input(frequency_corpus: Any, input_source: Any) -> None:
-    """Raise if ``frequency_corpus`` is the dataset being privatized (spec §9.2).
+    """Raise if ``frequency_corpus`` is the dataset being privatized (santext.md §2).
 
     The mechanism never sees the input dataset, so the pipeline calls this with its own source: two
     paths are the same file or folder, two strings (hub ids) are equal, or two ``datasets`` objects

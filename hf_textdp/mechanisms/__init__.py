@@ -1,4 +1,4 @@
-"""The mechanism registry: name → class (spec §0 summary table).
+"""The mechanism registry: name → class (mechanisms/README.md §1 summary table).
 
 Adding a mechanism is one file with a small class, one :func:`register_mechanism` call here, and
 its tests. :func:`register_mechanism` refuses to overwrite a name unless ``force=True``.

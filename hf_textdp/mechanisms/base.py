@@ -3,7 +3,7 @@
 A mechanism is a small class with validated keyword-only parameters, registered by name
 (``hf_textdp.mechanisms.register_mechanism``). Its math takes arrays and the tokens' keyed streams
 (:class:`~hf_textdp.rng.Streams`) and returns arrays; it never sees a tokenizer, a dataset or a file.
-The meaning of a registered name never changes: a changed privacy behaviour gets a new name (STYLE §1).
+The meaning of a registered name never changes: a changed privacy behaviour gets a new name.
 """
 
 from __future__ import annotations
@@ -71,10 +71,10 @@ class Mechanism(abc.ABC):
 
     @abc.abstractmethod
     def claim(self, space: EmbeddingSpace) -> Claim:
-        """The per-token claim (spec §10.1), from the configuration and the public space only."""
+        """The per-token claim (accounting.md §1), from the configuration and the public space only."""
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        """Mechanism-specific report items (spec §2–§9 "Report")."""
+        """Mechanism-specific report items (docs/mechanisms/ "Report")."""
         return {}
 
     def projection(self, space: EmbeddingSpace) -> dict[str, Any] | None:
@@ -94,7 +94,7 @@ class Mechanism(abc.ABC):
 
 
 class AdditiveMechanism(Mechanism):
-    """Adds noise to each token's vector: ``perturb(x, g) -> z`` (spec §2–§5)."""
+    """Adds noise to each token's vector: ``perturb(x, g) -> z`` (docs/mechanisms/)."""
 
     kind = "additive"
     POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
@@ -122,7 +122,7 @@ class AdditiveMechanism(Mechanism):
 
 
 class SelectionMechanism(Mechanism):
-    """Samples an output candidate for each token directly (spec §6, §9)."""
+    """Samples an output candidate for each token directly (tem.md, santext.md)."""
 
     kind = "selection"
     # "nearest" here means: release the sampled candidate as it is

@@ -1,7 +1,7 @@
-"""The base of the DP additive mechanisms: clip (spec §8), add noise calibrated to a sensitivity (spec §3, §4).
+"""The base of the DP additive mechanisms: clip (bounding.md), add noise calibrated to a sensitivity (laplace.md, §8).
 
-For a candidate w, release ``y = T(φ(w)) + z`` with T a sensitivity-bounding transform of spec §8
-(default: clipping to the median row norm C, ``T(x) = x·min(1, C/‖x‖₂)``), then post-process y (§7;
+For a candidate w, release ``y = T(φ(w)) + z`` with T a sensitivity-bounding transform of bounding.md
+(default: clipping to the median row norm C, ``T(x) = x·min(1, C/‖x‖₂)``), then post-process y (postprocess.md;
 default: the exact nearest row of T(E)). Subclasses (``laplace``, ``gaussian``, ``truncated_laplace``)
 give the noise law and its calibration. ε is the per-token DP parameter, so ε_tok = ε.
 """
@@ -62,7 +62,7 @@ class Prepared:
 
 
 class BoundedAdditiveMechanism(AdditiveMechanism):
-    """Base of the DP additive mechanisms: transform (§8), calibrate to a sensitivity, add noise.
+    """Base of the DP additive mechanisms: transform (bounding.md), calibrate to a sensitivity, add noise.
 
     Subclasses define ``CALIBRATIONS``, :meth:`calibrate` (the noise constants for a sensitivity) and
     :meth:`sample_noise`; :meth:`transform_input` applies T. Each step is one small method so that a
@@ -116,7 +116,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         return self.options.get("calibration") not in self.UNCERTIFIED
 
     def fit(self, space: EmbeddingSpace) -> Transform:
-        """The transform T fitted to the public candidate rows of ``space`` (spec §8.1)."""
+        """The transform T fitted to the public candidate rows of ``space`` (bounding.md §1)."""
         o = self.options
         return fit_transform(
             space.E,
@@ -177,18 +177,18 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
     # ---------------------------------------------------------------- the mechanism
     @abc.abstractmethod
     def calibrate(self, sensitivity: Sensitivity, dim: int) -> Any:
-        """The noise constants for ``sensitivity`` in dimension ``dim`` (float64; spec §3.3, §4.2)."""
+        """The noise constants for ``sensitivity`` in dimension ``dim`` (float64; laplace.md §3, §8.2)."""
 
     @abc.abstractmethod
     def sample_noise(self, streams: Streams, k: int) -> torch.Tensor:
         """``[n, k]`` float64 noise, row i from ``streams`` token i's :attr:`~hf_textdp.rng.Draw.NOISE` draws."""
 
     def transform_input(self, x: torch.Tensor) -> torch.Tensor:
-        """x̃ = T(x) in float64 (spec §3.2)."""
+        """x̃ = T(x) in float64 (laplace.md §2)."""
         return self._require_state().transform.apply(x)
 
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
-        """``(T(x) + z).float()`` (spec §3.4); z is fresh per token, from the token's own stream.
+        """``(T(x) + z).float()`` (laplace.md §4); z is fresh per token, from the token's own stream.
 
         With ``match_space="raw"`` and ``bound="minmax"`` the noisy vector is mapped back with T⁻¹, so
         that ``nearest`` compares it with the raw rows (post-processing: the guarantee is unchanged).
@@ -205,7 +205,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         return xt.to(torch.float32)
 
     def search_index(self, space: EmbeddingSpace) -> ExactIndex:
-        """Rows of T(E) (``match_space="clipped"``) or of E (``"raw"``), as spec §3.4."""
+        """Rows of T(E) (``match_space="clipped"``) or of E (``"raw"``), as laplace.md §4."""
         return self.prepare(space).index
 
     def scale_metric_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
@@ -216,11 +216,11 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         return f"calibration='reference_code' of mechanism {self.name!r} is not certified."
 
     def delta_token(self) -> float:
-        """δ_tok of §10.1: the configured δ for certified (ε, δ) calibrations, else 0."""
+        """δ_tok of accounting.md §1: the configured δ for certified (ε, δ) calibrations, else 0."""
         return float(self.delta) if (self.USES_DELTA and self.delta is not None) else 0.0
 
     def claim(self, space: EmbeddingSpace) -> Claim:
-        """``guarantee="dp"``, ε_tok = ε, δ_tok = δ (spec §10.1), from the configuration and E only."""
+        """``guarantee="dp"``, ε_tok = ε, δ_tok = δ (accounting.md §1), from the configuration and E only."""
         self.prepare(space)
         eps = self.epsilon
         certified = self.certified
@@ -246,7 +246,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         return {}
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        """Report items of spec §3.5 / §4.3: bound, transform, sensitivity, noise constants, calibration."""
+        """Report items (laplace.md §5, §8.3): bound, transform, sensitivity, noise constants, calibration."""
         state = self.prepare(space)
         sens = state.sensitivity
         out: dict[str, Any] = {

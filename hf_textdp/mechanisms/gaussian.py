@@ -1,10 +1,10 @@
-"""gaussian: clip, add i.i.d. Gaussian noise, map back to a token (spec §3).
+"""gaussian: clip, add i.i.d. Gaussian noise, map back to a token (laplace.md).
 
 Seed 001's second baseline (base in :mod:`~hf_textdp.mechanisms.bounded`): z_i i.i.d. N(0, σ²) with
 the analytic calibration of Balle & Wang 2018 (arXiv:1805.06530, Theorem 8): σ is the smallest σ with
 ``Φ(Δ₂/(2σ) − εσ/Δ₂) − e^ε·Φ(−Δ₂/(2σ) − εσ/Δ₂) ≤ δ``; (ε, δ)-DP per token. ``classic`` is
 σ = Δ₂·√(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Theorem A.1, needs ε < 1); ``reference_code`` is
-seed 001's code, σ = Δ₁/ε with no δ (uncertified, spec §3.3).
+seed 001's code, σ = Δ₁/ε with no δ (uncertified, laplace.md §3).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["Gaussian", "gaussian_delta", "analytic_gaussian_sigma", "classic_gau
 
 
 def gaussian_delta(sigma: float, epsilon: float, l2_sensitivity: float) -> float:
-    """δ(σ) of the Gaussian mechanism for an L2 shift Δ₂ (Balle & Wang 2018, Theorem 8; spec §3.3).
+    """δ(σ) of the Gaussian mechanism for an L2 shift Δ₂ (Balle & Wang 2018, Theorem 8; laplace.md §3).
 
     ``Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ)``, with ``e^ε·Φ(−u) = exp(ε + log_ndtr(−u))`` so that
     nothing overflows.
@@ -39,7 +39,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, l2_sensitivity: flo
     """The smallest σ with δ(σ) ≤ δ (analytic Gaussian mechanism, Balle & Wang 2018, Theorem 8).
 
     δ(σ) decreases in σ: start from [10⁻¹²·Δ₂, Δ₂], double the upper end until δ(hi) ≤ δ, bisect
-    until ``hi − lo ≤ rtol·hi`` and return ``hi``, so δ(σ) ≤ δ holds for the returned σ (spec §3.3).
+    until ``hi − lo ≤ rtol·hi`` and return ``hi``, so δ(σ) ≤ δ holds for the returned σ (laplace.md §3).
 
     Example:
 
@@ -73,7 +73,7 @@ def classic_gaussian_sigma(*, epsilon: float, delta: float, l2_sensitivity: floa
 
 
 class Gaussian(BoundedAdditiveMechanism):
-    """i.i.d. Gaussian noise on bounded embeddings: (ε, δ)-DP per token (spec §3).
+    """i.i.d. Gaussian noise on bounded embeddings: (ε, δ)-DP per token (laplace.md).
 
     Args:
         epsilon (`float`): the per-token DP parameter ε.
@@ -104,7 +104,7 @@ class Gaussian(BoundedAdditiveMechanism):
             )
 
     def noise_scale(self, sensitivity: Sensitivity) -> float:
-        """σ for the configured calibration (spec §3.3)."""
+        """σ for the configured calibration (laplace.md §3)."""
         calibration = self.options["calibration"]
         assert self.delta is not None
         if calibration == "analytic":
@@ -122,13 +122,13 @@ class Gaussian(BoundedAdditiveMechanism):
         return streams.normals(Draw.NOISE, k).mul_(sigma)
 
     def delta_token(self) -> float:
-        # reference_code states no δ (spec §3.3): seed 001's code ignores it
+        # reference_code states no δ (laplace.md §3): seed 001's code ignores it
         return 0.0 if self.options["calibration"] == "reference_code" else super().delta_token()
 
     def warning_text(self) -> str:
         return (
             "calibration='reference_code' is seed 001's code (sigma = Delta_1/epsilon, delta ignored): uncertified "
-            "and no delta is stated; it is larger than the analytic sigma, so it wastes utility (spec §3.3)."
+            "and no delta is stated; it is larger than the analytic sigma, so it wastes utility (laplace.md §3)."
         )
 
     def noise_details(self, state: Prepared) -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""laplace: clip, add i.i.d. per-coordinate Laplace noise, map back to a token (spec §3).
+"""laplace: clip, add i.i.d. per-coordinate Laplace noise, map back to a token (laplace.md).
 
 Seed 001's baseline (the Laplace mechanism on clipped embeddings; the base and the transforms are in
 :mod:`~hf_textdp.mechanisms.bounded`): z_i i.i.d. Laplace(0, b) with b = Δ₁/ε (Dwork et al. 2006,
 Theorem 1; for ``clip``, Δ₁ = 2C√d because ‖v‖₁ ≤ √d‖v‖₂). Pure ε-DP per token: the density ratio
-of y under two candidates is ≤ exp(‖x̃ − x̃'‖₁/b) ≤ e^ε (spec §3.5). Noise is drawn in float64 from
+of y under two candidates is ≤ exp(‖x̃ − x̃'‖₁/b) ≤ e^ε (laplace.md §5). Noise is drawn in float64 from
 each token's keyed stream and is fresh per token.
 """
 
@@ -23,19 +23,19 @@ __all__ = ["Laplace"]
 
 
 class Laplace(BoundedAdditiveMechanism):
-    """i.i.d. Laplace noise on bounded embeddings: pure ε-DP per token (spec §3).
+    """i.i.d. Laplace noise on bounded embeddings: pure ε-DP per token (laplace.md).
 
     Args:
         epsilon (`float`): the per-token DP parameter ε.
-        bound (`str`, *optional*, defaults to `"clip"`): transform of spec §8 (``"clip"``,
+        bound (`str`, *optional*, defaults to `"clip"`): transform of bounding.md (``"clip"``,
             ``"vocab_exact"``, ``"observed_range"``, ``"minmax"``, ``"unit"``, ``"jl"``).
         clip_norm (`float`, *optional*): C for ``bound="clip"`` (default: median candidate row norm).
-        sensitivity (`str`, *optional*, defaults to `"bound"`): ``"bound"`` (closed form, §8.2) or
-            ``"exact"`` (over the transformed candidates, §8.3).
+        sensitivity (`str`, *optional*, defaults to `"bound"`): ``"bound"`` (closed form, bounding.md §2) or
+            ``"exact"`` (over the transformed candidates, bounding.md §3).
         match_space (`str`, *optional*, defaults to `"clipped"`): ``"clipped"`` (nearest row of T(E))
             or ``"raw"`` (nearest row of E).
         calibration (`str`, *optional*, defaults to `"sound"`): only ``"sound"``, b = Δ₁/ε.
-        jl_k, jl_xi, jl_seed: JL options, only with ``bound="jl"`` (spec §8.2).
+        jl_k, jl_xi, jl_seed: JL options, only with ``bound="jl"`` (bounding.md §2).
 
     Example:
 
@@ -57,7 +57,7 @@ class Laplace(BoundedAdditiveMechanism):
         super()._validate_calibration(calibration)
 
     def noise_scale(self, sensitivity: Sensitivity) -> float:
-        """b = Δ₁/ε (spec §3.3)."""
+        """b = Δ₁/ε (laplace.md §3)."""
         return sensitivity.l1 / self.epsilon
 
     def calibrate(self, sensitivity: Sensitivity, dim: int) -> float:

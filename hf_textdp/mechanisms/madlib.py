@@ -1,16 +1,16 @@
-"""madlib: the multivariate Laplace mechanism (Feyisetan et al. 2020, arXiv:1910.08902; spec §2).
+"""madlib: the multivariate Laplace mechanism (Feyisetan et al. 2020, arXiv:1910.08902; madlib.md).
 
 For a candidate w release ``q = φ(w) + Z`` with density ``p(z) ∝ exp(−ε‖z‖₂)`` on R^d, then
-post-process q (§7; default: the exact nearest candidate). Z = r·u with r ~ Gamma(d, scale 1/ε),
+post-process q (postprocess.md; default: the exact nearest candidate). Z = r·u with r ~ Gamma(d, scale 1/ε),
 drawn exactly (Marsaglia–Tsang) from the row's keyed stream, and u uniform on the unit sphere (a
 normalised Gaussian).
 
 Guarantee: ε·d metric DP in the Euclidean distance between rows of E, δ = 0; per token, pure
-ε_tok-DP with ε_tok = ε·diam (spec §2.3).
+ε_tok-DP with ε_tok = ε·diam (madlib.md §3).
 
-With ``bound`` set to a transform T of spec §8 (computed from the public matrix only), madlib perturbs
+With ``bound`` set to a transform T of bounding.md (computed from the public matrix only), madlib perturbs
 T(φ(w)) and searches the rows of T(E): the guarantee is then metric DP in the distance between
-transformed rows, and d and diam are those of the transformed space (spec §2.1).
+transformed rows, and d and diam are those of the transformed space (madlib.md §1).
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ def sample_madlib_noise(
 
 
 class Madlib(AdditiveMechanism):
-    """Multivariate Laplace noise on the model's own input embeddings (spec §2).
+    """Multivariate Laplace noise on the model's own input embeddings (madlib.md).
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance in the embedding space.
-        bound (`str`, *optional*, defaults to `"none"`): sensitivity bounding transform (spec §8,
+        bound (`str`, *optional*, defaults to `"none"`): sensitivity bounding transform (bounding.md,
             default parameters: C = median row norm, JL with ξ = 0.9 and seed 0); madlib's guarantee
             is metric and needs none. With a bound, the metric is the distance between T(E) rows.
     """
@@ -80,7 +80,7 @@ class Madlib(AdditiveMechanism):
     def _validate(self) -> None:
         check_choice(self.options["bound"], "bound", self.BOUNDS)
 
-    # ---------------------------------------------------------------- bound (spec §2.1, §8)
+    # ---------------------------------------------------------------- bound (madlib.md §1, bounding.md)
     def _transformed(self, space: EmbeddingSpace) -> tuple[Transform, torch.Tensor, ExactIndex] | None:
         """(T, T(E) as fp32, its index) for ``space``, or ``None`` without a bound (cached per space)."""
         if self.options["bound"] == "none":
@@ -103,7 +103,7 @@ class Madlib(AdditiveMechanism):
         return space.E if bounded is None else bounded[1]
 
     def transform_input(self, x: torch.Tensor) -> torch.Tensor:
-        """x in float64, through T (then rounded to fp32, as the rows of T(E)) when a bound is set (spec §2.1)."""
+        """x in float64, through T (then rounded to fp32, as the rows of T(E)) when a bound is set (madlib.md §1)."""
         if self.options["bound"] == "none":
             return x.double()
         if self._bounded is None:

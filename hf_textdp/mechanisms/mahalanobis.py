@@ -1,18 +1,18 @@
-"""mahalanobis: the regularized Mahalanobis mechanism (Xu et al. 2020, arXiv:2010.11947; spec §9.3).
+"""mahalanobis: the regularized Mahalanobis mechanism (Xu et al. 2020, arXiv:2010.11947; mahalanobis.md).
 
 For a candidate w release ``z = φ(w) + Z`` with ``Z = R·(u·M^{1/2})``: R ~ Gamma(d, scale 1/ε) and
-u uniform on the unit sphere, drawn exactly as madlib draws them (spec §2.2), and
+u uniform on the unit sphere, drawn exactly as madlib draws them (madlib.md §2), and
 
     M = λ·Σ̃ + (1 − λ)·I,   Σ̃ = Σ·d / tr(Σ),   Σ = (E − μ)ᵀ(E − μ) / V        (the paper's Eq. 3)
 
 computed once in float64 from the public candidate rows E (μ their mean). Z has density
 ∝ exp(−ε‖Z‖_M) with ‖x‖_M = √(x·M⁻¹·xᵀ), because Z·M^{−1/2} = R·u is madlib's noise; there is no
 re-normalisation after multiplying by M^{1/2} (that variant has no ε·d_M guarantee). Then
-post-process z (spec §7; default: the exact Euclidean nearest candidate, as in the paper).
+post-process z (postprocess.md; default: the exact Euclidean nearest candidate, as in the paper).
 
 Guarantee: ε·d_M metric DP (pure, δ = 0) with d_M(w, w') = ‖(φ(w) − φ(w'))·M^{−1/2}‖₂; per token
 ε_tok = ε·diam_M, the diameter of the rows of E·M^{−1/2}. In the Euclidean metric it is
-(ε/√λ_min(M))·d metric DP, and λ_min(M) ≥ 1 − λ (spec §9.3, §10.1). λ = 0 is madlib.
+(ε/√λ_min(M))·d metric DP, and λ_min(M) ≥ 1 − λ (mahalanobis.md, accounting.md §1). λ = 0 is madlib.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ SINGULAR_RTOL = 1e-9
 
 @dataclass(frozen=True)
 class MahalanobisMatrices:
-    """The float64 matrices of spec §9.3 (all ``[d, d]`` on CPU, except ``eigenvalues`` ``[d]``)."""
+    """The float64 matrices of mahalanobis.md (all ``[d, d]`` on CPU, except ``eigenvalues`` ``[d]``)."""
 
     mu: torch.Tensor
     sigma: torch.Tensor
@@ -63,7 +63,7 @@ class MahalanobisMatrices:
 
 
 def mahalanobis_matrices(E: torch.Tensor, lam: float) -> MahalanobisMatrices:
-    """μ, Σ, Σ̃, M, eig(M), M^{1/2}, M^{−1/2} in float64 from the candidate rows ``E`` (spec §9.3).
+    """μ, Σ, Σ̃, M, eig(M), M^{1/2}, M^{−1/2} in float64 from the candidate rows ``E`` (mahalanobis.md).
 
     Args:
         E (`torch.Tensor` `[V, d]`): the public candidate rows (special-token rows excluded).
@@ -125,7 +125,7 @@ class _State:
 
 
 class Mahalanobis(AdditiveMechanism):
-    """Mahalanobis-shaped multivariate Laplace noise on the model's input embeddings (spec §9.3).
+    """Mahalanobis-shaped multivariate Laplace noise on the model's input embeddings (mahalanobis.md).
 
     Args:
         epsilon (`float`): metric ε per unit of the Mahalanobis distance d_M.
@@ -166,11 +166,11 @@ class Mahalanobis(AdditiveMechanism):
         return st
 
     def compute_matrices(self, E: torch.Tensor) -> MahalanobisMatrices:
-        """The matrices of spec §9.3 from the candidate rows (a hook: tests subclass it for broken variants)."""
+        """The matrices of mahalanobis.md from the candidate rows (a hook: tests subclass it for broken variants)."""
         return mahalanobis_matrices(E, self.lam)
 
     def matrices(self, space: EmbeddingSpace) -> MahalanobisMatrices:
-        """The float64 matrices of spec §9.3 for ``space``."""
+        """The float64 matrices of mahalanobis.md for ``space``."""
         return self._prepare(space).mats
 
     def scale_metric_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
@@ -179,12 +179,12 @@ class Mahalanobis(AdditiveMechanism):
 
     # ---------------------------------------------------------------- sampling
     def shape_noise(self, ru: torch.Tensor) -> torch.Tensor:
-        """Z = (R·u)·M^{1/2} (row vectors, M symmetric); no re-normalisation (spec §9.3)."""
+        """Z = (R·u)·M^{1/2} (row vectors, M symmetric); no re-normalisation (mahalanobis.md)."""
         assert self._state is not None
         return ru @ self._state.M_half.to(ru.device)
 
     def noise(self, streams: Streams | torch.Generator, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[n, d]`` float64 draws of Z: madlib's noise (spec §2.2), then :meth:`shape_noise`."""
+        """``[n, d]`` float64 draws of Z: madlib's noise (madlib.md §2), then :meth:`shape_noise`."""
         if self._state is None:
             raise RuntimeError("Mahalanobis: call setup(space) before sampling (M depends on the space).")
         d = self._state.M_half.shape[0]
@@ -200,7 +200,7 @@ class Mahalanobis(AdditiveMechanism):
 
     # ---------------------------------------------------------------- accounting
     def claim(self, space: EmbeddingSpace) -> Claim:
-        """ε·d_M metric DP; ε_tok = ε·diam_M, pair bound ε·d_M(w, w') (spec §9.3, §10.1)."""
+        """ε·d_M metric DP; ε_tok = ε·diam_M, pair bound ε·d_M(w, w') (mahalanobis.md, accounting.md §1)."""
         st = self._prepare(space)
         eps = self.epsilon
         W64 = space.E.double().cpu() @ st.mats.M_inv_half

@@ -1,20 +1,20 @@
-"""privemb: Gaussian projection, then multivariate Laplace noise in R^m (seed 000, PrivEmb; spec §5).
+"""privemb: Gaussian projection, then multivariate Laplace noise in R^m (seed 000, PrivEmb; privemb.md).
 
 Paper: Feyisetan and Kasiviswanathan, "Private Release of Text Embedding Vectors", TrustNLP workshop at
 NAACL 2021 (no arXiv version), Algorithm 1 and Proposition 5; noise density as in Feyisetan et al. 2020
-(arXiv:1910.08902, Eq. 1) with the scale s of spec §5.4.
+(arXiv:1910.08902, Eq. 1) with the scale s of privemb.md §4.
 
 For a candidate w with input row x = φ(w) ∈ R^d, release ``y = Φx + κ`` where Φ ∈ R^{m×d} is a public
 Gaussian matrix with entries N(0, 1/m) (drawn from ``numpy.random.default_rng(projection_seed)``,
 independent of the noise seed) and κ has density ``p(z) ∝ exp(−ε‖z‖₂/s)`` on R^m: ‖κ‖ ~ Gamma(m,
 scale s/ε) (an exact Marsaglia–Tsang draw from the token's keyed stream), direction uniform on the sphere.
 
-The projection dimension is ``m = ⌈(√(log₂ d) + √(ln(1/δ)))² / β²⌉`` (spec §5.2; the reading that
+The projection dimension is ``m = ⌈(√(log₂ d) + √(ln(1/δ)))² / β²⌉`` (privemb.md §2; the reading that
 reproduces seed 000's appendix dimensions), so δ is used for m even when it is not charged.
 
-Guarantee (spec §5.6). For the fixed public Φ the privacy loss between w and w' is at most
+Guarantee (privemb.md §6). For the fixed public Φ the privacy loss between w and w' is at most
 ε‖Φ(x_w − x_{w'})‖₂/s. With ``certify=True`` (default) s = L̂, the exact largest stretch
-‖Φ(x − x')‖/‖x − x'‖ over candidate pairs (spec §5.4), so the mechanism is **pure ε·d metric DP**
+‖Φ(x − x')‖/‖x − x'‖ over candidate pairs (privemb.md §4), so the mechanism is **pure ε·d metric DP**
 (δ = 0). With ``certify=False`` s = 1 + β (seed 000, Proposition 5): the metric claim is the seed's
 unproven (ε, δ)-metric DP with δ charged once per Φ; the pure bound above still holds exactly.
 Per token, ε_tok = ε·diam_Φ/s with diam_Φ the largest ‖Φ(x − x')‖ over candidate pairs.
@@ -47,11 +47,11 @@ if TYPE_CHECKING:
 __all__ = ["Privemb", "sample_privemb_noise"]
 
 
-# --------------------------------------------------------------------------- §5.5
+# --------------------------------------------------------------------------- privemb.md §5
 def sample_privemb_noise(
     streams: Streams | torch.Generator, n: int, m: int, scale: float, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """``[n, m]`` float64 draws of density ∝ exp(−‖z‖/scale) in R^m (spec §5.5, scale = s/ε).
+    """``[n, m]`` float64 draws of density ∝ exp(−‖z‖/scale) in R^m (privemb.md §5, scale = s/ε).
 
     The direction is m normalised normals, the radius an exact Gamma(m, scale) draw
     (:func:`~hf_textdp.mechanisms.madlib.sample_metric_laplace`), from each token's keyed stream.
@@ -81,14 +81,14 @@ class _State:
 
 
 class Privemb(AdditiveMechanism):
-    """PrivEmb: public Gaussian projection to R^m plus multivariate Laplace noise there (spec §5).
+    """PrivEmb: public Gaussian projection to R^m plus multivariate Laplace noise there (privemb.md).
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
-        delta (`float`, *optional*, defaults to `1e-6`): used for m (§5.2); charged once per Φ
+        delta (`float`, *optional*, defaults to `1e-6`): used for m (privemb.md §2); charged once per Φ
             (``delta_per_projection``) only when ``certify=False``.
         beta (`float`, *optional*, defaults to `0.9`): distortion β ∈ (0, 1) (seed 000's experiments).
-        m (`int`, *optional*): projection dimension ≥ 1; ``None`` → §5.2's formula.
+        m (`int`, *optional*): projection dimension ≥ 1; ``None`` → privemb.md §2's formula.
         projection_seed (`int`, *optional*, defaults to `0`): public seed of Φ, never the noise seed.
         certify (`bool`, *optional*, defaults to `True`): noise scale s = L̂ (exact, pure ε·d metric DP)
             instead of the seed's s = 1 + β.
@@ -118,7 +118,7 @@ class Privemb(AdditiveMechanism):
 
     # ---------------------------------------------------------------- public constants
     def projection_dim(self, d: int) -> int:
-        """m for input dimension d: the ``m`` option, or §5.2's formula from β, δ and d."""
+        """m for input dimension d: the ``m`` option, or privemb.md §2's formula from β, δ and d."""
         if self.options["m"] is not None:
             return int(self.options["m"])
         assert self.delta is not None
@@ -179,14 +179,14 @@ class Privemb(AdditiveMechanism):
         return x.double() @ st.phi_on(x.device, torch.float64).T
 
     def search_index(self, space: EmbeddingSpace) -> ExactIndex:
-        """Exact index over P_E = E·Φᵀ (computed in float64, stored fp32): ``nearest`` in R^m (§5.7)."""
+        """Exact index over P_E = E·Φᵀ (computed in float64, stored fp32): ``nearest`` in R^m (privemb.md §7)."""
         st = self._state(space)
         if st._index is None:
             P = (space.E.double() @ st.phi_on(space.E.device, torch.float64).T).float()
             st._index = ExactIndex(P, space.device)
         return st._index
 
-    # ---------------------------------------------------------------- sampling (§5.5)
+    # ---------------------------------------------------------------- sampling (privemb.md §5)
     def _radius_scale(self) -> float:
         """Scale of the Gamma(m, ·) radius: s/ε."""
         return self.s / self.epsilon
@@ -207,7 +207,7 @@ class Privemb(AdditiveMechanism):
             return p.float()
         return (p + self.sample_noise(as_streams(streams, n, x.device), n)).float()
 
-    # ---------------------------------------------------------------- claim and report (§5.6)
+    # ---------------------------------------------------------------- claim and report (privemb.md §6)
     def claim(self, space: EmbeddingSpace) -> Claim:
         st = self._state(space)
         eps, s = self.epsilon, st.s
@@ -226,7 +226,7 @@ class Privemb(AdditiveMechanism):
             warnings = (
                 f"privemb certify=False: s = 1 + beta = {1.0 + beta} is seed 000's calibration; its (epsilon, "
                 f"delta)-metric DP claim (delta = {self.delta} once per projection) rests on an unproven bound "
-                f"(spec §5.6). For this projection L_hat = {st.stats.L_hat:.6g}"
+                f"(privemb.md §6). For this projection L_hat = {st.stats.L_hat:.6g}"
                 + (" > 1 + beta: the metric claim fails for some pair." if st.stats.L_hat > 1.0 + beta else ".")
                 + " The pure per-token bound epsilon_token holds exactly.",
             )

@@ -1,4 +1,4 @@
-"""PrivEmb's public projection: the dimension m, the matrix Φ and its exact constants L̂, diam_Φ (spec §5.2–§5.4).
+"""PrivEmb's public projection: the dimension m, the matrix Φ and its exact constants L̂, diam_Φ (privemb.md §2–§4).
 
 Feyisetan and Kasiviswanathan, "Private Release of Text Embedding Vectors" (TrustNLP 2021), Algorithm 1:
 Φ ∈ R^{m×d} has i.i.d. N(0, 1/m) entries drawn from a public seed; the mechanism
@@ -33,12 +33,12 @@ __all__ = [
 
 U64 = 2.0**-53
 _BLOCK_ENTRIES = 2**22  # float64 entries per [chunk, V] block of the L̂ pass (32 MiB per array)
-_REFINE = 8  # pairs recomputed per block at least (spec §5.4: "at least the 8 largest")
+_REFINE = 8  # pairs recomputed per block at least (privemb.md §4: "at least the 8 largest")
 
 
-# --------------------------------------------------------------------------- §5.2, §5.3
+# --------------------------------------------------------------------------- privemb.md §2, §3
 def projection_dim(*, beta: float, delta: float, d: int) -> int:
-    """The projection dimension of spec §5.2: ``m = ⌈(√(log₂ d) + √(ln(1/δ)))² / β²⌉``.
+    """The projection dimension of privemb.md §2: ``m = ⌈(√(log₂ d) + √(ln(1/δ)))² / β²⌉``.
 
     Seed 000 (PrivEmb) sets ω = √(log d) without naming the base; base 2 for d and the natural log for δ
     reproduce its appendix dimensions. The ceiling is taken because m is a lower bound.
@@ -66,7 +66,7 @@ def projection_dim(*, beta: float, delta: float, d: int) -> int:
 
 
 def projection_matrix(m: int, d: int, projection_seed: int) -> npt.NDArray[np.float32]:
-    """Φ ∈ R^{m×d} of spec §5.3: ``default_rng(projection_seed).standard_normal((m, d)) / √m`` as fp32.
+    """Φ ∈ R^{m×d} of privemb.md §3: ``default_rng(projection_seed).standard_normal((m, d)) / √m`` as fp32.
 
     Drawn on CPU with numpy (PCG64) in float64, divided, then cast, so Φ is the same on every device
     and for every torch version. Entries are N(0, 1/m).
@@ -90,10 +90,10 @@ def phi_sha256(phi: npt.NDArray[np.float32]) -> str:
     return hashlib.sha256(np.ascontiguousarray(phi, dtype="<f4").tobytes()).hexdigest()
 
 
-# --------------------------------------------------------------------------- §5.4
+# --------------------------------------------------------------------------- privemb.md §4
 @dataclass(frozen=True)
 class ProjectionStats:
-    """Exact constants of Φ over the rows of E (spec §5.4, §5.6).
+    """Exact constants of Φ over the rows of E (privemb.md §4, §6).
 
     Attributes:
         L_hat (`float`): max over pairs with x ≠ x' of ‖Φ(x − x')‖/‖x − x'‖ (0 if every pair is equal).
@@ -116,7 +116,7 @@ def _as_float64_tensor(E: torch.Tensor | npt.NDArray[Any]) -> torch.Tensor:
 def lipschitz_exact(
     E: torch.Tensor | npt.NDArray[Any], phi: npt.NDArray[np.float32], *, chunk_size: int | None = None
 ) -> ProjectionStats:
-    """Exact L̂ and diam_Φ over all pairs of rows of E, float64, never V × V in memory (spec §5.4).
+    """Exact L̂ and diam_Φ over all pairs of rows of E, float64, never V × V in memory (privemb.md §4).
 
     Rows are processed in blocks of ``chunk_size`` against the later rows (memory O(chunk·V)). Each
     block computes the Gram-formula ratios ``R = ‖Φ(x_i − x_j)‖² / ‖x_i − x_j‖²`` as a filter, then

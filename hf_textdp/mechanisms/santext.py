@@ -1,10 +1,10 @@
-"""santext (Yue et al. 2021, SanText, arXiv:2106.01221; spec §9.1): the exponential mechanism over C.
+"""santext (Yue et al. 2021, SanText, arXiv:2106.01221; santext.md §1): the exponential mechanism over C.
 
 santext outputs y ∈ C with probability
 
     P[y | w] = exp(−(ε/2)·d(w, y)) / Σ_{y'∈C} exp(−(ε/2)·d(w, y'))          (the paper's Eq. 1)
 
-with d the Euclidean distance between rows of the public matrix E. It is TEM (spec §6) with γ = ∞
+with d the Euclidean distance between rows of the public matrix E. It is TEM (tem.md) with γ = ∞
 and satisfies ε·d metric DP (δ = 0); per token ε_tok = ε·diam. Unlike the authors' code, no V × V
 probability matrix is built (the exact rejection sampler of :mod:`~hf_textdp.mechanisms.exponential`)
 and C is the tokenizer's candidate set, never the words of the data being sanitised. The public counts
@@ -34,7 +34,7 @@ __all__ = ["Santext", "sensitive_set", "check_counts", "candidate_tokens", "mapp
 
 
 class Santext(Tem):
-    """SanText: the exponential mechanism −(ε/2)·d over the whole candidate set (spec §9.1).
+    """SanText: the exponential mechanism −(ε/2)·d over the whole candidate set (santext.md §1).
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
@@ -71,7 +71,7 @@ class Santext(Tem):
 
 # --------------------------------------------------------------------------- counts and V_S
 def sensitive_set(counts: npt.ArrayLike, w: float) -> npt.NDArray[np.int64]:
-    """Positions of V_S: the first ⌊w·V⌋ candidates by (count ascending, position ascending) (spec §9.2).
+    """Positions of V_S: the first ⌊w·V⌋ candidates by (count ascending, position ascending) (santext.md §2).
 
     Args:
         counts (array of `V` numbers): public count of each candidate, in candidate (id) order.

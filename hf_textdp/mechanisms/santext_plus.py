@@ -1,4 +1,4 @@
-"""santext_plus (Yue et al. 2021, SanText+, arXiv:2106.01221; spec §9.2).
+"""santext_plus (Yue et al. 2021, SanText+, arXiv:2106.01221; santext.md §2).
 
 santext_plus splits C by public token counts into the sensitive set V_S (the ⌊w·V⌋ least frequent
 candidates, ties by lower id) and V_N = C ∖ V_S. A token in V_S is replaced by a draw of the santext
@@ -73,7 +73,7 @@ class _PlusState:
 
 
 class SantextPlus(Santext):
-    """SanText+: sanitise every sensitive token and a fraction p of the others (spec §9.2).
+    """SanText+: sanitise every sensitive token and a fraction p of the others (santext.md §2).
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
@@ -160,7 +160,7 @@ class SantextPlus(Santext):
         return self._source.candidate_counts(space)
 
     def sensitive_positions(self, space: EmbeddingSpace, counts: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-        """V_S from the public counts (spec §9.2); a hook for tests."""
+        """V_S from the public counts (santext.md §2); a hook for tests."""
         return sensitive_set(counts, self.w)
 
     def setup(self, space: EmbeddingSpace) -> None:
@@ -203,7 +203,7 @@ class SantextPlus(Santext):
     def sample(
         self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
     ) -> torch.Tensor:
-        """Output positions ``[n]``: a coin u per token (sanitise V_N iff u < p), then a draw over V_S (§9.2)."""
+        """Output positions ``[n]``: a coin u per token (sanitise V_N iff u < p), a draw over V_S (santext.md §2)."""
         dev = space.E.device
         positions = positions.to(dev, torch.int64)
         if positions.numel() == 0 or math.isinf(self.epsilon):
@@ -228,7 +228,7 @@ class SantextPlus(Santext):
         return math.log(1.0 / self.p)
 
     def claim(self, space: EmbeddingSpace) -> Claim:
-        """UMLDP: ε·d + ln(1/p) on protected outputs; ε·d metric DP when w = 1 (spec §9.2, §10.1)."""
+        """UMLDP: ε·d + ln(1/p) on protected outputs; ε·d metric DP when w = 1 (santext.md §2, accounting.md §1)."""
         stats = scale_stats(space.E, index=space.index, store=space.store)
         eps = self.epsilon
         st = self._prepare(space)

@@ -1,17 +1,17 @@
-"""tem: the Truncated Exponential Mechanism (Carvalho et al. 2021, arXiv:2107.07928; spec §6).
+"""tem: the Truncated Exponential Mechanism (Carvalho et al. 2021, arXiv:2107.07928; tem.md).
 
-For a candidate w, TEM outputs y ∈ C with probability (spec §6.3, the paper's Algorithm 2)
+For a candidate w, TEM outputs y ∈ C with probability (tem.md §3, the paper's Algorithm 2)
 
     P[TEM(w) = y] = exp((ε/2)·f(w, y)) / Σ_{y'∈C} exp((ε/2)·f(w, y')),   f(w, y) = −min(d(w, y), γ),
 
 where d is the Euclidean distance between rows of the public matrix E and γ the truncation
-threshold of the paper's Theorem 3, taken with equality (spec §6.2):
+threshold of the paper's Theorem 3, taken with equality (tem.md §2):
 
     γ = max(0, (2/ε)·(log1p(−β) + ln(V − 1) − ln β)).
 
 Guarantee: ε·d metric DP (pure, δ = 0), because t ↦ min(t, γ) is 1-Lipschitz; per token the loss
-between any two candidates is at most ε·min(d(w, w'), γ), so ε_tok = ε·min(diam, γ) (spec §6.5,
-§10.1). The ½ in the exponent (a Gumbel of scale 2/ε in the paper) is what makes the factor ε.
+between any two candidates is at most ε·min(d(w, w'), γ), so ε_tok = ε·min(diam, γ) (tem.md §5,
+accounting.md §1). The ½ in the exponent (a Gumbel of scale 2/ε in the paper) is what makes the factor ε.
 
 Sampling is exact and never builds a V × V matrix: a rejection sampler whose proposal is bounded
 by an exact integer product (:class:`~hf_textdp.mechanisms.exponential.ExponentialSampler`,
@@ -45,7 +45,7 @@ __all__ = ["Tem", "tem_gamma", "tem_beta_for_gamma"]
 
 
 def tem_gamma(*, epsilon: float, beta: float, V: int) -> float:
-    """Truncation threshold γ of TEM (seed 004 Theorem 3 with equality; spec §6.2), in float64.
+    """Truncation threshold γ of TEM (seed 004 Theorem 3 with equality; tem.md §2), in float64.
 
     Args:
         epsilon (`float`): ε > 0.
@@ -79,12 +79,12 @@ def tem_beta_for_gamma(*, epsilon: float, gamma: float, V: int) -> float:
 
 
 class Tem(SelectionMechanism):
-    """Truncated Exponential Mechanism over the model's candidate set (spec §6).
+    """Truncated Exponential Mechanism over the model's candidate set (tem.md).
 
     Args:
         epsilon (`float`): metric ε per unit of Euclidean distance between rows of E.
         beta (`float`, *optional*, defaults to `0.001`): β_TEM ∈ (0, 1), the probability that the
-            output lies outside the γ-ball of the input (Theorem 3); sets γ (spec §6.2).
+            output lies outside the γ-ball of the input (Theorem 3); sets γ (tem.md §2).
         gamma (`float`, *optional*, defaults to `None`): an explicit threshold γ ≥ 0 instead of β
             (giving both ``gamma`` and a non-default ``beta`` raises).
         sampler (`str`, *optional*, defaults to `"dense"`): ``"dense"`` (the exact rejection sampler over
@@ -140,7 +140,7 @@ class Tem(SelectionMechanism):
         return tem_gamma(epsilon=self.epsilon, beta=self.beta, V=V)
 
     def score_scale(self) -> float:
-        """The factor multiplying −min(d, γ) in the exponent: ε/2 (spec §6.3)."""
+        """The factor multiplying −min(d, γ) in the exponent: ε/2 (tem.md §3)."""
         return self.EXPONENT_FACTOR * self.epsilon
 
     def bottom_log_weight(self, n_out: torch.Tensor) -> torch.Tensor:
@@ -164,7 +164,7 @@ class Tem(SelectionMechanism):
     def sample(
         self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams | torch.Generator
     ) -> torch.Tensor:
-        """Output positions ``[n]`` for input positions ``[n]``, token i from ``streams[i]`` (spec §6.4)."""
+        """Output positions ``[n]`` for input positions ``[n]``, token i from ``streams[i]`` (tem.md §4)."""
         dev = space.E.device
         positions = positions.to(dev, torch.int64)
         if positions.numel() == 0 or math.isinf(self.epsilon):  # ε = ∞ only in test mode: no noise
@@ -188,7 +188,7 @@ class Tem(SelectionMechanism):
 
     # ---------------------------------------------------------------- accounting
     def claim(self, space: EmbeddingSpace) -> Claim:
-        """ε·d metric DP; ε_tok = ε·min(diam, γ) and pair bound ε·min(d(w, w'), γ) (spec §6.5, §10.1)."""
+        """ε·d metric DP; ε_tok = ε·min(diam, γ) and pair bound ε·min(d(w, w'), γ) (tem.md §5, accounting.md §1)."""
         stats = scale_stats(space.E, index=space.index, store=space.store)
         gamma = self.gamma_for(space.V)
         eps = self.epsilon

@@ -1,4 +1,4 @@
-"""TEM's list sampler: Gumbel-max over chunks of C with one ⊥ element per row (spec §6.4).
+"""TEM's list sampler: Gumbel-max over chunks of C with one ⊥ element per row (tem.md §4).
 
 The paper's list form (Carvalho et al. 2021, arXiv:2107.07928, Algorithm 3): every candidate inside
 the γ-ball of the input gets score −(ε/2)·d plus a Gumbel; the candidates outside it are merged into
@@ -20,7 +20,7 @@ __all__ = ["chunk_distances", "gumbel_max_list"]
 
 
 def chunk_distances(x: torch.Tensor, x_sq: torch.Tensor, n32: torch.Tensor, em2t: torch.Tensor) -> torch.Tensor:
-    """fp32 distances ``[B, c]`` via ‖x‖² + ‖e‖² − 2x·eᵀ, clamped at 0, square-rooted (spec §6.4).
+    """fp32 distances ``[B, c]`` via ‖x‖² + ‖e‖² − 2x·eᵀ, clamped at 0, square-rooted (tem.md §4).
 
     Args:
         x (`torch.Tensor` `[B, d]` fp32): the inputs' rows.
@@ -58,7 +58,7 @@ def gumbel_max_list(
     bottom_log_weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
     bottom_rank: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """TEM's list form with the ⊥ element (seed 004 Algorithm 3; spec §6.4 ``sampler="list"``).
+    """TEM's list form with the ⊥ element (seed 004 Algorithm 3; tem.md §4 ``sampler="list"``).
 
     Gumbel-max over the scores ``−scale·d`` of the columns inside the γ-ball L_w and one ⊥ per row with
     score ``−scale·γ + ln n_out`` (absent when n_out = 0); if ⊥ wins, the k-th column (in increasing

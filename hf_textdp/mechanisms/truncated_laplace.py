@@ -1,9 +1,9 @@
-"""truncated_laplace: clip, add i.i.d. truncated Laplace noise, map back to a token (spec §4).
+"""truncated_laplace: clip, add i.i.d. truncated Laplace noise, map back to a token (laplace.md §8).
 
 Seed 001's "high-dimensional truncated Laplacian mechanism": each coordinate of T(φ(w)) (T of
-spec §8, default clipping) gets noise of density ``f(z) = e^{−α|z|}/B`` on ``[−A, A]`` (0 outside),
-then the noisy vector is post-processed (§7). Seed 001 states only the density; the calibration
-here is derived and proved in spec §4.2–§4.3 (the truncated Laplace mechanism of Geng et al. 2020,
+bounding.md, default clipping) gets noise of density ``f(z) = e^{−α|z|}/B`` on ``[−A, A]`` (0 outside),
+then the noisy vector is post-processed (postprocess.md). Seed 001 states only the density; the calibration
+here is derived and proved in laplace.md §8.2–§8.3 (the truncated Laplace mechanism of Geng et al. 2020,
 arXiv:1810.10935, extended to a product of coordinates):
 
     α = ε/Δ₁,  K = Δ₁/Δ∞,  k = ⌊K⌋,  r = Δ₁ − k·Δ∞,
@@ -13,7 +13,7 @@ On the overlap of the two supports the density ratio is ≤ exp(α‖x̃ − x̃
 it is ≤ Σ_i expm1(α·D_i)/(2·expm1(αA)), which is convex in D and largest at the vertex (k
 coordinates at Δ∞, one at r), where it equals δ. So the mechanism is (ε, δ)-DP per token (needs
 2A ≥ Δ∞). ``calibration="reference_code"`` is seed 001's code (α = ε/Δ₁, A = −ln(1 − 2ε/√d)/α, no δ),
-which is **not** private (δ ≥ 0.25 for an antipodal pair along an axis, spec §4.4): reported
+which is **not** private (δ ≥ 0.25 for an antipodal pair along an axis, laplace.md §8.4): reported
 ``certified: false``.
 """
 
@@ -44,7 +44,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TruncatedLaplaceConstants:
-    """Calibrated constants of the truncated Laplace noise (spec §4.2, §4.4), float64.
+    """Calibrated constants of the truncated Laplace noise (laplace.md §8.2, §8.4), float64.
 
     Attributes:
         alpha (`float`): the decay rate α = ε/Δ₁.
@@ -71,10 +71,10 @@ class TruncatedLaplaceConstants:
 
 
 def variance_gain(a: float) -> float:
-    """The variance gain G = (a + a²/2)/expm1(a), a = αA (spec §4.2, §4.6).
+    """The variance gain G = (a + a²/2)/expm1(a), a = αA (laplace.md §8.2, §8.6).
 
     The truncated variance is (2/α²)·(1 − G): G is the fraction of the Laplace variance 2/α² (same α,
-    same ε) that truncation removes ("gain vs Laplace" in the §4.6 table).
+    same ε) that truncation removes ("gain vs Laplace" in the laplace.md §8.6 table).
 
     Example:
 
@@ -85,7 +85,7 @@ def variance_gain(a: float) -> float:
 
 
 def truncated_laplace_variance(alpha: float, A: float) -> float:
-    """Per-coordinate variance of the density e^{−α|z|}/B on [−A, A] (spec §4.2).
+    """Per-coordinate variance of the density e^{−α|z|}/B on [−A, A] (laplace.md §8.2).
 
     Example:
 
@@ -107,7 +107,7 @@ def _finish(alpha: float, A: float, **extra: Any) -> TruncatedLaplaceConstants:
 def sound_constants(
     *, epsilon: float, delta: float, l1_sensitivity: float, linf_sensitivity: float
 ) -> TruncatedLaplaceConstants:
-    """The sound calibration of spec §4.2, with its precondition checks.
+    """The sound calibration of laplace.md §8.2, with its precondition checks.
 
     Raises:
         InvalidParameterError: ε not finite > 0, δ ∉ (0, 1), not Δ₁ ≥ Δ∞ > 0, S not finite, or 2A < Δ∞.
@@ -144,14 +144,14 @@ def sound_constants(
     if not 2.0 * A >= linf_sensitivity:
         raise InvalidParameterError(
             f"delta={delta!r} is too large for truncated_laplace at epsilon={epsilon!r}: the half-width A = {A:.6g} "
-            f"gives 2A < Delta_inf = {linf_sensitivity:.6g}, where the proof of spec §4.3 does not apply; use a "
+            f"gives 2A < Delta_inf = {linf_sensitivity:.6g}, where the proof of laplace.md §8.3 does not apply; use a "
             "smaller delta."
         )
     return _finish(alpha, A, K=K, k=k, r=r, S=S)
 
 
 def reference_constants(*, epsilon: float, l1_sensitivity: float, dim: int) -> TruncatedLaplaceConstants:
-    """Seed 001's code: α = ε/Δ₁, A = −ln(1 − 2ε/√d)/α, no δ (spec §4.4; **not private**).
+    """Seed 001's code: α = ε/Δ₁, A = −ln(1 − 2ε/√d)/α, no δ (laplace.md §8.4; **not private**).
 
     Raises:
         InvalidParameterError: if ε ≥ √d/2 (the logarithm is undefined).
@@ -174,7 +174,7 @@ def reference_constants(*, epsilon: float, l1_sensitivity: float, dim: int) -> T
 def sample_truncated_laplace(
     streams: Streams | torch.Generator, n: int, k: int, alpha: float, A: float, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
-    """``[n, k]`` float64 draws of density e^{−α|z|}/B on [−A, A] by the inverse CDF (spec §4.5).
+    """``[n, k]`` float64 draws of density e^{−α|z|}/B on [−A, A] by the inverse CDF (laplace.md §8.5).
 
     One uniform per coordinate (:attr:`~hf_textdp.rng.Draw.NOISE`): t = 2u − 1, sign s of t, v = |t|,
     ``z = s·(−log1p(v·expm1(−αA))/α)`` (|z| ≤ A exactly; log1p/expm1 keep small αA accurate).
@@ -192,12 +192,12 @@ def truncated_laplace_from_uniform(u: torch.Tensor, alpha: float, A: float) -> t
 
 
 class TruncatedLaplace(BoundedAdditiveMechanism):
-    """i.i.d. truncated Laplace noise on bounded embeddings: (ε, δ)-DP per token (spec §4).
+    """i.i.d. truncated Laplace noise on bounded embeddings: (ε, δ)-DP per token (laplace.md §8).
 
     Args:
         epsilon (`float`): the per-token DP parameter ε.
         delta (`float`, *optional*, defaults to `1e-6`): δ ∈ (0, 1).
-        calibration (`str`, *optional*, defaults to `"sound"`): ``"sound"`` (spec §4.2) or
+        calibration (`str`, *optional*, defaults to `"sound"`): ``"sound"`` (laplace.md §8.2) or
             ``"reference_code"`` (seed 001's code, uncertified, raises for ε ≥ √d/2).
         bound, clip_norm, sensitivity, match_space, jl_k, jl_xi, jl_seed: as
             :class:`~hf_textdp.mechanisms.laplace.Laplace`. Uses Δ₁ and Δ∞ of the bound.
@@ -233,7 +233,7 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
         return truncated_laplace_from_uniform(streams.uniforms(Draw.NOISE, k), c.alpha, c.A)
 
     def warning_text(self) -> str:
-        return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (§4.4)"
+        return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (laplace.md §8.4)"
 
     def noise_details(self, state: Prepared) -> dict[str, Any]:
         c: TruncatedLaplaceConstants = state.noise

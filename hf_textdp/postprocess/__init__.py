@@ -1,11 +1,11 @@
-"""Post-processing of noisy vectors (spec §7): a registry of steps that map z to candidates.
+"""Post-processing of noisy vectors (postprocess.md): a registry of steps that map z to candidates.
 
 A step is ``apply(z, mechanism, space, streams)``: it sees the noisy vectors, public data
 and fresh randomness from each token's keyed stream (:class:`~hf_textdp.rng.Streams`), and
-**never the original token** — that is why every step preserves the mechanism's guarantee (§7.1).
+**never the original token** — that is why every step preserves the mechanism's guarantee (postprocess.md §1).
 
-Steps: ``nearest`` (§7.2), ``top2`` (§7.3), ``rank`` (§7.4, the fix of arXiv:2411.13784 §6), ``vector``
-(§7.5), ``backproject`` (§7.6, projected mechanisms) and the unsafe ``nearest_excluding_input`` (§7.7),
+Steps (postprocess.md): ``nearest`` (§2), ``top2`` (§3), ``rank`` (§4, the fix of arXiv:2411.13784 §6), ``vector``
+(§5), ``backproject`` (§6, projected mechanisms) and the unsafe ``nearest_excluding_input`` (§7),
 which reads the input and therefore lives apart: it subclasses :class:`UnsafePostprocessStep`, runs
 only through ``apply_unsafe(..., input_positions)``, and turns the claim into :func:`unsafe_claim`.
 """

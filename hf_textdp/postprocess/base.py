@@ -1,4 +1,4 @@
-"""The base of post-processing steps (spec §7.1), ``nearest`` (§7.2) and helpers shared by the steps.
+"""The base of post-processing steps (postprocess.md §1), ``nearest`` (§2) and helpers shared by the steps.
 
 A step sees the noisy vectors, public data and fresh randomness from each token's keyed stream, never
 the original token, so it preserves the mechanism's guarantee.
@@ -82,7 +82,7 @@ class PostprocessStep(abc.ABC):
 
 
 class Nearest(PostprocessStep):
-    """The candidate nearest to z by the exact search of spec §1.5 (ties: lowest id) — spec §7.2."""
+    """The candidate nearest to z by the exact search of space.md §5 (ties: lowest id) — postprocess.md §2."""
 
     name = "nearest"
 
@@ -98,7 +98,7 @@ class Nearest(PostprocessStep):
 
 @runtime_checkable
 class ProjectedMechanism(Protocol):
-    """A mechanism whose noise lives in R^m after a public projection Φ ∈ R^{m×d} (``privemb``, §5)."""
+    """A mechanism whose noise lives in R^m after a public projection Φ ∈ R^{m×d} (``privemb``, privemb.md)."""
 
     def projection_matrix(self, space: EmbeddingSpace) -> torch.Tensor:
         """Φ ``[m, d]`` fp32."""
@@ -116,7 +116,7 @@ def projection_of(mechanism: AdditiveMechanism, space: EmbeddingSpace, what: str
 
 
 def backproject_vectors(y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-    """x̂ = Φᵀy (the transpose, not the pseudo-inverse; spec §7.6), computed in float64, returned fp32 ``[N, d]``."""
+    """x̂ = Φᵀy (the transpose, not the pseudo-inverse; postprocess.md §6) in float64, returned fp32 ``[N, d]``."""
     return (y.double() @ phi.to(y.device, torch.float64)).float()
 
 

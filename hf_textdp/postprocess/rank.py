@@ -1,4 +1,4 @@
-"""``rank``: sample a rank around the nearest candidate (spec §7.4; the fix of arXiv:2411.13784 §6)."""
+"""``rank``: sample a rank around the nearest candidate (postprocess.md §4; the fix of arXiv:2411.13784 §6)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ RANK_SUBSET = 4096
 
 
 def median_rho1_subset(index: ExactIndex) -> float:
-    """ρ̃₁: the median of exact float64 ρ₁ over the fixed subset S of spec §7.4 (cached per index).
+    """ρ̃₁: the median of exact float64 ρ₁ over the fixed subset S of postprocess.md §4 (cached per index).
 
     S is every position when V ≤ 4096, else positions ⌊k·V/4096⌋ for k = 0…4095. ρ₁(y) is the distance
-    from y to its nearest other row of the searched matrix (§1.5 with the row itself excluded). It
+    from y to its nearest other row of the searched matrix (space.md §5 with the row itself excluded). It
     depends on the public matrix only.
     """
     cached = _RHO_CACHE.get(index)
@@ -50,7 +50,7 @@ def median_rho1_subset(index: ExactIndex) -> float:
 
 
 class Rank(PostprocessStep):
-    """Seed 003's fix (arXiv:2411.13784): sample a rank around the nearest candidate (spec §7.4).
+    """Seed 003's fix (arXiv:2411.13784): sample a rank around the nearest candidate (postprocess.md §4).
 
     p = nearest(z) is the pivot; every candidate is ranked by its distance to p (p has rank 0) and the
     candidate of rank r is output with probability ∝ exp(−c·ε·r), r = 0…V−1. It reads only z, the

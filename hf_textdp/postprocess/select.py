@@ -1,4 +1,4 @@
-"""Rank selection (spec §7.4, arXiv:2411.13784 §6): the truncated geometric rank and the candidate of a rank."""
+"""Rank selection (postprocess.md §4, arXiv:2411.13784 §6): the truncated geometric rank and its candidate."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ __all__ = [
 
 
 def truncated_geometric_ranks(u: torch.Tensor, lam: float, V: int) -> torch.Tensor:
-    """Exact inverse CDF of P(r) ∝ exp(−λr), r = 0…V−1 (spec §7.4 step 2).
+    """Exact inverse CDF of P(r) ∝ exp(−λr), r = 0…V−1 (postprocess.md §4 step 2).
 
     ``r = ⌊−log1p(u·expm1(−λV))/λ⌋``, clamped to [0, V − 1]: r = ⌊X⌋ with X of density ∝ e^{−λx} on
     [0, V). λ = +∞ gives r = 0; λ = 0 gives the uniform law.
@@ -63,7 +63,7 @@ def _float64_rows(index: ExactIndex) -> tuple[torch.Tensor, torch.Tensor]:
 def rank_select(
     matrix: torch.Tensor | ExactIndex, pivots: torch.Tensor, ranks: torch.Tensor, *, block_entries: int = 2**22
 ) -> torch.Tensor:
-    """The candidate of rank ``ranks[i]`` from pivot ``pivots[i]`` in the order (δ, id) (spec §7.4 step 3).
+    """The candidate of rank ``ranks[i]`` from pivot ``pivots[i]`` in the order (δ, id) (postprocess.md §4 step 3).
 
     δ_y = ‖φ(p) − φ(y)‖₂² in float64 by ``‖p‖² + ‖y‖² − 2p·y`` (chunked over tokens, O(V) memory per
     token, no sort, no V × V), where values within the Gram formula's rounding bound of 0 are recomputed
@@ -119,7 +119,7 @@ def rank_select(
     return out
 
 
-#: ranks up to this are answered by a k-nearest-neighbour query from the pivot (spec §7.4 step 3)
+#: ranks up to this are answered by a k-nearest-neighbour query from the pivot (postprocess.md §4 step 3)
 KNN_MAX_RANK = 256
 #: neighbours kept per pivot by the per-index neighbour cache (int32: V × this at most, never V × V)
 KNN_CACHE_WIDTH = 64
@@ -131,7 +131,7 @@ class _NeighbourCache:
     """The first neighbours of the pivots searched so far, for one index (filled lazily).
 
     Row p of ``table`` holds, in its first ``length[p]`` columns, the positions of ranks 1, 2, … from
-    pivot p (the exact order of spec §1.5 with p excluded). A search for k neighbours gives the first k
+    pivot p (the exact order of space.md §5 with p excluded). A search for k neighbours gives the first k
     of that order whatever k, the query block or the other pivots in the batch (the search is exact),
     so a cached entry is the answer any later search would give. Memory: V × ``width`` int32, O(V),
     allocated uninitialised (pages that no pivot has touched stay uncommitted).
@@ -183,10 +183,10 @@ def _neighbour_cache(index: ExactIndex) -> _NeighbourCache:
 def rank_select_knn(
     index: ExactIndex, pivots: torch.Tensor, ranks: torch.Tensor, *, max_rank: int = KNN_MAX_RANK
 ) -> torch.Tensor:
-    """:func:`rank_select` for small ranks by an exact k-nearest-neighbour query from the pivot (spec §7.4).
+    """:func:`rank_select` for small ranks by an exact k-nearest-neighbour query from the pivot (postprocess.md §4).
 
     The candidate of rank r ≥ 1 from pivot p is the r-th nearest candidate other than p in the order
-    (exact ‖φ(p) − φ(y)‖₂², id): the exact search of spec §1.5 with ``exclude=p`` and k ≥ r, column
+    (exact ‖φ(p) − φ(y)‖₂², id): the exact search of space.md §5 with ``exclude=p`` and k ≥ r, column
     r − 1. That search returns the exact order (ties to the lowest id), which is the order of
     :func:`rank_select` wherever the float64 distances there are themselves ordered like the exact ones
     (every case but float64 near-ties between different rows). Each distinct pivot is searched once,

@@ -1,4 +1,4 @@
-"""``top2``: the nearest candidate with probability ``top2_p``, else the second nearest (spec §7.3)."""
+"""``top2``: the nearest candidate with probability ``top2_p``, else the second nearest (postprocess.md §3)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ __all__ = ["Top2"]
 
 
 class Top2(PostprocessStep):
-    """Output the nearest candidate with probability ``top2_p``, else the second nearest (spec §7.3).
+    """Output the nearest candidate with probability ``top2_p``, else the second nearest (postprocess.md §3).
 
     n₁, n₂ are the first two candidates in the order (‖z − φ(y)‖₂, id) over all of C, by the exact
-    search of spec §1.5 with k = 2. One float64 uniform per vector comes from the token's keyed stream
+    search of space.md §5 with k = 2. One float64 uniform per vector comes from the token's keyed stream
     (its :attr:`~hf_textdp.rng.Draw.TOP2` draw). This is seed 002's "randomly output the first or second
     nearest neighbour", without its exclusion of the input (that is ``nearest_excluding_input``).
 

@@ -1,4 +1,4 @@
-"""The unsafe step ``nearest_excluding_input`` (spec §7.7): it reads the input, so it voids every guarantee."""
+"""The unsafe step ``nearest_excluding_input`` (postprocess.md §7): it reads the input, so it voids every guarantee."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ __all__ = ["UNSAFE_WARNING", "UNSAFE_NOT_COVERED", "UnsafePostprocessStep", "Nea
 
 UNSAFE_WARNING = (
     "postprocess='nearest_excluding_input' reads the original token (seed 002's mapping): it is not "
-    "post-processing and the output has NO privacy guarantee; dp_epsilon is null (spec §7.7)."
+    "post-processing and the output has NO privacy guarantee; dp_epsilon is null (postprocess.md §7)."
 )
 UNSAFE_NOT_COVERED = "no guarantee: the unsafe step makes the loss unbounded"
 
 
 class UnsafePostprocessStep(PostprocessStep):
-    """A step that reads the original tokens and so voids every guarantee (spec §7.7).
+    """A step that reads the original tokens and so voids every guarantee (postprocess.md §7).
 
     It is run only through :meth:`apply_unsafe`, which receives the input positions; :meth:`apply`
     refuses. The privatizer wraps the mechanism's claim with :func:`unsafe_claim`.
@@ -64,7 +64,7 @@ class UnsafePostprocessStep(PostprocessStep):
 
 
 class NearestExcludingInput(UnsafePostprocessStep):
-    """Seed 002's mapping: the nearest candidate other than the input itself (spec §7.7). **No guarantee.**
+    """Seed 002's mapping: the nearest candidate other than the input itself (postprocess.md §7). **No guarantee.**
 
     P[M(w) = w] = 0 while P[M(w') = w] > 0, so no ε bounds the loss; on a two-token vocabulary it
     reveals the input exactly. Exists only to reproduce seed 002, behind ``unsafe=True``.
@@ -80,7 +80,7 @@ class NearestExcludingInput(UnsafePostprocessStep):
         if check_bool(self.options["unsafe"], "unsafe") is not True:
             raise InvalidParameterError(
                 "postprocess='nearest_excluding_input' reads the original token and has no privacy guarantee "
-                "(spec §7.7); it is only available with options={'unsafe': True}, got unsafe=False."
+                "(postprocess.md §7); it is only available with options={'unsafe': True}, got unsafe=False."
             )
 
     def apply_unsafe(
@@ -100,7 +100,7 @@ class NearestExcludingInput(UnsafePostprocessStep):
 
 
 def unsafe_claim(claim: Claim) -> Claim:
-    """The claim of a mechanism run with an unsafe step: ``guarantee="none"`` (spec §10.1, §7.7).
+    """The claim of a mechanism run with an unsafe step: ``guarantee="none"`` (accounting.md §1, postprocess.md §7).
 
     No ε exists, so ``epsilon_token`` is ``None`` (rows get a null ``dp_epsilon``) and ``certified`` is
     false. ``pair_bound`` keeps the mechanism's nominal bound, which the audit shows to be violated.

@@ -1,4 +1,4 @@
-"""``vector`` (spec §7.5) and ``backproject`` (spec §7.6): release vectors, or map projected ones back."""
+"""``vector`` and ``backproject`` (postprocess.md §5, §6): release vectors, or map projected ones back."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ __all__ = ["Vector", "Backproject"]
 
 
 class Vector(PostprocessStep):
-    """Release the noisy vector itself as float32 (spec §7.5; ``inputs_embeds`` when k = d).
+    """Release the noisy vector itself as float32 (postprocess.md §5; ``inputs_embeds`` when k = d).
 
     Args:
         vector_space (`str`, *optional*, defaults to `"native"`): ``"native"`` releases z as the
             mechanism produced it (R^m for ``privemb``); ``"input"`` (projected mechanisms only) releases
-            x̂ = Φᵀz ∈ R^d, usable as ``inputs_embeds`` (spec §7.6).
+            x̂ = Φᵀz ∈ R^d, usable as ``inputs_embeds`` (postprocess.md §6).
     """
 
     name = "vector"
@@ -61,7 +61,7 @@ class Vector(PostprocessStep):
 
 
 class Backproject(PostprocessStep):
-    """Map y ∈ R^m back with x̂ = Φᵀy, then output the nearest raw row of E (spec §7.6).
+    """Map y ∈ R^m back with x̂ = Φᵀy, then output the nearest raw row of E (postprocess.md §6).
 
     The transpose, not the pseudo-inverse: E_Φ[ΦᵀΦ] = I_d, so x̂ is an unbiased estimate of the input
     row, while Φ⁺ ≈ (m/d)·Φᵀ shrinks it towards small-norm rows. Projected mechanisms only.

@@ -26,7 +26,7 @@ pass-through tokens excluded):
 - s_w_per_occurrence_mean: mean of S_w divided by the type's occurrences (1 = every occurrence gave a
   different output), which compares runs of different sizes.
 - epsilon_median_rho1: ε·median ρ₁ when `epsilon` and `median_rho1` are given (the dimensionless scale
-  that decides the replacement rate; spec §2.4).
+  that decides the replacement rate; madlib.md §4).
 """
 
 _KWARGS_DESCRIPTION = """
