@@ -67,19 +67,21 @@ class Claim:
     delta_token: float
     certified: bool
     delta_per_projection: float | None = None
+    rows_bounded: bool = True  # False: an uncertified calibration whose per-token numbers are not bounds
     warnings: tuple[str, ...] = ()
     not_covered: tuple[str, ...] = ()
     pair_bound: Callable[[int, int], float] | None = field(default=None, compare=False, repr=False)
 
     def row_epsilon(self, dp_tokens: int) -> float | None:
-        """``dp_epsilon`` of a row: one product (bit-identical across batch sizes), null for ``none``."""
-        if self.epsilon_token is None:
+        """``dp_epsilon`` of a row: one product (bit-identical across batch sizes); null when no bound exists
+        (guarantee ``none``, or an uncertified calibration: accounting.md §2)."""
+        if self.epsilon_token is None or not self.rows_bounded:
             return None
         return float(dp_tokens) * self.epsilon_token
 
     def row_delta(self, dp_tokens: int) -> float | None:
-        """``dp_delta`` of a row, present only when δ_tok > 0."""
-        if self.delta_token <= 0:
+        """``dp_delta`` of a row, present only when δ_tok > 0; null when the row has no bound."""
+        if self.delta_token <= 0 or not self.rows_bounded:
             return None
         return float(dp_tokens) * self.delta_token
 

@@ -74,7 +74,7 @@ pass through unchanged.
 | candidate set | {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
-warnings): the row columns `dp_epsilon` and `dp_delta` hold its nominal numbers, not a bound. Do not rely on them.
+warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value

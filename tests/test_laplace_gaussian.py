@@ -528,6 +528,33 @@ def test_reference_code_report(tiny_model):
     assert any("not a guarantee" in line for line in report["not_covered"])
 
 
+@pytest.mark.parametrize(
+    "mechanism, epsilon, options, bounded",
+    [
+        ("gaussian", 1.0, {"calibration": "reference_code"}, False),
+        ("truncated_laplace", 1.0, {"calibration": "reference_code", "clip_norm": 1.0}, False),
+        ("truncated_laplace", 1.0, {"clip_norm": 1.0}, True),
+        ("gaussian", 1.0, {}, True),
+        ("privemb", 5.0, {"certify": False}, True),  # its per-token bound holds exactly for the fixed Φ
+    ],
+    ids=["gaussian_ref", "trunc_ref", "trunc_sound", "gaussian_analytic", "privemb_uncertified"],
+)
+def test_uncertified_rows_have_null_columns(tiny_model, mechanism, epsilon, options, bounded):
+    """accounting.md §2: rows of an uncertified calibration carry no number that reads as a bound."""
+    cfg = PrivatizerConfig(mechanism=mechanism, epsilon=epsilon, model=tiny_model, options=options)
+    priv = Privatizer(cfg, seed=2**40 + 7)
+    out = priv({"text": ["w1 w2 w3", "", "w4"]}, [0, 1, 2])
+    assert out["dp_tokens"] == [3, 0, 1]
+    if bounded:
+        assert all(isinstance(e, float) for e in out["dp_epsilon"]) and out["dp_epsilon"][1] == 0.0
+    else:
+        assert out["dp_epsilon"] == [None, None, None]
+        assert out.get("dp_delta", [None] * 3) == [None, None, None]
+        assert priv.privacy_report()["totals"]["max_row_dp_epsilon"] is None
+    if "dp_delta" in out and bounded:
+        assert all(isinstance(d, float) for d in out["dp_delta"])
+
+
 def test_sensitivity_object_doc():
     s = Sensitivity(l1=1.0, l2=0.5, linf=0.5, exact=False)
     assert s.to_dict() == {"l1": 1.0, "l2": 0.5, "linf": 0.5, "exact": False}

@@ -178,9 +178,9 @@ def test_keep_original_run_is_refused_end_to_end(tmp_path, fake_hub, line_vocab)
         push_to_hub(out, "me/run")
 
 
-def test_uncertified_card_says_row_columns_are_nominal():
+def test_uncertified_card_says_row_columns_are_null():
     from hf_textdp.cards import dataset_card
 
     text = str(dataset_card({**REPORT, "certified": False, "warnings": ["calibration='reference_code' ..."]}))
-    assert "**Not certified.**" in text and "`dp_epsilon` and `dp_delta` hold its nominal numbers" in text
+    assert "**Not certified.**" in text and "`dp_epsilon` and `dp_delta` are null" in text
     assert "**Not certified.**" not in str(dataset_card(REPORT))

@@ -237,6 +237,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
             epsilon_token=eps,
             delta_token=delta_tok,
             certified=certified,
+            rows_bounded=certified,
             warnings=() if certified else (self.warning_text(),),
             not_covered=() if certified else (NOT_A_GUARANTEE,),
             pair_bound=pair_bound,
