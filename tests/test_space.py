@@ -69,7 +69,7 @@ def test_fast_path_equals_full_model_load(tmp_path, tied):
 def _meta_names(folder) -> list[str]:
     from transformers import AutoConfig
 
-    from hf_textdp.space import _embedding_param_name
+    from hf_textdp.io.models import _embedding_param_name
 
     name, prefix = _embedding_param_name(AutoConfig.from_pretrained(folder))
     return [name, name.removeprefix(prefix + "."), f"{prefix}.{name}"]
@@ -100,7 +100,7 @@ def test_embedding_found_by_name_is_the_input_embedding(tmp_path, monkeypatch, a
     declines, the meta model is asked and gives the same E_full."""
     from transformers import AutoConfig, AutoModel
 
-    from hf_textdp.space import _known_embedding_name, _safetensors_files
+    from hf_textdp.io.models import _known_embedding_name, _safetensors_files
     from tests.utils import build_tiny_bert, build_tiny_gpt2
 
     if arch == "minilm":
