@@ -397,7 +397,7 @@ def _vectors_or_error(fn: Any) -> Any:
 @pytest.mark.parametrize("content", list(VECTOR_FILES.values()), ids=list(VECTOR_FILES))
 def test_vector_fast_parse_equals_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str) -> None:
     """read_vectors (fast path, falling back where needed) gives the reference parser's result or error."""
-    from hf_textdp import vectors
+    from hf_textdp.io import vectors
 
     monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "0")
     p = tmp_path / "v.txt"
@@ -409,7 +409,7 @@ def test_vector_fast_parse_equals_reference(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_vector_cache_hit_equals_parse_and_skips_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hf_textdp import vectors
+    from hf_textdp.io import vectors
 
     monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "1")
