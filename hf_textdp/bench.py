@@ -498,16 +498,9 @@ def _run_case(
     bound_repeats: int,
     seed: int,
     reference_tokens: int,
-    V: int,
-    d: int,
 ) -> BenchCase:
     mech_name, post = _parse_case(case)
-    out = BenchCase(
-        name=case if "/" in case or post == "nearest" else f"{mech_name}/{post}",
-        mechanism=mech_name,
-        postprocess=post,
-        epsilon=epsilon,
-    )
+    out = BenchCase(name=case, mechanism=mech_name, postprocess=post, epsilon=epsilon)
     cfg = PrivatizerConfig(mechanism=mech_name, epsilon=epsilon, model=model, postprocess=post, device=device)
     # public benchmark text with a public seed: not a privacy key, so a small seed is fine here
     priv = Privatizer(cfg, seed=seed, split="bench", allow_weak_seed=True)
@@ -518,6 +511,7 @@ def _run_case(
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
+    V, d = priv.space.V, priv.space.d
     per_op = 2.0 * V * d
     best_rate = 0.0
     best_bound: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
@@ -746,8 +740,6 @@ def run_bench(
                 bound_repeats=bound_repeats,
                 seed=seed,
                 reference_tokens=reference_tokens,
-                V=V,
-                d=d,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
             res = BenchCase(

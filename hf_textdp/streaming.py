@@ -55,6 +55,7 @@ from .io.workdir import (
 from .privatizer import Privatizer
 from .totals import totals_from_dataset
 from .utils.logging import get_logger
+from .validation import check_bool, check_int
 
 
 __all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
@@ -103,11 +104,9 @@ def save_streaming(
     1000000
     """
     out_path = Path(output).expanduser()
-    for name, value in (("resume", resume), ("overwrite", overwrite)):
-        if not isinstance(value, bool):
-            raise ParameterTypeError(f"{name} must be a bool, got {type(value).__name__}.")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
+    check_bool(resume, "resume")
+    check_bool(overwrite, "overwrite")
+    check_int(shard_size, "shard_size", minimum=1)
     if not isinstance(privatizers, dict) or not privatizers:
         raise ParameterTypeError("privatizers must be a non-empty dict of split name -> Privatizer.")
     for priv in privatizers.values():
