@@ -194,8 +194,6 @@ def privatize_dataset(
         output,
         config,
         is_dict=is_dict,
-        text_column=text_column,
-        id_column=id_column,
         shard_size=shard_size,
         batch_size=batch_size,
         num_proc=num_proc,

@@ -33,15 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import PrivatizerConfig
-from .errors import (
-    ColumnNotFoundError,
-    InvalidParameterError,
-    MissingExtraError,
-    OutputExistsError,
-    ParameterTypeError,
-)
+from .errors import ColumnNotFoundError, InvalidParameterError, MissingExtraError, ParameterTypeError
 from .io.files import atomic_path, atomic_write_text, dumps_json
-from .io.outputs import refuse_existing_output
+from .io.outputs import check_not_input, refuse_existing_output
 from .io.paths import REPORT_NAME, report_path_for
 from .privatizer import Privatizer
 from .rng import validate_secret_seed
@@ -327,9 +321,7 @@ def privatize_ray_files(
         raise InvalidParameterError(
             f"output {str(output)!r}: --engine ray writes parquet: a .parquet file or a folder (no extension)."
         )
-    src = Path(source).expanduser()
-    if src.exists() and (src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve())):
-        raise OutputExistsError(f"output {str(output)!r} is or contains the input; refusing to overwrite the input.")
+    check_not_input(out, [source])
     if not overwrite:
         refuse_existing_output(out)
     if config.postprocess == "vector":

@@ -48,8 +48,8 @@ from .io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
+    privatizer_manifest,
     read_json_object,
-    sha256_json,
     shard_path,
 )
 from .privatizer import Privatizer
@@ -171,15 +171,8 @@ class _StreamRun(WorkFolderRun):
 
     # ---------------------------------------------------------------- the manifest
     def manifest(self) -> dict[str, Any]:
-        """What this run is: no text and nothing derived from the seed (only whether there is one)."""
-        first = next(iter(self.privatizers.values()))
-        return {
-            "format": STREAM_MANIFEST_FORMAT,
-            "config_sha256": sha256_json(first.config.to_dict()),
-            "space_sha256": first.space.space_hash,
-            "text_column": first.text_column,
-            "id_column": first.id_column,
-            "seeded": first.seed is not None,
+        """What this run is: the privatizer (:func:`privatizer_manifest`), the output format and the splits."""
+        return privatizer_manifest(STREAM_MANIFEST_FORMAT, next(iter(self.privatizers.values()))) | {
             "output_format": FILE_FORMATS.get(self.output.suffix.lower(), "save_to_disk"),
             "splits": [{"name": name, "folder": folder} for name, folder in self.folders.items()],
         }
