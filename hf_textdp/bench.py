@@ -51,6 +51,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from unittest.mock import patch
 
 import torch
 
@@ -211,15 +212,14 @@ def cpu_info() -> tuple[str, list[str]]:
 
 
 class _RssSampler:
-    """Peak resident set size of this process while a block runs (Linux /proc; else ru_maxrss)."""
+    """Peak resident set size of this process while a block runs, sampled every 20 ms (Linux /proc; else ru_maxrss)."""
 
-    def __init__(self, interval: float = 0.02) -> None:
-        self.interval = interval
+    def __init__(self) -> None:
         self.peak = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._paused = False
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
     def current() -> int:
@@ -235,9 +235,8 @@ class _RssSampler:
                 self.peak = max(self.peak, self.current())
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(0.02):
             self._sample()
-            self._stop.wait(self.interval)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -253,14 +252,12 @@ class _RssSampler:
 
     def __enter__(self) -> _RssSampler:
         self.peak = self.current()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
         self._sample()
 
 
@@ -336,8 +333,15 @@ def _text_detail(file_rows: int, used: int, *, one_word: bool, sample: bool) -> 
     return f"{file_rows:,} {unit}, {use}" + ("; THE PACKAGED 30-ROW SAMPLE, not representative" if sample else "")
 
 
-def _describe_text(path: Path, file_rows: int, used: int, *, one_word: bool) -> str:
-    return f"{path.name} ({_text_detail(file_rows, used, one_word=one_word, sample=_is_sample(path))})"
+def _load(text: str | os.PathLike[str] | None, rows: int | None, one_word: bool) -> tuple[Path, int, list[str], str]:
+    """(the file, its rows, ``rows`` of them cycling through the file, their description)."""
+    path = _resolve_text(text)
+    out = _read_rows(path, one_word=one_word)
+    file_rows = len(out)
+    if rows is not None:
+        out = [out[i % file_rows] for i in range(rows)]
+    detail = _text_detail(file_rows, len(out), one_word=one_word, sample=_is_sample(path))
+    return path, file_rows, out, f"{path.name} ({detail})"
 
 
 def load_texts(
@@ -358,14 +362,10 @@ def load_texts(
         InvalidParameterError: the file is missing or holds no rows, or no ``text`` was given and
             SentEval MR is not found (the bench never falls back to the sample on its own).
     """
-    path = _resolve_text(text)
-    out = _read_rows(path, one_word=one_word)
-    file_rows = len(out)
-    if rows is not None:
-        if rows < 1:
-            raise InvalidParameterError(f"rows must be an int >= 1, got {rows}.")
-        out = [out[i % file_rows] for i in range(rows)]
-    return out, _describe_text(path, file_rows, len(out), one_word=one_word)
+    if rows is not None and rows < 1:
+        raise InvalidParameterError(f"rows must be an int >= 1, got {rows}.")
+    _, _, out, source = _load(text, rows, one_word)
+    return out, source
 
 
 def _parse_case(case: str) -> tuple[str, str]:
@@ -498,16 +498,9 @@ def _run_case(
     bound_repeats: int,
     seed: int,
     reference_tokens: int,
-    V: int,
-    d: int,
 ) -> BenchCase:
     mech_name, post = _parse_case(case)
-    out = BenchCase(
-        name=case if "/" in case or post == "nearest" else f"{mech_name}/{post}",
-        mechanism=mech_name,
-        postprocess=post,
-        epsilon=epsilon,
-    )
+    out = BenchCase(name=case, mechanism=mech_name, postprocess=post, epsilon=epsilon)
     cfg = PrivatizerConfig(mechanism=mech_name, epsilon=epsilon, model=model, postprocess=post, device=device)
     # public benchmark text with a public seed: not a privacy key, so a small seed is fine here
     priv = Privatizer(cfg, seed=seed, split="bench", allow_weak_seed=True)
@@ -518,6 +511,7 @@ def _run_case(
         out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
+    V, d = priv.space.V, priv.space.d
     per_op = 2.0 * V * d
     best_rate = 0.0
     best_bound: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
@@ -637,25 +631,17 @@ def _run_cli(args: list[str], timeout: float) -> dict[str, Any]:
 def _vector_load(path: Path) -> dict[str, Any]:
     """Reading a vector file once (bytes), parsing it (cache off) and loading it from the parse cache."""
     t0 = time.perf_counter()
-    raw = path.read_bytes()
+    path.read_bytes()
     read_s = time.perf_counter() - t0
-    del raw
-    prev = os.environ.get("HF_TEXTDP_VECTOR_CACHE")
-    try:
-        os.environ["HF_TEXTDP_VECTOR_CACHE"] = "0"
+    with patch.dict(os.environ, HF_TEXTDP_VECTOR_CACHE="0"):
         t0 = time.perf_counter()
         vec = vectors.read_vectors(path)
         parse_s = time.perf_counter() - t0
-        os.environ["HF_TEXTDP_VECTOR_CACHE"] = "1"
+    with patch.dict(os.environ, HF_TEXTDP_VECTOR_CACHE="1"):
         vectors.read_vectors(path)  # make sure the cache holds it
         t0 = time.perf_counter()
         vectors.read_vectors(path)
         cached_s = time.perf_counter() - t0
-    finally:
-        if prev is None:
-            os.environ.pop("HF_TEXTDP_VECTOR_CACHE", None)
-        else:
-            os.environ["HF_TEXTDP_VECTOR_CACHE"] = prev
     return {
         "file_mb": _mb(path.stat().st_size),
         "rows": len(vec.words),
@@ -666,32 +652,17 @@ def _vector_load(path: Path) -> dict[str, Any]:
     }
 
 
-def _privatize_cli(src: Path, out: Path, model: str, device: str, epsilon: float, timeout: float) -> dict[str, Any]:
-    """``hf-textdp privatize SRC OUT`` in a fresh interpreter (seed 1), as :func:`_run_cli` reports it."""
-    argv = ["privatize", str(src), str(out), "--epsilon", str(epsilon), "--model", model, "--device", device]
-    # public benchmark text with a public seed: not a privacy key
-    return _run_cli(argv + ["--seed", "1", "--allow-weak-seed"], timeout=timeout)
-
-
-def _cold_start(model: str, device: str, texts: Sequence[str], epsilon: float) -> dict[str, Any]:
+def _privatize_cli(
+    rows: Sequence[str] | Path, model: str, device: str, epsilon: float, timeout: float
+) -> dict[str, Any]:
+    """``hf-textdp privatize`` of ``rows`` (or a .jsonl file) in a fresh interpreter (seed 1), as :func:`_run_cli`."""
     with tempfile.TemporaryDirectory(prefix="hf_textdp_bench_") as tmp:
-        src = Path(tmp) / "in.jsonl"
-        src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:30]), encoding="utf-8")
-        res = _privatize_cli(src, Path(tmp) / "out.jsonl", model, device, epsilon, timeout=600)
-    res["rows"] = min(30, len(texts))
-    return res
-
-
-def _memory_run(model: str, device: str, text_path: Path, epsilon: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="hf_textdp_bench_") as tmp:
-        src = text_path
-        if src.suffix.lower() not in (".jsonl", ".ndjson"):
-            texts = _read_rows(src, one_word=False)
-            src = Path(tmp) / "in.jsonl"
-            src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-        res = _privatize_cli(src, Path(tmp) / "out.jsonl", model, device, epsilon, timeout=3600)
-    res["text"] = text_path.name
-    return res
+        src = rows if isinstance(rows, Path) else Path(tmp) / "in.jsonl"
+        if not isinstance(rows, Path):
+            src.write_text("".join(json.dumps({"text": t}) + "\n" for t in rows), encoding="utf-8")
+        argv = ["privatize", str(src), str(Path(tmp) / "out.jsonl"), "--epsilon", str(epsilon), "--model", model]
+        # public benchmark text with a public seed: not a privacy key
+        return _run_cli([*argv, "--device", device, "--seed", "1", "--allow-weak-seed"], timeout=timeout)
 
 
 def run_bench(
@@ -746,10 +717,7 @@ def run_bench(
     for c in cases:
         _parse_case(c)
     note = progress or (lambda line: None)
-    text_path = _resolve_text(text)
-    file_texts = _read_rows(text_path, one_word=one_word)
-    texts = [file_texts[i % len(file_texts)] for i in range(rows)]
-    source = _describe_text(text_path, len(file_texts), rows, one_word=one_word)
+    text_path, file_rows, texts, source = _load(text, rows, one_word)
     if _is_sample(text_path):
         note(f"text: {source}")
     t0 = time.perf_counter()
@@ -772,8 +740,6 @@ def run_bench(
                 bound_repeats=bound_repeats,
                 seed=seed,
                 reference_tokens=reference_tokens,
-                V=V,
-                d=d,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
             res = BenchCase(
@@ -805,7 +771,7 @@ def run_bench(
         device=device,
         text=source,
         text_path=str(text_path),
-        text_file_rows=len(file_texts),
+        text_file_rows=file_rows,
         text_is_sample=_is_sample(text_path),
         one_word=one_word,
         rows=len(texts),
@@ -827,10 +793,13 @@ def run_bench(
         report.vector_load = _vector_load(Path(model))
         note(f"vector file: read {report.vector_load['read_s']:.2f} s, parse {report.vector_load['parse_s']:.2f} s")
     if cold_start:
-        report.cold_start = _cold_start(model, device, texts, epsilon)
+        report.cold_start = _privatize_cli(texts[:30], model, device, epsilon, timeout=600) | {"rows": min(30, rows)}
         note(f"cold start: {report.cold_start['seconds']:.2f} s")
     if memory_run:
-        report.memory_run = _memory_run(model, device, text_path, epsilon)
+        whole = (
+            text_path if text_path.suffix.lower() in (".jsonl", ".ndjson") else _read_rows(text_path, one_word=False)
+        )
+        report.memory_run = _privatize_cli(whole, model, device, epsilon, timeout=3600) | {"text": text_path.name}
         note(f"memory run: peak RSS {report.memory_run['peak_rss_mb']} MB")
     return report
 
@@ -847,10 +816,6 @@ def _case_line(c: BenchCase) -> str:
     parts.append(f"{c.fraction_bf16:.2f} of bf16" if c.fraction_bf16 is not None else "no bf16 bound")
     own = f"{c.fraction_own:.2f}" if c.fraction_own is not None else "-"
     return f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts)}, {own} of its own ({c.arithmetic})"
-
-
-def _rss(mb: float | None) -> str:
-    return "?" if mb is None else f"{mb:,.0f} MB"
 
 
 def format_table(report: BenchReport) -> str:
@@ -905,17 +870,13 @@ def format_table(report: BenchReport) -> str:
             f"vector file ({vl['file_mb']:,.0f} MB, {vl['rows']:,} x {vl['d']}): read once {vl['read_s']:.2f} s, "
             f"parse {vl['parse_s']:.2f} s, from the parse cache {vl['cached_s']:.2f} s"
         )
-    if report.cold_start:
-        cs = report.cold_start
-        status = "" if cs["returncode"] == 0 else f" (exit {cs['returncode']}: {cs.get('error')})"
-        lines.append(
-            f"time to first output (cold CLI, {cs['rows']} rows): {cs['seconds']:.2f} s, "
-            f"peak RSS {_rss(cs['peak_rss_mb'])} (its own){status}"
-        )
-    if report.memory_run:
-        mr = report.memory_run
-        status = "" if mr["returncode"] == 0 else f" (exit {mr['returncode']}: {mr.get('error')})"
-        lines.append(
-            f"CLI on all of {mr['text']}: {mr['seconds']:.1f} s, peak RSS {_rss(mr['peak_rss_mb'])} (its own){status}"
-        )
+    cli_runs = {
+        "time to first output (cold CLI, {rows} rows)": report.cold_start,
+        "CLI on all of {text}": report.memory_run,
+    }
+    for what, run in cli_runs.items():
+        if run:
+            rss = "?" if run["peak_rss_mb"] is None else f"{run['peak_rss_mb']:,.0f} MB"
+            status = "" if run["returncode"] == 0 else f" (exit {run['returncode']}: {run.get('error')})"
+            lines.append(f"{what.format(**run)}: {run['seconds']:.2f} s, peak RSS {rss} (its own){status}")
     return "\n".join(lines)

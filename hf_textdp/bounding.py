@@ -199,18 +199,14 @@ class Transform:
             return x.clamp(-self.v_max, self.v_max)
         if self.bound == "minmax":
             lo, span = self._lo_span(x.device)
-            scaled: torch.Tensor = (x - lo) / span
-            return scaled
+            return (x - lo) / span
         assert self.bound == "jl" and self.matrix is not None
-        A = torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64)
-        projected: torch.Tensor = x @ A.T
-        return projected
+        return x @ torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64).T
 
     def _by_norm(self, x: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
         """``clip`` and ``unit`` given the vectors' norms ``[n, 1]`` (float64)."""
         if self.bound == "unit":
-            unit: torch.Tensor = x / norm
-            return unit
+            return x / norm
         assert self.bound == "clip" and self.clip_norm is not None
         # T(0) = 0: a row with norm ≤ C is multiplied by exactly 1 (unchanged bit for bit)
         factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))

@@ -108,19 +108,18 @@ class PrivacyAccountant:
                 tot[0] += e
                 tot[1] += d
 
+    def _max_example(self, i: int) -> float:
+        """The largest per-example sum of ε (i = 0) or δ (i = 1): keyed sums, or the unkeyed epochs' bound."""
+        keyed = max((v[i] for v in self._sum.values()), default=0.0)
+        return max(keyed, math.fsum(v[i] for v in self._unkeyed.values()))
+
     @property
     def max_example_epsilon(self) -> float | None:
-        if self._epsilon_none:
-            return None
-        keyed = max((v[0] for v in self._sum.values()), default=0.0)
-        return max(keyed, math.fsum(v[0] for v in self._unkeyed.values()))
+        return None if self._epsilon_none else self._max_example(0)
 
     @property
     def max_example_delta(self) -> float | None:
-        if not self._has_delta:
-            return None
-        keyed = max((v[1] for v in self._sum.values()), default=0.0)
-        return max(keyed, math.fsum(v[1] for v in self._unkeyed.values()))
+        return self._max_example(1) if self._has_delta else None
 
     def training_block(self) -> dict[str, Any]:
         return {
@@ -221,8 +220,7 @@ class DataCollatorWithPrivatization:
 
     # ---------------------------------------------------------------- pickling (decision D4)
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("accountant", "_logged", "_offsets")}
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in ("accountant", "_logged", "_offsets")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -329,8 +327,7 @@ class DataCollatorWithPrivatization:
         """The privacy report of accounting.md with the ``training`` block (epochs, releases, per-example maxima)."""
         self._drain()
         acc = self.accountant
-        report: dict[str, Any] = self._encoder.privatizer.build_report(acc.totals, training=acc.training_block())
-        return report
+        return self._encoder.privatizer.build_report(acc.totals, training=acc.training_block())
 
     # ---------------------------------------------------------------- collating
     def _key_column(self, feature: Mapping[str, Any]) -> str | None:

@@ -56,6 +56,13 @@ class HfTextDPError(ValueError):
     """Base class of every error a user of hf-textdp can cause."""
 
 
+class _PlainMessage(HfTextDPError):
+    """``str()`` is the message, not the builtin's format (KeyError's repr, OSError's (errno, strerror))."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidParameterError(HfTextDPError):
     """A parameter has a value that is not allowed."""
 
@@ -76,11 +83,8 @@ class ParameterTypeError(InvalidParameterError, TypeError):
     """A parameter has the wrong type."""
 
 
-class ModelNotFoundError(HfTextDPError, FileNotFoundError):
+class ModelNotFoundError(_PlainMessage, FileNotFoundError):
     """``model=`` could not be resolved to a local folder, file or cached hub model."""
-
-    def __str__(self) -> str:  # FileNotFoundError would otherwise format (errno, strerror)
-        return str(self.args[0]) if self.args else ""
 
 
 class VectorFileError(HfTextDPError):
@@ -102,29 +106,20 @@ class InputFileError(HfTextDPError):
     """
 
 
-class ColumnNotFoundError(HfTextDPError, KeyError):
+class ColumnNotFoundError(_PlainMessage, KeyError):
     """A column named by the user does not exist."""
-
-    def __str__(self) -> str:  # KeyError would otherwise repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 class NumericalRangeError(HfTextDPError):
     """The noise overflowed to a non-finite value (epsilon is far too small)."""
 
 
-class OutputExistsError(HfTextDPError, FileExistsError):
+class OutputExistsError(_PlainMessage, FileExistsError):
     """The output path exists and ``overwrite`` was not set, or it is the input itself."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
-
-class OutputNotWritableError(HfTextDPError, PermissionError):
+class OutputNotWritableError(_PlainMessage, PermissionError):
     """The output path, or the folder that would hold it, cannot be written."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class ResumeError(HfTextDPError):

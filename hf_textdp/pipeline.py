@@ -44,7 +44,7 @@ from .rng import validate_secret_seed
 from .sharded import ShardedRun
 from .streaming import save_streaming
 from .utils.logging import get_logger
-from .validation import check_bool
+from .validation import check_bool, check_int
 
 
 __all__ = ["privatize_dataset", "DEFAULT_SHARD_SIZE"]
@@ -123,10 +123,8 @@ def privatize_dataset(
         raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
     if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
         raise InvalidParameterError(f"num_proc must be an int >= 1 or None, got {num_proc!r}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}.")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
+    check_int(batch_size, "batch_size", minimum=1)
+    check_int(shard_size, "shard_size", minimum=1)
     for name, value in (("streaming", streaming), ("resume", resume), ("overwrite", overwrite)):
         check_bool(value, name)
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before loading anything
@@ -196,8 +194,6 @@ def privatize_dataset(
         output,
         config,
         is_dict=is_dict,
-        text_column=text_column,
-        id_column=id_column,
         shard_size=shard_size,
         batch_size=batch_size,
         num_proc=num_proc,

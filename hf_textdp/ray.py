@@ -33,20 +33,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import PrivatizerConfig
-from .errors import (
-    ColumnNotFoundError,
-    InvalidParameterError,
-    MissingExtraError,
-    OutputExistsError,
-    ParameterTypeError,
-)
+from .errors import ColumnNotFoundError, InvalidParameterError, MissingExtraError, ParameterTypeError
 from .io.files import atomic_path, atomic_write_text, dumps_json
-from .io.outputs import refuse_existing_output
+from .io.outputs import check_not_input, refuse_existing_output
 from .io.paths import REPORT_NAME, report_path_for
 from .privatizer import Privatizer
 from .rng import validate_secret_seed
 from .totals import totals_from_columns
 from .utils.logging import get_logger
+from .validation import check_int
 
 
 __all__ = ["privatize_ray", "privatize_ray_files", "ray_report", "RAY_INSTALL"]
@@ -119,11 +114,9 @@ def _check_concurrency(concurrency: Any) -> None:
     def ok(n: Any) -> bool:
         return isinstance(n, int) and not isinstance(n, bool) and n >= 1
 
-    if concurrency is None or ok(concurrency):
+    pair = isinstance(concurrency, tuple) and len(concurrency) == 2 and all(ok(n) for n in concurrency)
+    if concurrency is None or ok(concurrency) or (pair and concurrency[0] <= concurrency[1]):
         return
-    if isinstance(concurrency, tuple) and len(concurrency) == 2 and all(ok(n) for n in concurrency):
-        if concurrency[0] <= concurrency[1]:
-            return
     raise InvalidParameterError(
         f"concurrency must be None, an int >= 1 or a (min, max) tuple of ints with 1 <= min <= max, "
         f"got {concurrency!r}."
@@ -195,8 +188,7 @@ def privatize_ray(
             "range(len(hf_ds))) before ray.data.from_huggingface, or an id column in the parquet files) and pass "
             "id_column=."
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidParameterError(f"batch_size must be an int >= 1, got {batch_size!r}.")
+    check_int(batch_size, "batch_size", minimum=1)
     _check_concurrency(concurrency)
     priv = Privatizer(
         config, seed=seed, text_column=text_column, id_column=id_column, split=split, allow_weak_seed=allow_weak_seed
@@ -210,11 +202,7 @@ def privatize_ray(
             )
     if num_gpus is None and config.device.startswith("cuda"):
         num_gpus = 1
-    resources: dict[str, Any] = {}
-    if num_cpus is not None:
-        resources["num_cpus"] = num_cpus
-    if num_gpus is not None:
-        resources["num_gpus"] = num_gpus
+    resources = {name: n for name, n in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if n is not None}
     return ds.map_batches(
         _PrivatizeBatches,
         fn_constructor_kwargs={"state": priv.__getstate__()},
@@ -319,16 +307,12 @@ def privatize_ray_files(
 ) -> dict[str, Any]:
     """Read a file or folder with Ray Data, privatize it, write parquet and the report (``--engine ray``).
 
-        ``output`` is a ``.parquet`` file (the files Ray writes, merged in the driver) or a folder of parquet
-        files with ``privacy_report.json`` inside. Rows are mostly in source order (Ray Data is asked to preserve
-    it) but not always: match them by the id column. Connects to the cluster named by
-        ``RAY_ADDRESS`` (e.g. ``auto``) or starts a local Ray when Ray is not initialized yet. On a cluster,
-        ``source`` and ``output`` must be paths every node sees (a shared file system). ``concurrency=N`` (the
-        CLI's ``--num-proc``) is an autoscaling pool of 1 to N actors, so a small machine never waits forever for
-        a CPU (see :func:`privatize_ray`).
-
-        Returns:
-            `dict`: the report, counted from the rows read back from ``output``.
+    ``output`` is a ``.parquet`` file (the files Ray writes, merged in the driver) or a folder of parquet files
+    with ``privacy_report.json`` inside. Rows are mostly in source order (Ray Data is asked to preserve it) but
+    not always: match them by the id column. Connects to the cluster named by ``RAY_ADDRESS`` (e.g. ``auto``) or
+    starts a local Ray. On a cluster, ``source`` and ``output`` must be paths every node sees. ``concurrency=N``
+    (the CLI's ``--num-proc``) is an autoscaling pool of 1 to N actors, so a small machine never waits forever
+    for a CPU (see :func:`privatize_ray`). Returns the report, counted from the rows read back from ``output``.
     """
     ray = _import_ray()
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before Ray starts
@@ -337,9 +321,7 @@ def privatize_ray_files(
         raise InvalidParameterError(
             f"output {str(output)!r}: --engine ray writes parquet: a .parquet file or a folder (no extension)."
         )
-    src = Path(source).expanduser()
-    if src.exists() and (src.resolve() == out.resolve() or src.resolve().is_relative_to(out.resolve())):
-        raise OutputExistsError(f"output {str(output)!r} is or contains the input; refusing to overwrite the input.")
+    check_not_input(out, [source])
     if not overwrite:
         refuse_existing_output(out)
     if config.postprocess == "vector":

@@ -32,12 +32,13 @@ Memory is O(query_block·chunk + V·d): never V × V.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
@@ -84,6 +85,8 @@ _TILE_BYTES = 32 * 2**20
 #: −1e30 and from fp32 overflow); the fp32 filter takes them
 _BF16_MAX_MAGNITUDE = 2.0**60
 _PAD_NU = 1.0e30  # half squared norm of the padding rows: their bf16 score is −1e30, never a candidate
+#: candidates a filter pass collects: (query rows, positions, oriented scores), one triple per chunk
+_Found = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 def _round_up(x: int, m: int) -> int:
@@ -93,11 +96,8 @@ def _round_up(x: int, m: int) -> int:
 @contextmanager
 def _threads(n: int | None) -> Iterator[None]:
     """Run the block with n intra-op threads (None: unchanged)."""
-    if n is None:
-        yield
-        return
     prev = torch.get_num_threads()
-    if prev == n:
+    if n is None or n == prev:
         yield
         return
     torch.set_num_threads(n)
@@ -140,7 +140,7 @@ def _exact_sqdist(q: np.ndarray, e: np.ndarray) -> Fraction:
 
 
 # --------------------------------------------------------------------------- the bf16 filter bound
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Bf16Constants:
     """Per-matrix constants of the bf16 filter bound (float64, rounded up where they bound)."""
 
@@ -229,10 +229,6 @@ def _bf16_key_at_least(x: torch.Tensor) -> torch.Tensor:
     return torch.where(y.double() < x, bits + 1, bits)  # x > 0: the next bf16 up is the next pattern
 
 
-_BF16_STATE: dict[str, bool] = {}
-_BF16_LOCK = threading.Lock()
-
-
 def _bf16_model_holds() -> bool:
     """Check the library model of :func:`bf16_filter_bound` on a test product shaped like a search tile.
 
@@ -276,16 +272,19 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
     the environment variable ``HF_TEXTDP_SEARCH_FILTER`` (``auto``, ``bf16``, ``fp32``) sets what
     ``"auto"`` means for the whole process (``bf16`` skips the speed test, never the exactness test).
     """
-    if torch.device(device).type != "cpu":
+    return torch.device(device).type == "cpu" and _bf16_model_ok() and _bf16_is_fast()
+
+
+@functools.cache
+def _bf16_model_ok() -> bool:
+    """The exactness half of :func:`bf16_filter_available` (no speed test), cached."""
+    try:
+        return _bf16_model_holds()
+    except RuntimeError:  # no bf16 matmul kernel on this build
         return False
-    with _BF16_LOCK:
-        cached = _BF16_STATE.get("auto")
-        if cached is None:
-            cached = _bf16_model_ok_locked() and _bf16_is_fast()
-            _BF16_STATE["auto"] = cached
-        return cached
 
 
+@functools.cache
 def _bf16_is_fast() -> bool:
     """Whether the CPU has a native bf16 dot product (AVX-512 BF16 or AMX), read from its capabilities.
 
@@ -367,45 +366,39 @@ class ExactIndex:
     def _fp32_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(n32 padded with +inf, −2·Eᵀ padded with zero columns) to Vp positions."""
         with self._lock:
-            return self._fp32_operands_locked()
-
-    def _fp32_operands_locked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._fp32_pad is None:
-            pad = self.Vp - self.V
-            n32 = torch.cat([self.n32, torch.full((pad,), math.inf, device=self.device)])
-            em2t = torch.zeros((self.d, self.Vp), dtype=torch.float32, device=self.device)
-            em2t[:, : self.V] = (-2.0 * self.E).T
-            self._fp32_pad = (n32.contiguous(), em2t)
-        return self._fp32_pad
+            if self._fp32_pad is None:
+                pad = self.Vp - self.V
+                n32 = torch.cat([self.n32, torch.full((pad,), math.inf, device=self.device)])
+                em2t = torch.zeros((self.d, self.Vp), dtype=torch.float32, device=self.device)
+                em2t[:, : self.V] = (-2.0 * self.E).T
+                self._fp32_pad = (n32.contiguous(), em2t)
+            return self._fp32_pad
 
     def _bf16_operands(self) -> tuple[torch.Tensor, _Bf16Constants]:
         """[ê_c, −h_c, −l_c, 0…]ᵀ as bf16 ``[K, Vp]`` (K = d + 2 rounded up to 32) and the bound constants."""
         with self._lock:
-            return self._bf16_operands_locked()
-
-    def _bf16_operands_locked(self) -> tuple[torch.Tensor, _Bf16Constants]:
-        if self._bf16 is None:
-            d, V = self.d, self.V
-            K = _round_up(d + 2, 32)
-            e_hat = self.E.to(torch.bfloat16)
-            res = self.E - e_hat.float()  # exact
-            nu64 = self.sq64 / 2.0
-            h = nu64.to(torch.bfloat16)
-            lo = (nu64 - h.double()).to(torch.bfloat16)  # ν64 − h is exact (Sterbenz)
-            A = torch.zeros((self.Vp, K), dtype=torch.bfloat16, device=self.device)
-            A[:V, :d] = e_hat
-            A[:V, d] = -h
-            A[:V, d + 1] = -lo
-            A[V:, d] = -_PAD_NU
-            consts = _Bf16Constants(
-                rho=float(torch.linalg.vector_norm(res.double(), dim=1).max()) * (1 + 2.0**-40),
-                e_hat=float(torch.linalg.vector_norm(e_hat.double(), dim=1).max()) * (1 + 2.0**-40),
-                nu_max=float(nu64.max()),
-                terms_max=float((h.double().abs() + lo.double().abs()).max()),
-                n_terms=d + 2,
-            )
-            self._bf16 = (A.T.contiguous(), consts)
-        return self._bf16
+            if self._bf16 is None:
+                d, V = self.d, self.V
+                K = _round_up(d + 2, 32)
+                e_hat = self.E.to(torch.bfloat16)
+                res = self.E - e_hat.float()  # exact
+                nu64 = self.sq64 / 2.0
+                h = nu64.to(torch.bfloat16)
+                lo = (nu64 - h.double()).to(torch.bfloat16)  # ν64 − h is exact (Sterbenz)
+                A = torch.zeros((self.Vp, K), dtype=torch.bfloat16, device=self.device)
+                A[:V, :d] = e_hat
+                A[:V, d] = -h
+                A[:V, d + 1] = -lo
+                A[V:, d] = -_PAD_NU
+                consts = _Bf16Constants(
+                    rho=float(torch.linalg.vector_norm(res.double(), dim=1).max()) * (1 + 2.0**-40),
+                    e_hat=float(torch.linalg.vector_norm(e_hat.double(), dim=1).max()) * (1 + 2.0**-40),
+                    nu_max=float(nu64.max()),
+                    terms_max=float((h.double().abs() + lo.double().abs()).max()),
+                    n_terms=d + 2,
+                )
+                self._bf16 = (A.T.contiguous(), consts)
+            return self._bf16
 
     def _use_bf16(self, k: int = 1) -> bool:
         """Whether a search for ``k`` neighbours runs the bf16 filter (the answer is the same either way)."""
@@ -546,15 +539,7 @@ class ExactIndex:
             q_hat = Qa[:, : self.d].double()
             qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
             qr_norm = torch.linalg.vector_norm(Qb.double() - q_hat, dim=1)
-            bound = bf16_filter_bound(
-                qh_norm,
-                qr_norm,
-                rho=consts.rho,
-                e_hat=consts.e_hat,
-                nu_max=consts.nu_max,
-                terms_max=consts.terms_max,
-                n_terms=consts.n_terms,
-            )
+            bound = bf16_filter_bound(qh_norm, qr_norm, **dataclasses.asdict(consts))
             buf = torch.empty((B, L), dtype=torch.bfloat16, device=dev)
         else:
             n32p, em2tp = self._fp32_operands()
@@ -562,7 +547,7 @@ class ExactIndex:
             bound = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)  # η of space.md §5
             buf = torch.empty((B, L), dtype=torch.float32, device=dev)
         best = torch.full((B, k), -math.inf, dtype=torch.float64, device=dev)  # k best block scores so far
-        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (rows, positions, oriented scores)
+        found: _Found = []
         for s in range(0, self.Vp, L):
             e = min(s + L, self.Vp)
             Lc = e - s
@@ -580,9 +565,9 @@ class ExactIndex:
                     X[r_in, exclude[r_in] - s] = -math.inf if bf16 else math.inf
             X3 = X.view(B, G, nbc)
             if bf16 and G > 1:
-                best = self._chunk_bf16(X3, best, bound, k, s, nbc, found)
+                best = self._chunk_bf16(X3, best, bound, s, found)
             else:
-                best = self._chunk_exact_order(X3, best, bound, k, s, nbc, found, bf16)
+                best = self._chunk_exact_order(X3, best, bound, s, found, bf16)
         thr = self._threshold(best[:, k - 1], bound, bf16)
         if found:
             rows = torch.cat([f[0] for f in found])
@@ -596,21 +581,15 @@ class ExactIndex:
         return rows, pos, counts
 
     def _chunk_exact_order(
-        self,
-        X3: torch.Tensor,
-        best: torch.Tensor,
-        bound: torch.Tensor,
-        k: int,
-        s: int,
-        nbc: int,
-        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-        bf16: bool,
+        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, s: int, found: _Found, bf16: bool
     ) -> torch.Tensor:
-        """One chunk where the scores' own order is the order of their values (fp32, or bf16 with G = 1).
+        """One chunk ``[B, G, nbc]`` whose scores order like their values (fp32, or bf16 with G = 1).
 
-        fp32 scores are s̃ (smaller is better): the oriented score is −s̃, and "−s̃ ≥ thr" is tested as
-        "s̃ ≤ lim" with lim = −thr rounded up to fp32.
+        ``best`` holds each query's k best block scores so far and ``found`` collects the candidates of
+        positions ``s + …``. fp32 scores are s̃ (smaller is better): the oriented score is −s̃, and
+        "−s̃ ≥ thr" is tested as "s̃ ≤ lim" with lim = −thr rounded up to fp32.
         """
+        k, nbc = best.shape[1], X3.shape[2]
         if bf16:  # G == 1: every position is its own block (tiny matrices)
             bm = X3[:, 0, :].double()
             best = self._top_k(best, bm, k)
@@ -637,16 +616,9 @@ class ExactIndex:
         return best
 
     def _chunk_bf16(
-        self,
-        X3: torch.Tensor,
-        best: torch.Tensor,
-        bound: torch.Tensor,
-        k: int,
-        s: int,
-        nbc: int,
-        found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, s: int, found: _Found
     ) -> torch.Tensor:
-        """One chunk of bf16 scores, compared through their int16 bit patterns.
+        """One chunk of bf16 scores (as :meth:`_chunk_exact_order`), compared through their int16 bit patterns.
 
         bf16 reductions are not vectorised but int16 ones are, and non-negative bf16 numbers order like
         their int16 patterns. So a block's largest pattern, if ≥ 0, is the pattern of its maximum (a
@@ -655,7 +627,7 @@ class ExactIndex:
         smallest bf16 number ≥ thr, and negative values never pass. Rows whose threshold is ≤ 0 (rare:
         every score near the top is negative) take the float64 route with exact block maxima.
         """
-        B, G, _ = X3.shape
+        k, nbc = best.shape[1], X3.shape[2]
         bits = X3.view(torch.int16)
         hi = bits.amax(1)  # [B, nbc]
         if hi.shape[1] <= k:
@@ -791,20 +763,3 @@ class ExactIndex:
             out += part
             i = j
         return out[:k]
-
-
-def _bf16_model_ok_locked() -> bool:
-    cached = _BF16_STATE.get("model")
-    if cached is None:
-        try:
-            cached = _bf16_model_holds()
-        except RuntimeError:  # no bf16 matmul kernel on this build
-            cached = False
-        _BF16_STATE["model"] = cached
-    return cached
-
-
-def _bf16_model_ok() -> bool:
-    """The exactness half of :func:`bf16_filter_available` (no speed test), cached."""
-    with _BF16_LOCK:
-        return _bf16_model_ok_locked()

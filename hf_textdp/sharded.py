@@ -13,7 +13,15 @@ import datasets
 from .config import PrivatizerConfig
 from .io.outputs import save_output
 from .io.paths import FILE_FORMATS, work_dir_for
-from .io.workdir import WorkFolderRun, atomic_write_arrow, manifest_mismatch, sha256_json, shard_path, shard_rows
+from .io.workdir import (
+    WorkFolderRun,
+    atomic_write_arrow,
+    manifest_mismatch,
+    privatizer_manifest,
+    sha256_json,
+    shard_path,
+    shard_rows,
+)
 from .privatizer import Privatizer
 from .totals import dataset_report
 from .utils.logging import get_logger
@@ -65,8 +73,6 @@ class ShardedRun(WorkFolderRun):
         config: PrivatizerConfig,
         *,
         is_dict: bool,
-        text_column: str,
-        id_column: str | None,
         shard_size: int,
         batch_size: int,
         num_proc: int | None,
@@ -78,16 +84,13 @@ class ShardedRun(WorkFolderRun):
         self.work = work_dir_for(output)
         self.config = config
         self.is_dict = is_dict
-        self.text_column = text_column
-        self.id_column = id_column
         self.shard_size = shard_size
         self.batch_size = batch_size
         self.num_proc = num_proc
 
     # ---------------------------------------------------------------- the manifest
     def manifest(self) -> dict[str, Any]:
-        """What this run is, with no text and nothing derived from the seed (only whether there is one)."""
-        priv = self.splits[0].priv
+        """What this run is: the privatizer (:func:`privatizer_manifest`), the shard size and the input."""
         inputs = [
             {
                 "split": s.name,
@@ -97,13 +100,7 @@ class ShardedRun(WorkFolderRun):
             }
             for s in self.splits
         ]
-        return {
-            "format": MANIFEST_FORMAT,
-            "config_sha256": sha256_json(self.config.to_dict()),
-            "space_sha256": priv.space.space_hash,
-            "text_column": self.text_column,
-            "id_column": self.id_column,
-            "seeded": priv.seed is not None,
+        return privatizer_manifest(MANIFEST_FORMAT, self.splits[0].priv) | {
             "shard_size": self.shard_size,
             "input_sha256": sha256_json(inputs),
             "splits": [

@@ -48,13 +48,14 @@ from .io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
+    privatizer_manifest,
     read_json_object,
-    sha256_json,
     shard_path,
 )
 from .privatizer import Privatizer
 from .totals import totals_from_dataset
 from .utils.logging import get_logger
+from .validation import check_bool, check_int
 
 
 __all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
@@ -103,11 +104,9 @@ def save_streaming(
     1000000
     """
     out_path = Path(output).expanduser()
-    for name, value in (("resume", resume), ("overwrite", overwrite)):
-        if not isinstance(value, bool):
-            raise ParameterTypeError(f"{name} must be a bool, got {type(value).__name__}.")
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise InvalidParameterError(f"shard_size must be an int >= 1, got {shard_size!r}.")
+    check_bool(resume, "resume")
+    check_bool(overwrite, "overwrite")
+    check_int(shard_size, "shard_size", minimum=1)
     if not isinstance(privatizers, dict) or not privatizers:
         raise ParameterTypeError("privatizers must be a non-empty dict of split name -> Privatizer.")
     for priv in privatizers.values():
@@ -172,15 +171,8 @@ class _StreamRun(WorkFolderRun):
 
     # ---------------------------------------------------------------- the manifest
     def manifest(self) -> dict[str, Any]:
-        """What this run is: no text and nothing derived from the seed (only whether there is one)."""
-        first = next(iter(self.privatizers.values()))
-        return {
-            "format": STREAM_MANIFEST_FORMAT,
-            "config_sha256": sha256_json(first.config.to_dict()),
-            "space_sha256": first.space.space_hash,
-            "text_column": first.text_column,
-            "id_column": first.id_column,
-            "seeded": first.seed is not None,
+        """What this run is: the privatizer (:func:`privatizer_manifest`), the output format and the splits."""
+        return privatizer_manifest(STREAM_MANIFEST_FORMAT, next(iter(self.privatizers.values()))) | {
             "output_format": FILE_FORMATS.get(self.output.suffix.lower(), "save_to_disk"),
             "splits": [{"name": name, "folder": folder} for name, folder in self.folders.items()],
         }

@@ -164,36 +164,32 @@ class PrivateEncoder:
     def space(self) -> EmbeddingSpace:
         return self.privatizer.space
 
+    def _model_tokenizer(self) -> Any:
+        """The tokenizer of ``config.model``'s space (refused for a static word-vector file)."""
+        if self.space.kind != "hf" or self.space.tokenizer is None:
+            raise TokenizerNotSupportedError(
+                f"config.model={self.config.model!r} is a static word-vector file; PrivateTokenizer and the "
+                "collators need a Hugging Face model (its tokenizer and embedding matrix)."
+            )
+        return self.space.tokenizer
+
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            if self._source is not None:
-                self._tokenizer = load_tokenizer(self._source)
-            else:
-                space = self.space
-                if space.kind != "hf" or space.tokenizer is None:
-                    raise TokenizerNotSupportedError(
-                        f"config.model={self.config.model!r} is a static word-vector file; PrivateTokenizer and the "
-                        "collators need a Hugging Face model (its tokenizer and embedding matrix)."
-                    )
-                # a copy: calls change the backend's truncation/padding state, the space's tokenizer is shared
-                self._tokenizer = copy.deepcopy(space.tokenizer)
+            # a copy: calls change the backend's truncation/padding state, the space's tokenizer is shared
+            source = self._source
+            self._tokenizer = copy.deepcopy(self._model_tokenizer()) if source is None else load_tokenizer(source)
         return self._tokenizer
 
     def check(self) -> None:
         """Check once that the tokenizer produces the ids of ``config.model``'s embedding space."""
         if self._checked:
             return
-        space, tok = self.space, self.tokenizer
-        if space.kind != "hf" or space.tokenizer is None:
-            raise TokenizerNotSupportedError(
-                f"config.model={self.config.model!r} is a static word-vector file; PrivateTokenizer and the "
-                "collators need a Hugging Face model (its tokenizer and embedding matrix)."
-            )
-        if tok is not space.tokenizer and tok.get_vocab() != space.tokenizer.get_vocab():
+        tok, own = self.tokenizer, self._model_tokenizer()
+        if tok is not own and tok.get_vocab() != own.get_vocab():
             raise TokenizerNotSupportedError(
                 f"tokenizer: its vocabulary ({len(tok)} tokens) differs from the tokenizer of "
-                f"config.model={self.config.model!r} ({len(space.tokenizer)} tokens); the privatized ids would index "
+                f"config.model={self.config.model!r} ({len(own)} tokens); the privatized ids would index "
                 "the wrong embedding rows. Use the model's own tokenizer or set PrivatizerConfig(model=...) to it."
             )
         self._checked = True

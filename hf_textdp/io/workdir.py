@@ -25,6 +25,7 @@ from .paths import LOCK_NAME, MANIFEST_NAME
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "sha256_json",
+    "privatizer_manifest",
     "shard_path",
     "atomic_write_arrow",
     "shard_rows",
@@ -43,6 +44,19 @@ DEFAULT_SHARD_SIZE = 10_000
 def sha256_json(obj: Any) -> str:
     """The SHA-256 of ``obj`` as canonical JSON (what a manifest records of a config or an input)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
+    """The manifest keys of the privatizer ``priv``: no text and nothing derived from the seed (only whether
+    there is one)."""
+    return {
+        "format": fmt,
+        "config_sha256": sha256_json(priv.config.to_dict()),
+        "space_sha256": priv.space.space_hash,
+        "text_column": priv.text_column,
+        "id_column": priv.id_column,
+        "seeded": priv.seed is not None,
+    }
 
 
 def shard_path(work: Path, folder: str, k: int) -> Path:
