@@ -268,6 +268,17 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
         f"  mechanism:   {report.get('mechanism')} + {report.get('postprocess')}, model {model.get('id')} "
         f"(d = {model.get('d')}, {cands.get('size')} candidate tokens)"
     )
+    outside = int(cands.get("inputs_outside") or 0)
+    lines.append(
+        f"  candidates:  {cands.get('setting') or 'all'}"
+        + (f", scripts {'+'.join(cands['scripts'])}" if cands.get("scripts") else "")
+        + (
+            f"; {outside} input tokens outside the set are privatized as their nearest candidate (ε_tok bounds "
+            "them; the metric bound ε·d holds between candidates)"
+            if outside
+            else ""
+        )
+    )
     lines.append(f"  guarantee:   {guarantee_statement(report)}")
     certified = report.get("certified")
     lines.append(

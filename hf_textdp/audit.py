@@ -204,11 +204,13 @@ def apply_step(
     return step.apply(z, mech, space, streams)
 
 
-def _resolve_space(space: EmbeddingSpace | str, device: str) -> EmbeddingSpace:
+def _resolve_space(
+    space: EmbeddingSpace | str, device: str, candidates: str | dict[str, Any] = "all"
+) -> EmbeddingSpace:
     if isinstance(space, EmbeddingSpace):
         return space
     if isinstance(space, str):
-        return load_space(space, device)
+        return load_space(space, device, candidates)
     raise ParameterTypeError(f"space must be an EmbeddingSpace or a model string, got {type(space).__name__}.")
 
 
@@ -407,7 +409,8 @@ def audit(
     Args:
         config_or_mechanism (`PrivatizerConfig` or `(Mechanism, PostprocessStep | None)`): what to
             audit. A config is built (its ``model`` is not loaded: ``space`` is audited).
-        space (`EmbeddingSpace` or `str`): the candidate space (or a ``model=`` string to load).
+        space (`EmbeddingSpace` or `str`): the candidate space (or a ``model=`` string to load, over the
+            config's ``candidates`` setting, space.md §6).
         pairs (`list[tuple[int, int]]`, *optional*): candidate token ids to audit; default: the
             three lowest ids with their nearest neighbours, and the diameter pair.
         n_select (`int`, defaults to `4000`): draws per input that choose the events.
@@ -432,7 +435,7 @@ def audit(
     seed = validate_seed(seed)
     if isinstance(config_or_mechanism, PrivatizerConfig):
         mech, step = config_or_mechanism.build()
-        sp = _resolve_space(space, config_or_mechanism.device)
+        sp = _resolve_space(space, config_or_mechanism.device, config_or_mechanism.candidates)
         postprocess: str | None = config_or_mechanism.postprocess if mech.kind == "additive" else None
     elif (
         isinstance(config_or_mechanism, tuple)

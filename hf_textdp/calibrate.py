@@ -379,7 +379,7 @@ def calibrate(
         mech.setup(space)
         return mech, step
 
-    space = load_space(base.model, base.device)
+    space = load_space(base.model, base.device, base.candidates)
     mech0, step0 = make(eps_list[0] if eps_list else base.epsilon)
     if step0 is not None and step0.RELEASES_VECTORS:
         raise InvalidParameterError(

@@ -71,7 +71,7 @@ pass through unchanged.
 | post-processing | `{{ postprocess }}` |
 | rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
 | largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
-| candidate set | {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
+| candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
@@ -170,6 +170,19 @@ def is_results_folder(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and bool(load_results(p))
 
 
+def candidate_setting(cand: dict[str, Any]) -> str:
+    """The candidate setting in words, e.g. ``no_reserved, scripts latin`` (space.md §6); ``all`` for old reports."""
+    parts = [str(cand.get("setting") or "all")]
+    if cand.get("scripts"):
+        parts.append("scripts " + "+".join(cand["scripts"]))
+    vocab = cand.get("vocab")
+    if isinstance(vocab, dict):
+        parts.append(f"vocab {vocab.get('name')}")
+    if cand.get("inputs_outside"):
+        parts.append(f"{cand['inputs_outside']} input tokens outside it privatized as their nearest candidate")
+    return ", ".join(parts)
+
+
 def _size_category(rows: int) -> str:
     for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
         if rows < limit:
@@ -216,6 +229,7 @@ def dataset_card(
             "postprocess": report.get("postprocess"),
             "model": model.get("id"),
             "candidate_set_sha256": cand.get("sha256"),
+            "candidates": candidate_setting(cand),
             "report_version": report.get("report_version"),
             **({"original_columns": original_columns, "private": False} if original_columns else {}),
         },
@@ -245,6 +259,7 @@ def dataset_card(
         dp_tokens=_fmt(totals.get("dp_tokens")),
         max_row_dp_epsilon=_fmt(totals.get("max_row_dp_epsilon")),
         candidate_size=_fmt(cand.get("size")),
+        candidate_setting=candidate_setting(cand),
         candidate_sha=cand.get("sha256"),
         model_id=model.get("id"),
         warnings=list(report.get("warnings") or []),

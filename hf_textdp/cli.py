@@ -16,6 +16,7 @@ from .accounting import format_report
 from .audit import audit
 from .bench import format_table, run_bench
 from .calibrate import calibrate, format_calibration, plot_calibration
+from .candidates import CANDIDATE_SETS, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
 from .cards import render_card
 from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
@@ -120,7 +121,21 @@ def _config_from_args(args: argparse.Namespace) -> Any:
     base["options"] = opts
     if getattr(args, "keep_original", False):
         base["keep_original"] = True
+    base["candidates"] = _candidates_from_args(args, base.get("candidates", DEFAULT_CANDIDATES))
     return PrivatizerConfig(**base)
+
+
+def _candidates_from_args(args: argparse.Namespace, base: Any) -> Any:
+    """``--candidates``, ``--candidate-scripts`` and ``--candidate-vocab`` over the config's setting."""
+    cand_set, scripts, vocab = (getattr(args, k, None) for k in ("candidates", "candidate_scripts", "candidate_vocab"))
+    if cand_set is None and scripts is None and vocab is None:
+        return base
+    spec = parse_candidates(base)
+    return {
+        "set": cand_set or ("public_vocab" if vocab is not None else spec.set),
+        "scripts": [s.strip() for s in scripts.split(",") if s.strip()] if scripts is not None else spec.scripts,
+        "vocab": vocab if vocab is not None else spec.vocab,
+    }
 
 
 # --------------------------------------------------------------------------- subcommands
@@ -302,6 +317,7 @@ class CalibrateCommand:
         p.add_argument(
             "-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism option, repeatable (default: none)"
         )
+        _add_candidate_args(p)
         p.add_argument(
             "--epsilons",
             default=None,
@@ -325,7 +341,8 @@ class CalibrateCommand:
             except ImportError as err:
                 raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
         kwargs: dict[str, Any] = {"target_rate": args.target_rate}
-        if args.postprocess is not None or args.delta is not None:
+        candidates = _candidates_from_args(args, DEFAULT_CANDIDATES)
+        if args.postprocess is not None or args.delta is not None or candidates != DEFAULT_CANDIDATES:
             kwargs["config"] = PrivatizerConfig(
                 mechanism=args.mechanism,
                 epsilon=1.0,  # ignored: calibrate evaluates the epsilons it is asked for
@@ -333,6 +350,7 @@ class CalibrateCommand:
                 model=args.model or DEFAULT_MODEL,
                 postprocess=args.postprocess or "nearest",
                 options=_options(args.option),
+                candidates=candidates,
             )
         else:
             kwargs.update(mechanism=args.mechanism, model=args.model or DEFAULT_MODEL, options=_options(args.option))
@@ -377,7 +395,7 @@ class AuditCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         config = _config_from_args(args)
-        space = load_space(config.model, config.device)
+        space = load_space(config.model, config.device, config.candidates)
         seed = int(args.seed, 0) if args.seed is not None else None
         result = audit(config, space, n_select=args.n_select, n_estimate=args.n_estimate, seed=seed)
         sys.stdout.write(dumps_json(result.to_dict() if hasattr(result, "to_dict") else result.__dict__))
@@ -440,6 +458,33 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
         "(default: nearest)",
     )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu)")
+    _add_candidate_args(p)
+    _add_option_args(p)
+
+
+def _add_candidate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--candidates",
+        default=None,
+        choices=CANDIDATE_SETS,
+        help=f"tokens that may be emitted (docs/mechanisms/space.md §6) (default: {DEFAULT_CANDIDATES})",
+    )
+    p.add_argument(
+        "--candidate-scripts",
+        default=None,
+        metavar="SCRIPT[,SCRIPT]",
+        help=f"keep only candidates written in these scripts, from: {', '.join(SCRIPTS)} (default: any)",
+    )
+    p.add_argument(
+        "--candidate-vocab",
+        default=None,
+        metavar="FILE",
+        help="public text or word file whose tokens are the candidates (implies --candidates public_vocab); never "
+        "the input (default: none)",
+    )
+
+
+def _add_option_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--option",

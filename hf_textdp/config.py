@@ -14,6 +14,7 @@ from typing import Any
 
 from huggingface_hub import hf_hub_download
 
+from .candidates import DEFAULT_CANDIDATES, CandidateSpec, parse_candidates
 from .errors import InvalidParameterError, ModelNotFoundError, ParameterTypeError, UnknownOptionError
 from .io.files import atomic_write_text, dumps_json
 from .io.frequencies import resolve_count_options
@@ -47,6 +48,10 @@ class PrivatizerConfig:
             ``{"test_mode": True}`` allows ε = ∞ (no noise) for tests.
         device (`str`, defaults to `"cpu"`): ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         keep_original (`bool`, defaults to `False`): keep the input text in ``{text_column}_original``.
+        candidates (`str` or `dict`, defaults to `"no_reserved"`): which tokens may be emitted (space.md §6):
+            ``"all"``, ``"no_reserved"`` (without placeholder rows such as ``[unusedN]``), or a dict
+            ``{"set": "all" | "no_reserved" | "public_vocab", "scripts": ["latin", ...], "vocab": path}``.
+            An input token outside the set is still privatized, as its nearest candidate (space.md §6.5).
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -70,6 +75,7 @@ class PrivatizerConfig:
     options: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
     keep_original: bool = False
+    candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -88,9 +94,15 @@ class PrivatizerConfig:
             raise InvalidParameterError(f"model must be a non-empty str, got {self.model!r}.")
         parse_device_name(self.device)
         check_bool(self.keep_original, "keep_original")
+        object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
+    @property
+    def candidate_spec(self) -> CandidateSpec:
+        """The validated candidate setting (space.md §6)."""
+        return parse_candidates(self.candidates)
+
     def split_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Route ``options`` to (mechanism options, post-processing options); raise on unknown keys."""
         mech_cls = get_mechanism_class(self.mechanism)

@@ -35,6 +35,7 @@ import datasets
 
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
+from .io.frequencies import check_not_input as check_public
 from .io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
 from .io.paths import FILE_FORMATS
 from .io.sources import load_source
@@ -133,9 +134,11 @@ def privatize_dataset(
         check_not_input(output, input_paths(source, {}))
         if not overwrite and not (resume and streaming):
             refuse_existing_output(output, resume=resume)
+    _check_public_inputs(config, [source])
     ds = load_source(source, split=split, streaming=streaming)
     is_dict = isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict))
     parts: dict[str, Any] = dict(ds.items()) if is_dict else {split or "": ds}
+    _check_public_inputs(config, [source, *parts.values(), *input_paths(source, parts)])
     if output is not None:
         check_not_input(output, input_paths(source, parts))
         if is_dict and output.suffix.lower() in FILE_FORMATS:
@@ -209,3 +212,16 @@ def privatize_dataset(
         output,
     )
     return result
+
+
+def _check_public_inputs(config: PrivatizerConfig, sources: list[Any]) -> None:
+    """Refuse a public file (``candidates`` vocab, santext_plus ``frequency_corpus``) that is the input itself
+    (space.md §6.1, santext.md §2)."""
+    public = [
+        ("candidates vocab", config.candidate_spec.vocab),
+        ("frequency_corpus", config.options.get("frequency_corpus")),
+    ]
+    for param, path in public:
+        if isinstance(path, (str, os.PathLike)):
+            for src in sources:
+                check_public(path, src, param=param)

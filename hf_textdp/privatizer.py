@@ -142,7 +142,7 @@ class Privatizer:
     def _ensure(self) -> None:
         if self._space is not None:
             return
-        space = load_space(self.config.model, self.config.device)
+        space = load_space(self.config.model, self.config.device, self.config.candidates)
         mech, step = self.config.build()
         mech.setup(space)
         self._claim = mech.claim(space)

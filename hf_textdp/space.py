@@ -39,6 +39,9 @@ class EmbeddingSpace:
         E (`torch.Tensor`): ``[V, d]`` fp32 rows of the candidates, on ``device``.
         n_rows (`int`): rows of the full matrix (ids ≥ n_rows have no row).
         structural_ids / unk_id: ids that pass through uncounted / counted.
+        remap_ids / remap_pos: input ids outside C and the position in C each is privatized as (its
+            nearest candidate, space.md §6.5); ``None`` when every input is a candidate.
+        candidates (`dict`): the candidate setting and what it excluded (the report's ``candidate_set``).
         store (`Store`): where mechanisms keep derived public constants (``None``: this process only;
             the loaders of ``hf_textdp.io.models`` pass the disk cache).
     """
@@ -60,6 +63,10 @@ class EmbeddingSpace:
     excluded_padding: int = 0
     excluded_out_of_range: int = 0
     pad_id: int | None = None
+    # inputs outside C (space.md §6.5): these ids are still privatized, as the candidate at ``remap_pos``
+    remap_ids: np.ndarray | None = field(default=None, repr=False)
+    remap_pos: np.ndarray | None = field(default=None, repr=False)
+    candidates: dict[str, Any] = field(default_factory=lambda: {"setting": "all"})
     store: Store | None = field(default=None, repr=False, compare=False)
     E_full: torch.Tensor | None = field(default=None, repr=False)  # all rows (HF), for structural embeddings
     _index: ExactIndex | None = field(default=None, repr=False)
@@ -85,6 +92,9 @@ class EmbeddingSpace:
             cls[self.unk_id] = PASSTHROUGH
         pos = np.full(size, -1, dtype=np.int64)
         pos[cand] = np.arange(cand.size)
+        if self.remap_ids is not None and self.remap_pos is not None and self.remap_ids.size:
+            cls[self.remap_ids] = CANDIDATE
+            pos[self.remap_ids] = self.remap_pos
         self._id_class, self._id_pos = cls, pos
 
     # ---------------------------------------------------------------- basic facts
@@ -126,7 +136,10 @@ class EmbeddingSpace:
 
     # ---------------------------------------------------------------- token classes
     def classify(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Return (class per id: 0 structural, 1 passthrough, 2 candidate; position in C or -1)."""
+        """Return (class per id: 0 structural, 1 passthrough, 2 candidate; position in C or -1).
+
+        An input outside C (space.md §6.5) is class 2 with the position of the candidate it is privatized as.
+        """
         assert self._id_class is not None and self._id_pos is not None
         ids = np.asarray(ids, dtype=np.int64)
         out_cls = np.full(ids.shape, PASSTHROUGH, dtype=np.int8)
@@ -135,6 +148,16 @@ class EmbeddingSpace:
         out_cls[ok] = self._id_class[ids[ok]]
         out_pos[ok] = self._id_pos[ids[ok]]
         return out_cls, out_pos
+
+    def is_member(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id is itself in C (not an input mapped to a candidate, space.md §6.5)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        cls, pos = self.classify(ids)
+        ok = pos >= 0
+        out = np.zeros(ids.shape, dtype=bool)
+        out[ok] = self.candidate_ids.numpy()[pos[ok]] == ids[ok]
+        member: np.ndarray = out & (cls == CANDIDATE)
+        return member
 
     def word_to_id(self) -> dict[str, int]:
         if self._word_to_id is None:
@@ -166,6 +189,7 @@ class EmbeddingSpace:
             "excluded_special": self.excluded_special,
             "excluded_padding": self.excluded_padding,
             "excluded_out_of_range": self.excluded_out_of_range,
+            **self.candidates,
         }
 
 

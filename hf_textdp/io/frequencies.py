@@ -84,8 +84,11 @@ def load_frequencies(path: str | os.PathLike[str]) -> dict[str, int | float]:
     return out
 
 
-def corpus_texts(path: Path, block: int = 1024) -> Iterator[list[str]]:
-    """Yield lists of texts from a plain-text file (one text per line) or JSON lines (the ``text`` field)."""
+def corpus_texts(path: Path, block: int = 1024, *, param: str = "frequency_corpus") -> Iterator[list[str]]:
+    """Yield lists of texts from a plain-text file (one text per line) or JSON lines (the ``text`` field).
+
+    ``param`` names the option in error messages.
+    """
     is_jsonl = path.suffix.lower() in (".jsonl", ".ndjson")
     buf: list[str] = []
     with path.open(encoding="utf-8-sig") as fh:
@@ -98,13 +101,11 @@ def corpus_texts(path: Path, block: int = 1024) -> Iterator[list[str]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
                     raise InvalidParameterError(
-                        f"frequency_corpus: {path.name} line {lineno} is not valid JSON ({err.msg})."
+                        f"{param}: {path.name} line {lineno} is not valid JSON ({err.msg})."
                     ) from err
                 text = obj.get("text") if isinstance(obj, dict) else obj
                 if not isinstance(text, str):
-                    raise InvalidParameterError(
-                        f"frequency_corpus: {path.name} line {lineno} has no string field 'text'."
-                    )
+                    raise InvalidParameterError(f"{param}: {path.name} line {lineno} has no string field 'text'.")
                 buf.append(text)
             else:
                 buf.append(line)
@@ -115,15 +116,15 @@ def corpus_texts(path: Path, block: int = 1024) -> Iterator[list[str]]:
         yield buf
 
 
-def check_not_input(frequency_corpus: Any, input_source: Any) -> None:
-    """Raise if ``frequency_corpus`` is the dataset being privatized (santext.md §2).
+def check_not_input(frequency_corpus: Any, input_source: Any, *, param: str = "frequency_corpus") -> None:
+    """Raise if ``frequency_corpus`` is the dataset being privatized (santext.md §2, space.md §6.1).
 
     The mechanism never sees the input dataset, so the pipeline calls this with its own source: two
     paths are the same file or folder, two strings (hub ids) are equal, or two ``datasets`` objects
     have the same fingerprint.
 
     Raises:
-        InvalidParameterError: naming ``frequency_corpus``.
+        InvalidParameterError: naming ``param`` (``frequency_corpus``, or ``candidates vocab`` for space.md §6.1).
 
     Example:
 
@@ -150,8 +151,7 @@ def check_not_input(frequency_corpus: Any, input_source: Any) -> None:
     if same:
         shown = os.fspath(frequency_corpus) if isinstance(frequency_corpus, (str, os.PathLike)) else "<dataset>"
         raise InvalidParameterError(
-            "frequency_corpus must be public text, not the dataset being privatized "
-            f"(got the input itself, {str(shown)!r})."
+            f"{param} must be public text, not the dataset being privatized (got the input itself, {str(shown)!r})."
         )
 
 
@@ -187,7 +187,8 @@ class CorpusCounts:
         for texts in corpus_texts(self.path):
             for row in tokens.encode(texts):
                 cls, pos = space.classify(row.ids)
-                counts += np.bincount(pos[cls == CANDIDATE], minlength=space.V)
+                own = (cls == CANDIDATE) & space.is_member(row.ids)  # not inputs mapped to a candidate
+                counts += np.bincount(pos[own], minlength=space.V)
         return counts
 
 

@@ -8,6 +8,7 @@ process, so a pickled :class:`~hf_textdp.Privatizer` loads its matrix lazily, on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -20,10 +21,14 @@ from huggingface_hub import snapshot_download
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from ..candidates import CandidateSpec, is_reserved, parse_candidates, piece_scheme, piece_text, script_ok
 from ..errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
+from ..search import ExactIndex
 from ..space import DEFAULT_MODEL, EmbeddingSpace, parse_device
+from ..tokens import HFTokens
 from ..utils.logging import get_logger
 from .cache import DiskCache
+from .frequencies import corpus_texts
 from .vectors import read_vectors
 
 
@@ -155,7 +160,92 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
     return weight.to(torch.float32).contiguous()
 
 
-def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: torch.device) -> EmbeddingSpace:
+# --------------------------------------------------------------------------- candidate settings (space.md §6)
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _vocab_ids(spec: CandidateSpec, tokenizer: Any, words: list[str] | None) -> set[int]:
+    """Ids that occur in the public vocab file, tokenized as privatization tokenizes (space.md §6.1)."""
+    assert spec.vocab is not None
+    path = Path(spec.vocab).expanduser()
+    if not path.is_file():
+        raise InvalidParameterError(
+            f"candidates: vocab {spec.vocab!r} is not an existing file; allowed: the path of a public text file "
+            "(one text or word per line) or a JSON lines file with a 'text' field."
+        )
+    found: set[int] = set()
+    if words is not None:
+        index = {w: i for i, w in enumerate(words)}
+        for texts in corpus_texts(path, param="candidates vocab"):
+            found.update(index[w] for t in texts for w in t.split() if w in index)
+        return found
+    tokens = HFTokens(tokenizer)
+    for texts in corpus_texts(path, param="candidates vocab"):
+        flat, _, _ = tokens.encode_flat(texts)
+        found.update(np.unique(flat).tolist())
+    return found
+
+
+def _apply_candidates(
+    spec: CandidateSpec,
+    base: np.ndarray,
+    strings: list[str],
+    scheme: tuple[str, str],
+    vocab: set[int] | None,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The kept subset of the ``base`` ids (whose token strings are ``strings``) and what each rule removed."""
+    keep = np.ones(base.size, dtype=bool)
+    info: dict[str, Any] = {"setting": spec.set, "scripts": list(spec.scripts) if spec.scripts else None}
+    if spec.set != "all":
+        reserved = np.fromiter((is_reserved(t) for t in strings), dtype=bool, count=base.size)
+        info["excluded_reserved"] = int(reserved.sum())
+        keep &= ~reserved
+    if vocab is not None:
+        in_vocab = np.isin(base, np.fromiter(vocab, dtype=np.int64, count=len(vocab)))
+        info["excluded_not_in_vocab"] = int((keep & ~in_vocab).sum())
+        keep &= in_vocab
+    if spec.scripts:
+        ok = np.empty(base.size, dtype=bool)
+        for i, t in enumerate(strings):
+            has, text = piece_text(t, *scheme)
+            ok[i] = (has and text == "") or script_ok(text, spec.scripts)
+        info["excluded_script"] = int((keep & ~ok).sum())
+        keep &= ok
+    return keep, info
+
+
+def _restrict(
+    spec: CandidateSpec,
+    base: np.ndarray,
+    strings: list[str],
+    scheme: tuple[str, str],
+    vocab: set[int] | None,
+    rows: torch.Tensor,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """(candidate ids, input ids outside C, their nearest candidate positions, report info) (space.md §6.5)."""
+    keep, info = _apply_candidates(spec, base, strings, scheme, vocab)
+    cand, outside = base[keep], base[~keep]
+    if cand.size < 2:
+        raise InvalidParameterError(
+            f"candidates={spec.to_value()!r} leaves {cand.size} candidate token(s) of this model; at least 2 "
+            "are needed. Use a larger setting (for example 'no_reserved')."
+        )
+    remap = np.empty(0, dtype=np.int64)
+    if outside.size:
+        index = ExactIndex(rows[torch.from_numpy(cand)].contiguous(), torch.device("cpu"))
+        remap = index.search(rows[torch.from_numpy(outside)].contiguous(), 1)[:, 0].cpu().numpy().astype(np.int64)
+    info["inputs_outside"] = int(outside.size)
+    return cand, outside, remap, info
+
+
+def _load_hf_space(
+    folder: Path, model_id: str, revision: str | None, device: torch.device, spec: CandidateSpec
+) -> EmbeddingSpace:
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # noqa: BLE001
@@ -175,7 +265,13 @@ def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: to
     for i in removed:
         if 0 <= i < upper:
             keep[i] = False
-    cand = torch.from_numpy(np.nonzero(keep)[0].astype(np.int64))
+    base = np.nonzero(keep)[0].astype(np.int64)
+    strings = [str(t) for t in tokenizer.convert_ids_to_tokens(base.tolist())]
+    vocab = _vocab_ids(spec, tokenizer, None) if spec.vocab is not None else None
+    cand_np, outside, remap, info = _restrict(spec, base, strings, piece_scheme(tokenizer), vocab, E_full)
+    cand = torch.from_numpy(cand_np)
+    if vocab is not None:
+        info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
     unk = tokenizer.unk_token_id
     structural = frozenset(i for i in removed if i != unk)
     return EmbeddingSpace(
@@ -194,14 +290,22 @@ def _load_hf_space(folder: Path, model_id: str, revision: str | None, device: to
         excluded_padding=len((pads - special) & set(range(upper))),
         excluded_out_of_range=max(R - n_tok, 0),
         pad_id=tokenizer.pad_token_id,
+        remap_ids=outside,
+        remap_pos=remap,
+        candidates=info,
         E_full=E_full,
         store=DiskCache(),
     )
 
 
-def _load_static_space(path: Path, device: torch.device) -> EmbeddingSpace:
+def _load_static_space(path: Path, device: torch.device, spec: CandidateSpec) -> EmbeddingSpace:
     vec = read_vectors(path)
     V = len(vec.words)
+    rows = torch.from_numpy(vec.matrix)
+    vocab = _vocab_ids(spec, None, vec.words) if spec.vocab is not None else None
+    cand, outside, remap, info = _restrict(spec, np.arange(V, dtype=np.int64), vec.words, ("words", ""), vocab, rows)
+    if vocab is not None:
+        info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
     if vec.dropped_whitespace or vec.dropped_duplicate:
         logger.info(
             "%s: dropped %d words containing whitespace and %d duplicates",
@@ -212,8 +316,8 @@ def _load_static_space(path: Path, device: torch.device) -> EmbeddingSpace:
     return EmbeddingSpace(
         model_id=path.name,
         kind=vec.kind,
-        candidate_ids=torch.arange(V, dtype=torch.int64),
-        E=torch.from_numpy(vec.matrix).to(device).contiguous(),
+        candidate_ids=torch.from_numpy(cand),
+        E=rows[torch.from_numpy(cand)].to(device).contiguous(),
         n_rows=V,
         vocab_size=V,
         structural_ids=frozenset(),
@@ -221,26 +325,44 @@ def _load_static_space(path: Path, device: torch.device) -> EmbeddingSpace:
         device=device,
         words=vec.words,
         file_sha256=vec.file_sha256,
+        remap_ids=outside,
+        remap_pos=remap,
+        candidates=info,
         store=DiskCache(),
     )
 
 
-_CACHE: dict[tuple[str, str, str], EmbeddingSpace] = {}
+_CACHE: dict[tuple[str, ...], EmbeddingSpace] = {}
 _LOCK = threading.Lock()
 
 
-def load_space(model: str, device: str = "cpu") -> EmbeddingSpace:
-    """Load (once per process) the embedding space of ``model`` on ``device``."""
+def _spec_key(spec: CandidateSpec) -> str:
+    """The setting plus the vocab file's identity (path, size, mtime), so an edited file is read again."""
+    if spec.vocab is None:
+        return spec.key
+    p = Path(spec.vocab).expanduser()
+    st = p.stat() if p.is_file() else None
+    return f"{spec.key}|{p.resolve()}|{st.st_size if st else -1}|{st.st_mtime_ns if st else -1}"
+
+
+def load_space(
+    model: str, device: str = "cpu", candidates: CandidateSpec | str | dict[str, Any] = "all"
+) -> EmbeddingSpace:
+    """Load (once per process) the embedding space of ``model`` on ``device`` over the ``candidates`` setting.
+
+    ``candidates`` (space.md §6) defaults to ``"all"`` here; :class:`~hf_textdp.PrivatizerConfig` passes its own.
+    """
     dev = parse_device(device)
+    spec = parse_candidates(candidates)
     kind, path, revision = resolve_model(model)
-    key = (str(path.resolve()), str(dev), kind)
+    key = (str(path.resolve()), str(dev), kind, _spec_key(spec))
     with _LOCK:
         space = _CACHE.get(key)
         if space is None:
             if kind == "file":
-                space = _load_static_space(path, dev)
+                space = _load_static_space(path, dev, spec)
             else:
                 model_id = model if not Path(model).expanduser().is_dir() else Path(model).name
-                space = _load_hf_space(path, model_id, revision, dev)
+                space = _load_hf_space(path, model_id, revision, dev, spec)
             _CACHE[key] = space
     return space
