@@ -82,7 +82,9 @@ def test_line_scale_known_answers(line_vocab: str) -> None:
 def test_calibrate_minilm_table() -> None:
     """madlib.md §4: uniform keep rates 0.046 / 0.555 / 0.884 at ε = 40 / 80 / 120 (quoted to 3 decimals),
     and ε for replacement rates 0.9 / 0.5 / 0.1 = 47.9 / 76.4 / 127.5."""
-    res = calibrate(target_rate=0.5, epsilons=[40.0, 80.0, 120.0])
+    # the table is over every non-special row: candidates="all" (space.md §6; the default drops [unusedN])
+    old = PrivatizerConfig(epsilon=80.0, candidates="all")
+    res = calibrate(target_rate=0.5, epsilons=[40.0, 80.0, 120.0], config=old)
     assert res.V == 30517 and res.d == 384
     assert res.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
     for eps, keep in ((40.0, 0.046), (80.0, 0.555), (120.0, 0.884)):
@@ -93,9 +95,11 @@ def test_calibrate_minilm_table() -> None:
     assert abs(res.epsilon - 76.4) <= 3 * res.epsilon_stderr + 0.05
     assert res.median_rho1 == pytest.approx(0.9854, abs=5e-5) and res.diam == pytest.approx(2.3404, abs=5e-5)
     for target, eps in ((0.9, 47.9), (0.1, 127.5)):
-        r = calibrate(target_rate=target)
+        r = calibrate(target_rate=target, config=old)
         assert r.epsilon is not None and r.epsilon_stderr is not None
         assert abs(r.epsilon - eps) <= 3 * r.epsilon_stderr + 0.05
+    # the default (no_reserved) drops the tight [unusedN] cluster from the uniform draw: 10 % needs ε ≈ 115
+    assert calibrate(target_rate=0.1).V == 29523
 
 
 # --------------------------------------------------------------------------- the radius computation
