@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--mr", default="../shared/data/senteval/mr.jsonl")
     ap.add_argument("--corpus", default="../shared/data/senteval/cr.jsonl", help="santext_plus frequency corpus")
     ap.add_argument("--vectors", default=None, help="a word-vector file for one static-vector case")
+    ap.add_argument("--candidates", default=None, help='candidate setting ("all": the set before no_reserved)')
     args = ap.parse_args()
     with open(args.mr, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
@@ -59,6 +60,8 @@ def main() -> None:
     for cfg in configs(args.corpus, args.vectors):
         name = "/".join(f"{k}={v}" for k, v in cfg.items())
         cfg = dict(cfg)
+        if args.candidates is not None:
+            cfg["candidates"] = args.candidates
         config = PrivatizerConfig(mechanism=cfg.pop("mechanism"), epsilon=cfg.pop("epsilon"), **cfg)
         priv = Privatizer(config, seed=SEED)
         res = priv({"text": texts}, list(range(len(texts))))
