@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         PrivateTokenizer,
         PrivatizerConfig,
     )
-    from hf_textdp.space import resolve_model
+    from hf_textdp.io.models import resolve_model
 
     with open(args.data, encoding="utf-8") as f:
         rows = [json.loads(line) for line in itertools.islice(f, args.limit)]

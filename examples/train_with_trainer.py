@@ -141,7 +141,7 @@ def held_out_accuracy(model: Any, model_dir: str, rows: list[dict[str, Any]], ba
 
 def model_folder(model: str) -> str:
     """A local folder for ``model`` (offline: a folder, a cached hub id, or the packaged default model)."""
-    from hf_textdp.space import resolve_model
+    from hf_textdp.io.models import resolve_model
 
     return str(resolve_model(model)[1])
 

@@ -2,10 +2,10 @@
 
 A canary string is written into the input rows, the rows are privatized at epsilon = 1 with the default
 model (every subword piece of the canary is replaced), and every file the run could have written is
-scanned for it: the output, the ``datasets`` cache (``HF_DATASETS_CACHE``), the temporary folder
-(``TMPDIR``), the work folder beside the output and everything else under the test's folder except the
-input itself. Once after a successful run, once after a SIGKILL in the middle of a run (and after the
-``--resume`` that finishes it).
+scanned for it: the output, the ``datasets`` cache (``HF_DATASETS_CACHE``), the package's cache
+(``HF_TEXTDP_CACHE``), the temporary folder (``TMPDIR``), the work folder beside the output and everything
+else under the test's folder except the input itself. Once after a successful run, once after a SIGKILL in
+the middle of a run (and after the ``--resume`` that finishes it).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def _env(root: Path) -> dict[str, str]:
     return {
         **os.environ,
         "HF_DATASETS_CACHE": str(root / "datasets_cache"),
+        "HF_TEXTDP_CACHE": str(root / "textdp_cache"),  # the package's own cache of public constants
         "HF_HOME": str(root / "hf_home"),
         "TMPDIR": str(root / "tmp"),
         "HF_HUB_OFFLINE": "1",
@@ -87,6 +88,7 @@ def test_no_copy_of_the_original_after_success(tmp_path, suffix):
     res = subprocess.run(_cmd(src, out), env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert out.is_file() and not work_dir_for(out).exists()
+    assert any(p.is_file() for p in (tmp_path / "textdp_cache").rglob("*"))  # the package cache was written: scanned
     assert _files_with_canary(tmp_path, skip=src) == []
     # the scan does find the canary where it is: the input, and an output made with keep_original
     assert CANARY.encode() in src.read_bytes()

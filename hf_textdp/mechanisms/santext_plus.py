@@ -247,6 +247,8 @@ class SantextPlus(Santext):
             epsilon_token=eps * stats.diam + e0,
             delta_token=0.0,
             certified=True,
+            # a non-sensitive token released unchanged (probability 1 − p) reveals itself: no row bound
+            rows_bounded=full or self.p >= 1.0,
             not_covered=() if full else (UNPROTECTED_NOTE,),
             pair_bound=pair_bound,
         )
