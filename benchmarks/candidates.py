@@ -3,15 +3,17 @@
     HF_HUB_OFFLINE=1 python benchmarks/candidates.py [--rows 2000] [--out results/candidates]
 
 For madlib (ε = 80), tem (ε = 15) and santext (ε = 10) on the default model, and each candidate setting
-(``all``, the old default; ``no_reserved``, the new default; ``no_reserved`` + ``scripts=["latin"]``), it
+(``all`` with classes mixed, the old default; ``no_reserved`` mixed; ``no_reserved`` class-preserving, the
+new default; that + ``scripts=["latin"]``), it
 privatizes a strided subset of MR (MR is sorted by label: every k-th row keeps both labels) with a fixed
 public benchmark seed and measures, over the privatized output:
 
 - ``in_wordlist``: share of output words (maximal runs of Unicode letters, lower-cased) that occur in a
   public English word list, the vocabulary of the other SentEval tasks (CR, MPQA, SST-5, TREC);
 - ``reserved``: share of privatized positions whose output token is a placeholder (``[unusedN]``, ...);
-- ``foreign``: share of privatized positions whose output token is not Latin script, digits or
-  punctuation (space.md §6.3), placeholders excluded;
+- ``foreign``: share of privatized positions whose output token holds a character outside ASCII, Latin-1
+  Supplement, Latin Extended-A and General Punctuation (a fixed range, independent of the script filter
+  of space.md §6.3), placeholders excluded;
 - ``glued_split``: share of input words (a word-initial WordPiece token and the ``##`` pieces after it)
   in which some privatized position changed class: a continuation piece replaced by a word-initial token
   (the word is *split* in the output) or a word-initial token replaced by a ``##`` piece (*glued* to the
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_textdp import Privatizer, PrivatizerConfig
-from hf_textdp.candidates import is_reserved, piece_text, script_ok
+from hf_textdp.candidates import is_reserved, piece_text
 from hf_textdp.space import CANDIDATE, STRUCTURAL
 
 
@@ -40,10 +42,14 @@ DATA = Path("/work/shared/data/senteval")
 SEED = 0x5EED_CA4D_1DA7_E517  # public benchmark seed (the data are public)
 MECHANISMS = [("madlib", 80.0), ("tem", 15.0), ("santext", 10.0)]
 SETTINGS = [
-    ("all (old default)", "all"),
-    ("no_reserved (new default)", "no_reserved"),
-    ("no_reserved + latin", {"set": "no_reserved", "scripts": ["latin"]}),
+    ("all, classes mixed (old default)", {"set": "all", "classes": "mix"}),
+    ("no_reserved, classes mixed", {"set": "no_reserved", "classes": "mix"}),
+    ("no_reserved, class-preserving (new default)", "no_reserved"),
+    ("no_reserved + latin, class-preserving", {"set": "no_reserved", "scripts": ["latin"]}),
 ]
+# Characters of ordinary English-language text, for the foreign measure (independent of the script filter):
+# ASCII, Latin-1 Supplement, Latin Extended-A and General Punctuation.
+PLAIN = re.compile(r"[\x00-\u017f\u2010-\u205e]*")
 WORD = re.compile(r"[^\W\d_]+")
 
 
@@ -77,8 +83,8 @@ def measure(priv: Privatizer, texts: list[str], out: dict[str, list], words: set
             if is_reserved(t):
                 n_res += 1
             else:
-                has, body = piece_text(t, "wordpiece", "##")
-                n_for += not script_ok(body, ["latin"])
+                _, body = piece_text(t, "wordpiece", "##")
+                n_for += PLAIN.fullmatch(body or "") is None
         # input words: a word-initial token and the ## pieces after it; structural tokens close a word
         bad: bool | None = None  # None: no word open
         for p, t in enumerate(old_t):
@@ -136,6 +142,7 @@ def main() -> None:
                 "setting": label,
                 "candidates": priv.space.V,
                 "epsilon_token": priv.claim.epsilon_token,
+                "epsilon_token_per_class": {c["name"]: c["epsilon_token"] for c in priv.class_report() or []},
                 **measure(priv, texts, out, words),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
@@ -143,11 +150,16 @@ def main() -> None:
             results.append(row)
             samples[(mech, label)] = [out["text"][i] for i in sample_rows]
     (out_dir / "metrics.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    head = "| mechanism | ε | setting | |C| | ε_tok | in word list | reserved | foreign script | glued/split words |"
+    head = (
+        "| mechanism | ε | setting | |C| | ε_tok (per class) | in word list | reserved | foreign script "
+        "| glued/split words |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        per = r["epsilon_token_per_class"]
+        tok = f"{r['epsilon_token']:.2f}" + (" (" + " / ".join(f"{v:.2f}" for v in per.values()) + ")" if per else "")
         lines.append(
-            f"| {r['mechanism']} | {r['epsilon']:g} | {r['setting']} | {r['candidates']} | {r['epsilon_token']:.2f} | "
+            f"| {r['mechanism']} | {r['epsilon']:g} | {r['setting']} | {r['candidates']} | {tok} | "
             f"{r['in_wordlist']:.1%} | {r['reserved']:.2%} | {r['foreign']:.2%} | {r['glued_split']:.1%} |"
         )
     (out_dir / "metrics.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -8,7 +8,7 @@ what was released. :func:`build_report` turns both into the JSON report of accou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from .version import __version__
 
 __all__ = [
     "Claim",
+    "combine_class_claims",
     "Totals",
     "build_report",
     "format_report",
@@ -67,7 +68,8 @@ class Claim:
     delta_token: float
     certified: bool
     delta_per_projection: float | None = None
-    rows_bounded: bool = True  # False: an uncertified calibration whose per-token numbers are not bounds
+    # False: the per-token numbers bound no row (an uncertified calibration; santext_plus's unprotected tokens)
+    rows_bounded: bool = True
     warnings: tuple[str, ...] = ()
     not_covered: tuple[str, ...] = ()
     pair_bound: Callable[[int, int], float] | None = field(default=None, compare=False, repr=False)
@@ -84,6 +86,54 @@ class Claim:
         if self.delta_token <= 0 or not self.rows_bounded:
             return None
         return float(dp_tokens) * self.delta_token
+
+
+CLASS_NOT_COVERED = (
+    "Each position's piece class (word-initial or continuation): replacement stays inside the input token's "
+    "class. The class follows from the word boundaries and pieces per word, which are released already."
+)
+
+
+def combine_class_claims(claims: Sequence[Claim], class_of: Sequence[int], local: Sequence[int]) -> Claim:
+    """One claim for class-preserving replacement over per-class claims (accounting.md §1.3, space.md §7).
+
+    Each class is its own metric space, so a token's loss is bounded by its class's ``epsilon_token``;
+    the row columns use the largest (``dp_epsilon = dp_tokens · max_c ε_tok,c``), a bound for every
+    position whatever its class. ``pair_bound(a, b)`` (positions in C) is the class's own bound for two
+    candidates of one class and ∞ across classes, whose pairs differ in a released class.
+    """
+    first = claims[0]
+    eps_tok = [c.epsilon_token for c in claims]
+    pair = None
+    if all(c.pair_bound is not None for c in claims):
+
+        def pair(a: int, b: int) -> float:
+            ca, cb = class_of[a], class_of[b]
+            if ca != cb:
+                return math.inf
+            bound = claims[ca].pair_bound
+            assert bound is not None
+            return bound(local[a], local[b])
+
+    def unique(items: Sequence[str]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(items))
+
+    return Claim(
+        guarantee=first.guarantee,
+        metric=first.metric,
+        epsilon=first.epsilon,
+        delta=first.delta,
+        epsilon_token=None if any(e is None for e in eps_tok) else max(e for e in eps_tok if e is not None),
+        delta_token=max(c.delta_token for c in claims),
+        certified=all(c.certified for c in claims),
+        delta_per_projection=max(
+            (c.delta_per_projection for c in claims if c.delta_per_projection is not None), default=None
+        ),
+        rows_bounded=all(c.rows_bounded for c in claims),
+        warnings=unique([w for c in claims for w in c.warnings]),
+        not_covered=unique([*[n for c in claims for n in c.not_covered], CLASS_NOT_COVERED]),
+        pair_bound=pair,
+    )
 
 
 @dataclass
@@ -249,10 +299,24 @@ def guarantee_statement(report: dict[str, Any]) -> str:
                 )
             else:
                 tok = f"ε_tok = ε·diam = {_g(eps_tok)} (diam = {_g(scale.get('diam'))})"
+        if (report.get("candidate_set") or {}).get("per_class"):
+            formula = tok.split(" = ")[1]
+            tok = (
+                f"ε_tok = {formula} over each piece class's own space, the largest {_g(eps_tok)} "
+                f"({_class_list(report)})"
+            )
         return f"{head}; {tok}."
     delta_tok = report.get("delta_token")
     what = f"(ε, δ)-DP per token, δ_tok = {_g(delta_tok)}" if delta_tok else "ε-DP per token"
     return f"{what}: ε_tok = {_g(eps_tok)} for any two candidate tokens."
+
+
+def _class_list(report: dict[str, Any]) -> str:
+    """``word_initial ε_tok 187 (diam 2.34, …), continuation …`` from ``candidate_set.per_class``."""
+    return ", ".join(
+        f"{c['name']} ε_tok {_g(c.get('epsilon_token'))} (diam {_g(c.get('diam'))}, {c.get('size')} tokens)"
+        for c in (report.get("candidate_set") or {}).get("per_class") or []
+    )
 
 
 def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
@@ -273,12 +337,17 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
         f"  candidates:  {cands.get('setting') or 'all'}"
         + (f", scripts {'+'.join(cands['scripts'])}" if cands.get("scripts") else "")
         + (
-            f"; {outside} input tokens outside the set are privatized as their nearest candidate (ε_tok bounds "
-            "them; the metric bound ε·d holds between candidates)"
+            f"; {outside} vocabulary tokens outside the set are privatized, where they occur, as their nearest "
+            "candidate (ε_tok bounds them; the metric bound ε·d holds between candidates)"
             if outside
             else ""
         )
     )
+    if cands.get("per_class"):
+        lines.append(
+            f"  classes:     replacement stays inside the input's piece class, each its own metric space: "
+            f"{_class_list(report)}"
+        )
     lines.append(f"  guarantee:   {guarantee_statement(report)}")
     certified = report.get("certified")
     lines.append(

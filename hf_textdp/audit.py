@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep
 from .rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
 from .search import ExactIndex
-from .space import EmbeddingSpace
+from .space import ClassPart, EmbeddingSpace
 from .validation import check_int, check_open_unit
 
 
@@ -392,6 +393,17 @@ def _audit_pair(
 
 
 # --------------------------------------------------------------------------- public entry point
+def _pair_claim(mech: Mechanism, claim: Claim, a: int, b: int) -> float:
+    """The claim under test for positions (a, b): the pair bound, else ε_tok."""
+    if claim.pair_bound is not None:
+        return float(claim.pair_bound(a, b))
+    if claim.epsilon_token is not None:
+        return float(claim.epsilon_token)
+    raise InvalidParameterError(
+        f"mechanism {mech.name!r} makes no per-pair claim (guarantee {claim.guarantee!r}); nothing to audit."
+    )
+
+
 def audit(
     config_or_mechanism: PrivatizerConfig | tuple[Mechanism, PostprocessStep | None],
     space: EmbeddingSpace | str,
@@ -454,52 +466,59 @@ def audit(
         raise InvalidParameterError("config_or_mechanism: an additive mechanism needs a post-processing step.")
     if not isinstance(mech, (AdditiveMechanism, SelectionMechanism)):
         raise ParameterTypeError(f"mechanism must be additive or selection, got kind {mech.kind!r}.")
-    mech.setup(sp)
-    claim: Claim = mech.claim(sp)
-    unsafe = bool(getattr(step, "UNSAFE", False)) or claim.guarantee == "none"
-
-    def pair_claim(a: int, b: int) -> float:
-        if claim.pair_bound is not None:
-            return float(claim.pair_bound(a, b))
-        if claim.epsilon_token is not None:
-            return float(claim.epsilon_token)
-        raise InvalidParameterError(
-            f"mechanism {mech.name!r} makes no per-pair claim (guarantee {claim.guarantee!r}); nothing to audit."
-        )
-
-    if pairs is None:
-        id_pairs = default_pairs(mech, sp)
-    else:
+    if pairs is not None:
         if isinstance(pairs, (str, bytes)) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
             raise ParameterTypeError("pairs must be a list of (w, w') candidate id pairs.")
-        id_pairs = [(int(p[0]), int(p[1])) for p in pairs]
-        if not id_pairs:
+        if not pairs:
             raise InvalidParameterError("pairs must hold at least one pair.")
-    pos_pairs = _positions(sp, id_pairs)
-    delta = float(claim.delta_token or 0.0)
-    a_ev = alpha / (len(pos_pairs) * 2 * k_max * 2)
-    sampler = _Sampler(mech, step, sp, fresh_seed() if seed is None else seed)
-    M = mech.scale_metric_matrix(sp).detach().cpu().double()
-    ids = sp.candidate_ids
-    rows = []
-    for a, b in pos_pairs:
-        c = pair_claim(a, b)
-        lcb, pt, event, direction = _audit_pair(sampler, a, b, n_select, n_estimate, a_ev, delta, k_max, n_bins)
-        if not sampler.vectors:
-            event = tuple(int(ids[o]) for o in event)
-        rows.append(
-            AuditRow(
-                w=int(ids[a]),
-                w_prime=int(ids[b]),
-                distance=float(torch.linalg.vector_norm(M[a] - M[b])),
-                claim=c,
-                lcb=lcb,
-                point=pt,
-                event=event,
-                event_direction=(int(ids[direction[0]]), int(ids[direction[1]])),
-                event_outputs="bins" if sampler.vectors else "ids",
-            )
+        _positions(sp, [(int(p[0]), int(p[1])) for p in pairs])  # every id a candidate (raises naming the others)
+    # Class-preserving replacement (space.md §7): each class is its own space with its own mechanism and
+    # claim, so each pair is audited inside its class; a pair across classes has no claim.
+    vectors = step is not None and step.RELEASES_VECTORS
+    parts = [ClassPart("all", 0, np.arange(sp.V, dtype=np.int64), sp)] if vectors else sp.class_parts()
+    plans = []
+    for part in parts:
+        m = mech if len(parts) == 1 else copy.deepcopy(mech)
+        m.setup(part.space)
+        claim: Claim = m.claim(part.space)
+        if pairs is None:
+            id_pairs = default_pairs(m, part.space)
+        else:
+            members = set(part.space.candidate_ids.tolist())
+            id_pairs = [(int(p[0]), int(p[1])) for p in pairs if int(p[0]) in members and int(p[1]) in members]
+        if id_pairs:
+            plans.append((m, part.space, claim, _positions(part.space, id_pairs)))
+    n_pairs = sum(len(plan[3]) for plan in plans)
+    if pairs is not None and n_pairs < len(pairs):
+        raise InvalidParameterError(
+            "pairs: every pair must hold two candidates of one piece class; with class-preserving replacement "
+            "(candidates classes='preserve') a pair across classes differs in a released class and has no claim."
         )
+    a_ev = alpha / (n_pairs * 2 * k_max * 2)
+    rows = []
+    for m, part_space, claim, pos_pairs in plans:
+        delta = float(claim.delta_token or 0.0)
+        sampler = _Sampler(m, step, part_space, fresh_seed() if seed is None else seed)
+        M = m.scale_metric_matrix(part_space).detach().cpu().double()
+        ids = part_space.candidate_ids
+        for a, b in pos_pairs:
+            c = _pair_claim(m, claim, a, b)
+            lcb, pt, event, direction = _audit_pair(sampler, a, b, n_select, n_estimate, a_ev, delta, k_max, n_bins)
+            if not sampler.vectors:
+                event = tuple(int(ids[o]) for o in event)
+            rows.append(
+                AuditRow(
+                    w=int(ids[a]),
+                    w_prime=int(ids[b]),
+                    distance=float(torch.linalg.vector_norm(M[a] - M[b])),
+                    claim=c,
+                    lcb=lcb,
+                    point=pt,
+                    event=event,
+                    event_direction=(int(ids[direction[0]]), int(ids[direction[1]])),
+                    event_outputs="bins" if sampler.vectors else "ids",
+                )
+            )
     return AuditResult(
         passed=all(r.lcb <= r.claim for r in rows),
         worst_ratio=max(r.ratio for r in rows),
@@ -511,7 +530,7 @@ def audit(
         n_bins=n_bins,
         mechanism=mech.name,
         postprocess=postprocess,
-        guarantee=claim.guarantee,
-        delta_slack=delta,
-        unsafe=unsafe,
+        guarantee=plans[0][2].guarantee,
+        delta_slack=max(float(plan[2].delta_token or 0.0) for plan in plans),
+        unsafe=bool(getattr(step, "UNSAFE", False)) or plans[0][2].guarantee == "none",
     )

@@ -61,7 +61,7 @@ _SPLIT = "hf_textdp/calibrate"
 _MC_ROW = 256  # tokens per stream row in the Monte Carlo estimator
 _REFINE = 8  # per draw, the smallest fp32-based radii re-checked in float64
 _BLOCK_ELEMS = 2**22  # N × V block size of the radius computation (memory ≈ 5 × 8 × this bytes)
-_RADII_MEMO: dict[tuple[str, int, int, str], np.ndarray] = {}  # public draws only: safe to keep
+_RADII_MEMO: dict[tuple[str, int, int, int, str], np.ndarray] = {}  # public draws only: safe to keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +230,20 @@ class _MonteCarlo:
         return (hi - lo) / (epsilon * f - epsilon / f)
 
 
+class _Mixture:
+    """Class-preserving replacement (space.md §7): each class's estimator, weighted by its share of the draws."""
+
+    def __init__(self, parts: list[tuple[float, _MonteCarlo]]) -> None:
+        self.parts = parts
+
+    def rate(self, epsilon: float) -> tuple[float, float]:
+        rates = [(w, est.rate(epsilon)) for w, est in self.parts]
+        return sum(w * r for w, (r, _) in rates), math.sqrt(sum((w * se) ** 2 for w, (_, se) in rates))
+
+    def slope(self, epsilon: float) -> float:
+        return sum(w * est.slope(epsilon) for w, est in self.parts)
+
+
 # --------------------------------------------------------------------------- helpers
 def _weights(space: EmbeddingSpace, frequencies: Mapping[Any, Any]) -> tuple[np.ndarray, str]:
     """π over candidate positions from a public frequency table (token id or token string → weight)."""
@@ -374,13 +388,16 @@ def calibrate(
     if any(math.isinf(e) for e in eps_list):
         raise InvalidParameterError("epsilons must be finite.")
 
-    def make(epsilon: float) -> tuple[Mechanism, PostprocessStep | None]:
-        mech, step = dataclasses.replace(base, epsilon=float(epsilon)).build()
-        mech.setup(space)
-        return mech, step
+    def maker(on: EmbeddingSpace) -> Any:
+        def make(epsilon: float) -> tuple[Mechanism, PostprocessStep | None]:
+            mech, step = dataclasses.replace(base, epsilon=float(epsilon)).build()
+            mech.setup(on)
+            return mech, step
+
+        return make
 
     space = load_space(base.model, base.device, base.candidates)
-    mech0, step0 = make(eps_list[0] if eps_list else base.epsilon)
+    mech0, step0 = maker(space)(eps_list[0] if eps_list else base.epsilon)
     if step0 is not None and step0.RELEASES_VECTORS:
         raise InvalidParameterError(
             f"postprocess={base.postprocess!r} releases vectors, not tokens: no token is 'replaced', so there is "
@@ -395,22 +412,35 @@ def calibrate(
     else:
         pi, weighting = _weights(space, frequencies)
         w = rng.choice(V, n, p=pi)
+    # class-preserving replacement (space.md §7): each draw is calibrated inside its own class's space
+    parts = space.class_parts()
+    cls_of = space.position_class()
+    local = np.empty(V, dtype=np.int64)
+    for part in parts:
+        local[part.positions] = np.arange(part.positions.size)
+    by_class = [(part, local[w[cls_of[w] == part.index]]) for part in parts]
 
     rao_blackwell = (
         type(mech0) is Madlib and mech0.options.get("bound", "none") == "none" and base.postprocess == "nearest"
     )
-    estimator: _RaoBlackwell | _MonteCarlo
+    estimator: _RaoBlackwell | _MonteCarlo | _Mixture
     if rao_blackwell:
-        key = (space.space_hash, n, seed, weighting)
+        key = (space.space_hash, len(parts), n, seed, weighting)
         if key not in _RADII_MEMO:
             if len(_RADII_MEMO) >= 16:
                 _RADII_MEMO.pop(next(iter(_RADII_MEMO)))
             g = rng.standard_normal((n, d))
             U = g / np.linalg.norm(g, axis=1, keepdims=True)
-            _RADII_MEMO[key] = madlib_cell_radii(space.E, w, U)
+            _RADII_MEMO[key] = np.concatenate(
+                [madlib_cell_radii(part.space.E, lw, U[cls_of[w] == part.index]) for part, lw in by_class if lw.size]
+            )
         estimator = _RaoBlackwell(d, _RADII_MEMO[key])
+    elif len(parts) == 1:
+        estimator = _MonteCarlo(maker(space), space, w, seed)
     else:
-        estimator = _MonteCarlo(make, space, w, seed)
+        estimator = _Mixture(
+            [(lw.size / n, _MonteCarlo(maker(part.space), part.space, lw, seed)) for part, lw in by_class if lw.size]
+        )
 
     epsilon: float | None = None
     epsilon_se: float | None = None

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 import regex
 
 from .errors import InvalidParameterError, ParameterTypeError
@@ -21,6 +24,8 @@ from .errors import InvalidParameterError, ParameterTypeError
 
 __all__ = [
     "CANDIDATE_SETS",
+    "CLASS_MODES",
+    "CLASS_NAMES",
     "SCRIPTS",
     "DEFAULT_CANDIDATES",
     "CandidateSpec",
@@ -28,12 +33,17 @@ __all__ = [
     "is_reserved",
     "piece_scheme",
     "piece_text",
+    "piece_classes",
     "script_ok",
 ]
 
 CandidateSet = Literal["all", "no_reserved", "public_vocab"]
 CANDIDATE_SETS: tuple[str, ...] = ("all", "no_reserved", "public_vocab")
 DEFAULT_CANDIDATES = "no_reserved"
+# class-preserving replacement (space.md §7): "preserve" (default) or "mix" (one space over all of C)
+CLASS_MODES: tuple[str, ...] = ("preserve", "mix")
+# the two piece classes, by index: 0 starts a word (or carries no marker), 1 continues one
+CLASS_NAMES: tuple[str, str] = ("word_initial", "continuation")
 SCRIPTS: tuple[str, ...] = (
     "latin",
     "greek",
@@ -57,6 +67,11 @@ _RESERVED = re.compile(
 # Characters every script filter keeps: whitespace and the Common-script characters (digits, punctuation,
 # symbols) of Basic Latin, Latin-1 Supplement and General Punctuation (space.md §6.3).
 _NEUTRAL = r"[\p{Script=Common}&&[\t\n\r\x20-\x7e\xa0-\xbf\xd7\xf7\u2010-\u205e]]"
+# Phonetic notation, not running text: IPA, the phonetic extensions, spacing modifier letters (space.md §6.3).
+_PHONETIC = (
+    r"[\p{Block=IPA_Extensions}\p{Block=Phonetic_Extensions}\p{Block=Phonetic_Extensions_Supplement}"
+    r"\p{Block=Spacing_Modifier_Letters}]"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +86,9 @@ class CandidateSpec:
             scripts, combining marks, or ASCII/Latin-1/General Punctuation digits, punctuation and symbols.
         vocab (`str`, *optional*): ``public_vocab`` only: a public text file (one text or word per line) or
             JSON lines file (field ``text``). Never the data being privatized.
+        classes (`str`, defaults to `"preserve"`): ``"preserve"`` replaces a word-initial token only by
+            word-initial tokens and a continuation piece only by continuation pieces, each class its own
+            metric space (space.md §7); ``"mix"`` uses one space over all of C. Static vectors have one class.
 
     Example:
 
@@ -78,11 +96,14 @@ class CandidateSpec:
     'no_reserved'
     >>> parse_candidates({"set": "all", "scripts": ["latin"]}).to_value()
     {'scripts': ['latin'], 'set': 'all'}
+    >>> parse_candidates({"set": "all", "classes": "mix"}).to_value()
+    {'classes': 'mix', 'set': 'all'}
     """
 
     set: str = DEFAULT_CANDIDATES
     scripts: tuple[str, ...] | None = None
     vocab: str | None = None
+    classes: str = "preserve"
 
     def __post_init__(self) -> None:
         if self.set not in CANDIDATE_SETS:
@@ -104,12 +125,23 @@ class CandidateSpec:
             )
         if self.vocab is not None and (not isinstance(self.vocab, str) or not self.vocab):
             raise InvalidParameterError(f"candidates: vocab must be a non-empty path str, got {self.vocab!r}.")
+        if self.classes not in CLASS_MODES:
+            raise InvalidParameterError(
+                f"candidates: classes must be one of {list(CLASS_MODES)}, got {self.classes!r}."
+            )
+
+    @property
+    def preserve_classes(self) -> bool:
+        """Whether replacement stays inside the input token's piece class (space.md §7)."""
+        return self.classes == "preserve"
 
     def to_value(self) -> str | dict[str, Any]:
         """The canonical config value: the set name alone, or a dict with sorted keys when more is set."""
-        if self.scripts is None and self.vocab is None:
+        if self.scripts is None and self.vocab is None and self.preserve_classes:
             return self.set
         out: dict[str, Any] = {"set": self.set}
+        if not self.preserve_classes:
+            out["classes"] = self.classes
         if self.scripts is not None:
             out["scripts"] = list(self.scripts)
         if self.vocab is not None:
@@ -133,19 +165,20 @@ def parse_candidates(value: Any) -> CandidateSpec:
     if isinstance(value, str):
         return CandidateSpec(set=value)
     if isinstance(value, Mapping):
-        extra = sorted(set(value) - {"set", "scripts", "vocab"})
+        extra = sorted(set(value) - {"set", "scripts", "vocab", "classes"})
         if extra:
             raise InvalidParameterError(
-                f"candidates: unknown keys {extra}; allowed keys: ['scripts', 'set', 'vocab']."
+                f"candidates: unknown keys {extra}; allowed keys: ['classes', 'scripts', 'set', 'vocab']."
             )
         scripts = value.get("scripts")
         return CandidateSpec(
             set=value.get("set", DEFAULT_CANDIDATES),
             scripts=tuple(scripts) if isinstance(scripts, (list, tuple)) else scripts,
             vocab=value.get("vocab"),
+            classes=value.get("classes", "preserve"),
         )
     raise ParameterTypeError(
-        f"candidates must be a set name {list(CANDIDATE_SETS)} or a dict with keys set/scripts/vocab, got "
+        f"candidates must be a set name {list(CANDIDATE_SETS)} or a dict with keys set/scripts/vocab/classes, got "
         f"{type(value).__name__}."
     )
 
@@ -232,13 +265,40 @@ def piece_text(token: str, scheme: str, marker: str) -> tuple[bool, str | None]:
     return has, body
 
 
+def piece_classes(strings: Sequence[str], scheme: str, marker: str) -> npt.NDArray[np.int8]:
+    """The piece class of each token string, as an index into :data:`CLASS_NAMES` (space.md §7.1).
+
+    WordPiece marks continuations (``##``); byte-level BPE (``Ġ``) and SentencePiece (``▁``) mark a
+    word start, so there an unmarked piece continues a word (or is a text's first piece). ``words``
+    (static vectors) has one class: every token is word-initial.
+
+    >>> piece_classes(["the", "##ing", ","], "wordpiece", "##").tolist()
+    [0, 1, 0]
+    >>> piece_classes(["\u0120the", "ing"], "bytelevel", "\u0120").tolist()
+    [0, 1]
+    """
+    has = np.fromiter((bool(marker) and t.startswith(marker) for t in strings), dtype=bool, count=len(strings))
+    marks_continuation = scheme == "wordpiece"
+    out: npt.NDArray[np.int8] = (has if marks_continuation else ~has).astype(np.int8)
+    if scheme == "words":
+        out[:] = 0
+    return out
+
+
+def _compat(char: str) -> bool:
+    """A letter or digit that is a compatibility form of another (``ᵢ``, ``ₕ``, ``²``, ``ﬁ``, fullwidth ``Ａ``)."""
+    return unicodedata.category(char)[0] in "LN" and unicodedata.normalize("NFKC", char) != char
+
+
 def script_ok(text: str | None, scripts: Sequence[str]) -> bool:
     """Whether every character of ``text`` is a letter of ``scripts``, a combining mark, or neutral (space.md §6.3).
 
     >>> script_ok("café", ["latin"]), script_ok("вода", ["latin"]), script_ok("₹", ["latin"]), script_ok("", ["latin"])
     (True, False, False, False)
+    >>> script_ok("ɣ", ["latin"]), script_ok("ᵢ", ["latin"]), script_ok("naïve", ["latin"])
+    (False, False, True)
     """
-    if not text:
+    if not text or any(_compat(c) for c in text):
         return False
     letters = "".join(rf"\p{{Script={s.capitalize()}}}" for s in scripts)
-    return regex.fullmatch(rf"(?V1)(?:[{letters}\p{{Script=Inherited}}]|{_NEUTRAL})+", text) is not None
+    return regex.fullmatch(rf"(?V1)(?:[[{letters}\p{{Script=Inherited}}]--{_PHONETIC}]|{_NEUTRAL})+", text) is not None

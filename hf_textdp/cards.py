@@ -179,7 +179,19 @@ def candidate_setting(cand: dict[str, Any]) -> str:
     if isinstance(vocab, dict):
         parts.append(f"vocab {vocab.get('name')}")
     if cand.get("inputs_outside"):
-        parts.append(f"{cand['inputs_outside']} input tokens outside it privatized as their nearest candidate")
+        parts.append(
+            f"{cand['inputs_outside']} vocabulary tokens outside it privatized, where they occur, as their nearest "
+            "candidate"
+        )
+    per_class = cand.get("per_class")
+    if per_class:
+        parts.append(
+            "class-preserving (each piece class its own space: "
+            + "; ".join(f"{c['name']} {c['size']} tokens, ε_tok {_fmt(c.get('epsilon_token'))}" for c in per_class)
+            + ")"
+        )
+    elif cand.get("classes") == "mix":
+        parts.append("classes mixed")
     return ", ".join(parts)
 
 

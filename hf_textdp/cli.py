@@ -16,7 +16,7 @@ from .accounting import format_report
 from .audit import audit
 from .bench import format_table, run_bench
 from .calibrate import calibrate, format_calibration, plot_calibration
-from .candidates import CANDIDATE_SETS, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
+from .candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
 from .cards import render_card
 from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
@@ -127,14 +127,16 @@ def _config_from_args(args: argparse.Namespace) -> Any:
 
 def _candidates_from_args(args: argparse.Namespace, base: Any) -> Any:
     """``--candidates``, ``--candidate-scripts`` and ``--candidate-vocab`` over the config's setting."""
-    cand_set, scripts, vocab = (getattr(args, k, None) for k in ("candidates", "candidate_scripts", "candidate_vocab"))
-    if cand_set is None and scripts is None and vocab is None:
+    keys = ("candidates", "candidate_scripts", "candidate_vocab", "candidate_classes")
+    cand_set, scripts, vocab, classes = (getattr(args, k, None) for k in keys)
+    if cand_set is None and scripts is None and vocab is None and classes is None:
         return base
     spec = parse_candidates(base)
     return {
         "set": cand_set or ("public_vocab" if vocab is not None else spec.set),
         "scripts": [s.strip() for s in scripts.split(",") if s.strip()] if scripts is not None else spec.scripts,
         "vocab": vocab if vocab is not None else spec.vocab,
+        "classes": classes or spec.classes,
     }
 
 
@@ -430,13 +432,15 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
         type=float,
         required=epsilon_required,
         default=None,
-        help="per-token epsilon, a finite float > 0 (required, unless --config holds one)",
+        help="per-token epsilon, a finite float > 0 (required"
+        + (")" if epsilon_required else ", unless --config holds one)"),
     )
     p.add_argument(
         "--mechanism",
         default=None,
         metavar="NAME",
-        help=f"registered mechanism, one of: {', '.join(mechanisms)} (default: madlib, or the --config's)",
+        help=f"registered mechanism, one of: {', '.join(mechanisms)} (default: madlib"
+        + (")" if epsilon_required else ", or the --config's)"),
     )
     p.add_argument(
         "--delta",
@@ -481,6 +485,14 @@ def _add_candidate_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="public text or word file whose tokens are the candidates (implies --candidates public_vocab); never "
         "the input (default: none)",
+    )
+    p.add_argument(
+        "--candidate-classes",
+        default=None,
+        choices=CLASS_MODES,
+        help="preserve: a word-initial token is replaced by a word-initial one and a continuation piece by a "
+        "continuation, each class its own metric space (docs/mechanisms/space.md §7); mix: one space over all "
+        "candidates (default: preserve)",
     )
 
 

@@ -13,20 +13,29 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, build_report
+from .accounting import Claim, Totals, build_report, combine_class_claims
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
-from .rng import derive_row_seed, fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
+from .rng import (
+    Streams,
+    derive_row_seed,
+    fresh_seed,
+    streams_for_rows,
+    validate_secret_seed,
+    validate_split,
+    validate_stream,
+)
 from .scale import scale_stats
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
 from .utils.logging import get_logger, warn_once
 
@@ -36,6 +45,17 @@ __all__ = ["Privatizer"]
 logger = get_logger(__name__)
 
 _I63 = 2**63
+
+
+@dataclass
+class _Release:
+    """What releases one piece class (space.md §7): the class, its own mechanism and step, and its claim."""
+
+    part: ClassPart
+    mech: Mechanism
+    step: PostprocessStep | None
+    claim: Claim
+    positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
 
 
 class Privatizer:
@@ -95,6 +115,9 @@ class Privatizer:
         self._step: PostprocessStep | None = None
         self._claim: Claim | None = None
         self._tokens: HFTokens | WordTokens | None = None
+        self._releases: list[_Release] = []
+        self._class_of: torch.Tensor | None = None  # [V] class index of each position in C (split only)
+        self._local: torch.Tensor | None = None  # [V] position inside its class's space (split only)
         self.totals = Totals()
 
     # ---------------------------------------------------------------- pickling (decision D4)
@@ -146,6 +169,12 @@ class Privatizer:
         mech, step = self.config.build()
         mech.setup(space)
         self._claim = mech.claim(space)
+        parts = space.class_parts()
+        if len(parts) > 1 and not (step is not None and step.RELEASES_VECTORS):
+            self._split_by_class(space, parts)
+        else:  # one space; vectors (postprocess="vector") are released before any token is chosen
+            whole = ClassPart("all", 0, np.arange(space.V, dtype=np.int64), space)
+            self._releases = [_Release(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
         if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":
@@ -157,6 +186,50 @@ class Privatizer:
             )
         self._tokens = make_tokens(space)
         self._mech, self._step, self._space = mech, step, space
+
+    def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
+        """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
+        releases = []
+        class_of = np.empty(space.V, dtype=np.int64)
+        local = np.empty(space.V, dtype=np.int64)
+        for k, part in enumerate(parts):
+            mech, step = self.config.build()
+            mech.setup(part.space)
+            releases.append(_Release(part, mech, step, mech.claim(part.space), torch.from_numpy(part.positions)))
+            class_of[part.positions] = k
+            local[part.positions] = np.arange(part.positions.size)
+        self._releases = releases
+        self._class_of, self._local = torch.from_numpy(class_of), torch.from_numpy(local)
+        self._claim = combine_class_claims([r.claim for r in releases], class_of.tolist(), local.tolist())
+
+    @property
+    def classes(self) -> list[ClassPart]:
+        """The piece classes released separately (one part, ``"all"``, without class-preserving replacement)."""
+        self._ensure()
+        return [r.part for r in self._releases]
+
+    def class_report(self) -> list[dict[str, Any]] | None:
+        """Each class's size, diameter and claim (the report's ``candidate_set.per_class``); ``None``: one space."""
+        self._ensure()
+        if len(self._releases) < 2:
+            return None
+        out = []
+        for r in self._releases:
+            stats = scale_stats(r.mech.scale_metric_matrix(r.part.space), store=r.part.space.store)
+            out.append(
+                {
+                    "name": r.part.name,
+                    "marker": self._space.piece_marker if self._space is not None else None,
+                    "size": r.part.space.V,
+                    "median_rho1": stats.median_rho1,
+                    "diam": stats.diam,
+                    "epsilon_token": r.claim.epsilon_token,
+                    "delta_token": r.claim.delta_token if r.claim.epsilon_token is not None else None,
+                    "certified": r.claim.certified,
+                    "details": r.mech.details(r.part.space),
+                }
+            )
+        return out
 
     @property
     def claim(self) -> Claim:
@@ -243,7 +316,7 @@ class Privatizer:
             ),
             claim=claim,
             details=mech.details(space),
-            candidate_set=space.candidate_set_info(),
+            candidate_set={**space.candidate_set_info(), "per_class": self.class_report()},
             model=space.model_info(),
             scale={
                 "metric": claim.metric or "euclidean",
@@ -439,21 +512,39 @@ class Privatizer:
         row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
         on CPU.
         """
-        space, mech = self._space, self._mech
-        assert space is not None and mech is not None
-        device = space.device
+        space = self._space
+        assert space is not None
         if not any(sizes):
             return torch.empty(0, dtype=torch.int64)
         stream = self.stream if stream is None else stream
-        streams = streams_for_rows(self.row_keys(row_ids, stream), sizes, device)
+        streams = streams_for_rows(self.row_keys(row_ids, stream), sizes, space.device)
+        if len(self._releases) == 1:
+            return self._release_class(self._releases[0], positions, streams)
+        assert self._class_of is not None and self._local is not None
+        # Each class on its own space: a token's draws depend on its key and position only, so releasing a
+        # class's tokens apart from the others draws exactly what they would draw in one call.
+        cls = self._class_of[positions]
+        out = torch.empty_like(positions)
+        for k, rel in enumerate(self._releases):
+            mask = cls == k
+            if bool(mask.any()):
+                local = self._local[positions[mask]]
+                res = self._release_class(rel, local, streams.select(mask))
+                out[mask] = rel.positions[res]
+        return out
+
+    @staticmethod
+    def _release_class(rel: _Release, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """One class's mechanism and post-processing over its local positions; positions (or vectors) on CPU."""
+        space, mech, step = rel.part.space, rel.mech, rel.step
         if isinstance(mech, SelectionMechanism):
             return mech.sample(space, positions, streams).cpu()
-        assert isinstance(mech, AdditiveMechanism) and self._step is not None
+        assert isinstance(mech, AdditiveMechanism) and step is not None
         z = mech.perturb(mech.inputs(space, positions), streams)
-        if isinstance(self._step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
-            res = self._step.apply_unsafe(z, mech, space, streams, positions)
+        if isinstance(step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
+            res = step.apply_unsafe(z, mech, space, streams, positions)
         else:
-            res = self._step.apply(z, mech, space, streams)
+            res = step.apply(z, mech, space, streams)
         return res.cpu()
 
     def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:

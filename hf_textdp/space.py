@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from .candidates import CLASS_NAMES
 from .errors import InvalidParameterError
 from .memo import Store
 from .search import ExactIndex
 from .utils.logging import get_logger
 
 
-__all__ = ["EmbeddingSpace", "parse_device", "DEFAULT_MODEL", "STRUCTURAL", "PASSTHROUGH", "CANDIDATE"]
+__all__ = ["EmbeddingSpace", "ClassPart", "parse_device", "DEFAULT_MODEL", "STRUCTURAL", "PASSTHROUGH", "CANDIDATE"]
 
 logger = get_logger(__name__)
 
@@ -42,6 +43,9 @@ class EmbeddingSpace:
         remap_ids / remap_pos: input ids outside C and the position in C each is privatized as (its
             nearest candidate, space.md §6.5); ``None`` when every input is a candidate.
         candidates (`dict`): the candidate setting and what it excluded (the report's ``candidate_set``).
+        token_class (`np.ndarray`, *optional*): each candidate's piece class (0 word-initial, 1 continuation,
+            space.md §7) when replacement preserves classes; ``None``: one space over all of C.
+        piece_marker (`str`, *optional*): the tokenizer's piece marker (``##``, ``Ġ``, ``▁``) behind the classes.
         store (`Store`): where mechanisms keep derived public constants (``None``: this process only;
             the loaders of ``hf_textdp.io.models`` pass the disk cache).
     """
@@ -67,6 +71,8 @@ class EmbeddingSpace:
     remap_ids: np.ndarray | None = field(default=None, repr=False)
     remap_pos: np.ndarray | None = field(default=None, repr=False)
     candidates: dict[str, Any] = field(default_factory=lambda: {"setting": "all"})
+    token_class: np.ndarray | None = field(default=None, repr=False)
+    piece_marker: str | None = None
     store: Store | None = field(default=None, repr=False, compare=False)
     E_full: torch.Tensor | None = field(default=None, repr=False)  # all rows (HF), for structural embeddings
     _index: ExactIndex | None = field(default=None, repr=False)
@@ -74,6 +80,7 @@ class EmbeddingSpace:
     _word_to_id: dict[str, int] | None = field(default=None, repr=False)
     _id_class: np.ndarray | None = field(default=None, repr=False)
     _id_pos: np.ndarray | None = field(default=None, repr=False)
+    _parts: list[ClassPart] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.candidate_ids.numel() < 2:
@@ -159,6 +166,56 @@ class EmbeddingSpace:
         member: np.ndarray = out & (cls == CANDIDATE)
         return member
 
+    # ---------------------------------------------------------------- piece classes (space.md §7)
+    def class_parts(self) -> list[ClassPart]:
+        """One :class:`ClassPart` per piece class: its own space over that class's candidates.
+
+        Without class-preserving replacement (``token_class is None``) there is one part, this space itself.
+        """
+        if self._parts is not None:
+            return self._parts
+        if self.token_class is None:
+            self._parts = [ClassPart("all", 0, np.arange(self.V, dtype=np.int64), self)]
+            return self._parts
+        parts = []
+        for c in np.unique(self.token_class).tolist():
+            pos = np.flatnonzero(self.token_class == c).astype(np.int64)
+            name = CLASS_NAMES[c]
+            if pos.size < 2:
+                raise InvalidParameterError(
+                    f"candidates: the {name} class of {self.model_id} has {pos.size} candidate token(s); at least 2 "
+                    "are needed per class. Use a larger candidate set or classes='mix'."
+                )
+            idx = torch.from_numpy(pos)
+            sub = EmbeddingSpace(
+                model_id=self.model_id,
+                kind=self.kind,
+                candidate_ids=self.candidate_ids[idx],
+                E=self.E[idx.to(self.E.device)].contiguous(),
+                n_rows=self.n_rows,
+                vocab_size=self.vocab_size,
+                structural_ids=self.structural_ids,
+                unk_id=self.unk_id,
+                device=self.device,
+                tokenizer=self.tokenizer,
+                words=self.words,
+                revision=self.revision,
+                file_sha256=self.file_sha256,
+                pad_id=self.pad_id,
+                candidates={**self.candidates, "class": name},
+                store=self.store,
+                E_full=self.E_full,
+            )
+            parts.append(ClassPart(name, int(c), pos, sub))
+        self._parts = parts
+        return parts
+
+    def position_class(self) -> np.ndarray:
+        """The class index of every candidate position (all 0 without class-preserving replacement)."""
+        if self.token_class is None:
+            return np.zeros(self.V, dtype=np.int8)
+        return self.token_class
+
     def word_to_id(self) -> dict[str, int]:
         if self._word_to_id is None:
             assert self.words is not None
@@ -191,6 +248,20 @@ class EmbeddingSpace:
             "excluded_out_of_range": self.excluded_out_of_range,
             **self.candidates,
         }
+
+
+@dataclass
+class ClassPart:
+    """One piece class of a space (space.md §7): its name, index, the positions in C it holds, and its own space.
+
+    ``space`` is a metric space of its own: mechanisms are set up on it, so ρ₁, the diameter and every
+    calibrated constant are the class's, and a released position ``p`` of ``space`` is ``positions[p]`` in C.
+    """
+
+    name: str
+    index: int
+    positions: np.ndarray
+    space: EmbeddingSpace
 
 
 def parse_device(device: str) -> torch.device:

@@ -82,8 +82,9 @@ def test_line_scale_known_answers(line_vocab: str) -> None:
 def test_calibrate_minilm_table() -> None:
     """madlib.md §4: uniform keep rates 0.046 / 0.555 / 0.884 at ε = 40 / 80 / 120 (quoted to 3 decimals),
     and ε for replacement rates 0.9 / 0.5 / 0.1 = 47.9 / 76.4 / 127.5."""
-    # the table is over every non-special row: candidates="all" (space.md §6; the default drops [unusedN])
-    old = PrivatizerConfig(epsilon=80.0, candidates="all")
+    # the table is over every non-special row as one space: candidates="all", classes mixed (space.md §6, §7;
+    # the default drops [unusedN] and calibrates each piece class in its own space)
+    old = PrivatizerConfig(epsilon=80.0, candidates={"set": "all", "classes": "mix"})
     res = calibrate(target_rate=0.5, epsilons=[40.0, 80.0, 120.0], config=old)
     assert res.V == 30517 and res.d == 384
     assert res.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"

@@ -9,81 +9,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from hf_textdp import Privatizer, PrivatizerConfig, audit, calibrate, privatize_dataset
-from hf_textdp.candidates import CandidateSpec, is_reserved, parse_candidates, piece_text, script_ok
+from hf_textdp.candidates import (
+    CandidateSpec,
+    is_reserved,
+    parse_candidates,
+    piece_classes,
+    piece_scheme,
+    piece_text,
+    script_ok,
+)
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.space import CANDIDATE
-from tests.utils import corpus, write_jsonl, write_vectors
+from tests.utils import FAMILIES, FOREIGN, RESERVED, corpus, write_jsonl, write_vectors
 
 
 SEED = 2**40 + 1717
-RESERVED = ["[unused0]", "[unused1]", "<extra_id_0>", "madeupword0000"]
-FOREIGN = ["вода", "θεος"]
-
-
-# --------------------------------------------------------------------------- tiny models of three families
-def _save(folder: Path, tok, special: dict[str, str], seed: int) -> str:
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    tok.add_tokens(RESERVED + FOREIGN)  # placeholders and foreign words as ordinary (non-special) vocabulary
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special)
-    torch.manual_seed(seed)
-    config = BertConfig(
-        vocab_size=len(fast),
-        hidden_size=8,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=16,
-        pad_token_id=fast.pad_token_id,
-    )
-    folder.mkdir(parents=True, exist_ok=True)
-    BertModel(config).save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return str(folder)
-
-
-def _wordpiece(folder: Path) -> str:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(
-        corpus(300, 3), trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]"])
-    )
-    return _save(folder, tok, {"unk_token": "[UNK]", "pad_token": "[PAD]"}, 3)
-
-
-def _bytelevel(folder: Path) -> str:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<pad>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(corpus(300, 4), trainer)
-    return _save(folder, tok, {"pad_token": "<pad>", "eos_token": "</s>"}, 4)
-
-
-def _metaspace(folder: Path) -> str:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=["<pad>", "<unk>"], unk_token="<unk>")
-    tok.train_from_iterator(corpus(300, 5), trainer)
-    return _save(folder, tok, {"pad_token": "<pad>", "unk_token": "<unk>"}, 5)
-
-
-FAMILIES = {"wordpiece": _wordpiece, "bytelevel": _bytelevel, "metaspace": _metaspace}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -93,7 +37,7 @@ def family(request, tmp_path_factory, module_textdp_cache) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def wordpiece(tmp_path_factory, module_textdp_cache) -> str:
-    return _wordpiece(tmp_path_factory.mktemp("wp"))
+    return FAMILIES["wordpiece"](tmp_path_factory.mktemp("wp"))
 
 
 def _strings(space, ids) -> list[str]:
@@ -217,21 +161,29 @@ def test_settings_on_each_family(family):
     assert lat.candidate_set_info()["excluded_script"] >= len(FOREIGN)
 
 
-def test_inputs_outside_are_their_nearest_candidate(family):
-    """space.md §6.5: an excluded input id is privatized, as the exact nearest candidate of its row."""
-    _, folder = family
+@pytest.mark.parametrize("classes", ["preserve", "mix"])
+def test_inputs_outside_are_their_nearest_candidate(family, classes):
+    """space.md §6.5, §7.2: an excluded input id is privatized, as the exact nearest candidate of its row (of
+    its own piece class when classes are preserved)."""
+    name, folder = family
     full = load_space(folder, candidates="all")
-    lat = load_space(folder, candidates={"set": "no_reserved", "scripts": ["latin"]})
+    lat = load_space(folder, candidates={"set": "no_reserved", "scripts": ["latin"], "classes": classes})
     outside = np.setdiff1d(full.candidate_ids.numpy(), lat.candidate_ids.numpy())
     assert outside.size == lat.candidate_set_info()["inputs_outside"] >= len(RESERVED) + len(FOREIGN)
     cls, pos = lat.classify(outside)
     assert (cls == CANDIDATE).all() and not lat.is_member(outside).any()
     E_full = lat.E_full.double().numpy()
     C = E_full[lat.candidate_ids.numpy()]
-    for i, p in zip(outside, pos, strict=True):
+    scheme = piece_scheme(lat.tokenizer)
+    cand_class = piece_classes(_strings(lat, lat.candidate_ids), *scheme)
+    out_class = piece_classes(_strings(lat, outside), *scheme)
+    assert (lat.token_class is None) == (classes == "mix")
+    for i, p, c in zip(outside, pos, out_class, strict=True):
         d = ((C - E_full[i]) ** 2).sum(1)
+        if classes == "preserve" and (cand_class == c).any():
+            d[cand_class != c] = np.inf
+            assert cand_class[p] == c
         assert p == int(np.argmin(d))
-    assert lat.is_member(lat.candidate_ids.numpy()).all()
 
 
 ALL_MECHS = sorted(list_mechanisms())
@@ -265,7 +217,10 @@ def test_every_mechanism_emits_only_candidates(mechanism, family):
         privatized = [t for t, c in zip(ids, cls, strict=True) if c == CANDIDATE]
         assert set(privatized) <= cand
         assert out["dp_tokens"][i] == len(privatized)
-        assert out["dp_epsilon"][i] == pytest.approx(len(privatized) * priv.claim.epsilon_token)
+        if priv.claim.rows_bounded:
+            assert out["dp_epsilon"][i] == pytest.approx(len(privatized) * priv.claim.epsilon_token)
+        else:  # santext_plus with p < 1: no row bound (accounting.md §2)
+            assert out["dp_epsilon"][i] is None and mechanism == "santext_plus"
     report = priv.privacy_report()
     assert report["candidate_set"]["setting"] == "no_reserved" and report["candidate_set"]["scripts"] == ["latin"]
     assert report["candidate_set"]["size"] == priv.space.V

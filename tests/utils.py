@@ -274,3 +274,106 @@ def scan(roots: Any, needles: list[bytes], allowed: Any = ()) -> dict[str, list[
                 if found:
                     hits[str(path)] = found
     return hits
+
+
+# --------------------------------------------------------------------------- tiny models of three tokenizer families
+# Placeholders and foreign words added as ordinary (non-special) vocabulary (space.md §6).
+RESERVED = ["[unused0]", "[unused1]", "<extra_id_0>", "madeupword0000"]
+FOREIGN = ["вода", "θεος"]
+
+
+def _save_family(folder: Path, tok, special: dict[str, str], seed: int) -> str:
+    import torch
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    tok.add_tokens(RESERVED + FOREIGN)  # placeholders and foreign words as ordinary (non-special) vocabulary
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **special)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(fast),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        pad_token_id=fast.pad_token_id,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    BertModel(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return str(folder)
+
+
+def _wordpiece(folder: Path) -> str:
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(
+        corpus(300, 3), trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]"])
+    )
+    return _save_family(folder, tok, {"unk_token": "[UNK]", "pad_token": "[PAD]"}, 3)
+
+
+def _bytelevel(folder: Path) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<pad>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus(300, 4), trainer)
+    return _save_family(folder, tok, {"pad_token": "<pad>", "eos_token": "</s>"}, 4)
+
+
+def _metaspace(folder: Path) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=["<pad>", "<unk>"], unk_token="<unk>")
+    tok.train_from_iterator(corpus(300, 5), trainer)
+    return _save_family(folder, tok, {"pad_token": "<pad>", "unk_token": "<unk>"}, 5)
+
+
+FAMILIES = {"wordpiece": _wordpiece, "bytelevel": _bytelevel, "metaspace": _metaspace}
+
+
+def build_wordpiece_rows(folder: Path, words: list[str], rows: np.ndarray) -> Path:
+    """A WordPiece model whose vocabulary is ``[PAD] [UNK] [CLS] [SEP]`` + ``words`` and whose embedding rows
+    for ``words`` are ``rows`` (special rows far away): a subword space of known geometry."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    vocab = {t: i for i, t in enumerate(special + list(words))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
+    )
+    rows = np.asarray(rows, dtype=np.float64)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=rows.shape[1],
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=4,
+        pad_token_id=0,
+    )
+    model = BertModel(config)
+    with torch.no_grad():
+        weight = torch.full((len(vocab), rows.shape[1]), 50.0)
+        weight[len(special) :] = torch.from_numpy(rows).float()
+        model.embeddings.word_embeddings.weight.copy_(weight)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder

@@ -13,6 +13,7 @@ from typing import Any
 
 import evaluate
 
+from ..candidates import DEFAULT_CANDIDATES, parse_candidates
 from ..errors import InvalidParameterError
 from ..io.files import _finite
 from ..space import DEFAULT_MODEL
@@ -51,6 +52,7 @@ class PrivatizerSpec:
     model: str = DEFAULT_MODEL
     label: str = ""
     tasks: tuple[str, ...] | None = None  # restrict this line to some of the recipe's tasks
+    candidates: str | dict[str, Any] = DEFAULT_CANDIDATES  # the candidate setting (space.md §6, §7)
 
     @property
     def name(self) -> str:
@@ -68,6 +70,7 @@ class PrivatizerSpec:
             "model": self.model,
             "label": self.name,
             "tasks": list(self.tasks) if self.tasks is not None else None,
+            "candidates": self.candidates,
         }
 
 
@@ -169,6 +172,7 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
                 model=str(item.get("model", DEFAULT_MODEL)),
                 label=str(item.get("label", "")),
                 tasks=tuple(item["tasks"]) if item.get("tasks") else None,
+                candidates=parse_candidates(item.get("candidates", DEFAULT_CANDIDATES)).to_value(),
             )
         )
     clf = dict(raw.get("classifier") or {})

@@ -97,6 +97,7 @@ def _privatize_task(
         postprocess=spec.postprocess,
         options=dict(spec.options),
         device=device,
+        candidates=spec.candidates,
     )
     t0 = time.perf_counter()
     texts: dict[str, list[str]] = {}
@@ -355,6 +356,7 @@ def run_recipe(
                     "label": pspec.name,
                     "postprocess": pspec.postprocess,
                     "options": dict(pspec.options),
+                    "candidates": pspec.candidates,
                     "epsilon": epsilon,
                     "delta": priv.report.get("delta"),
                     **scored,

@@ -21,7 +21,16 @@ from huggingface_hub import snapshot_download
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from ..candidates import CandidateSpec, is_reserved, parse_candidates, piece_scheme, piece_text, script_ok
+from ..candidates import (
+    CLASS_NAMES,
+    CandidateSpec,
+    is_reserved,
+    parse_candidates,
+    piece_classes,
+    piece_scheme,
+    piece_text,
+    script_ok,
+)
 from ..errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
 from ..search import ExactIndex
 from ..space import DEFAULT_MODEL, EmbeddingSpace, parse_device
@@ -226,8 +235,13 @@ def _restrict(
     scheme: tuple[str, str],
     vocab: set[int] | None,
     rows: torch.Tensor,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-    """(candidate ids, input ids outside C, their nearest candidate positions, report info) (space.md §6.5)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any]]:
+    """(candidate ids, input ids outside C, their nearest candidate positions, each candidate's piece class
+    or ``None``, report info) (space.md §6.5, §7).
+
+    With class-preserving replacement an input outside C is mapped to the nearest candidate of its own
+    class (of all of C when its class has no candidate).
+    """
     keep, info = _apply_candidates(spec, base, strings, scheme, vocab)
     cand, outside = base[keep], base[~keep]
     if cand.size < 2:
@@ -235,12 +249,31 @@ def _restrict(
             f"candidates={spec.to_value()!r} leaves {cand.size} candidate token(s) of this model; at least 2 "
             "are needed. Use a larger setting (for example 'no_reserved')."
         )
+    klass = piece_classes(strings, *scheme) if spec.preserve_classes and scheme[0] != "words" else None
+    if klass is not None:
+        sizes = np.bincount(klass[keep], minlength=len(CLASS_NAMES))
+        if (sizes < 2).any():  # a class of 0 or 1 candidates is no metric space: one space over all of C
+            small = ", ".join(f"{CLASS_NAMES[c]} {int(sizes[c])}" for c in np.flatnonzero(sizes < 2))
+            info["classes_note"] = f"one space over all of C: a piece class has fewer than 2 candidates ({small})"
+            logger.warning("candidates=%r: %s; replacement may cross classes.", spec.to_value(), info["classes_note"])
+            klass = None
+    info["classes"] = "preserve" if klass is not None else "mix"
     remap = np.empty(0, dtype=np.int64)
     if outside.size:
-        index = ExactIndex(rows[torch.from_numpy(cand)].contiguous(), torch.device("cpu"))
-        remap = index.search(rows[torch.from_numpy(outside)].contiguous(), 1)[:, 0].cpu().numpy().astype(np.int64)
+        remap = np.empty(outside.size, dtype=np.int64)
+        groups = [(np.ones(cand.size, bool), np.ones(outside.size, bool))]
+        if klass is not None:
+            kc, ko = klass[keep], klass[~keep]
+            groups = [(kc == c, ko == c) for c in np.unique(ko)]
+        for in_c, out_c in groups:
+            if not in_c.any():
+                in_c = np.ones(cand.size, bool)
+            pos_c = np.flatnonzero(in_c)
+            index = ExactIndex(rows[torch.from_numpy(cand[pos_c])].contiguous(), torch.device("cpu"))
+            near = index.search(rows[torch.from_numpy(outside[out_c])].contiguous(), 1)[:, 0].cpu().numpy()
+            remap[out_c] = pos_c[near.astype(np.int64)]
     info["inputs_outside"] = int(outside.size)
-    return cand, outside, remap, info
+    return cand, outside, remap, (klass[keep] if klass is not None else None), info
 
 
 def _load_hf_space(
@@ -268,7 +301,8 @@ def _load_hf_space(
     base = np.nonzero(keep)[0].astype(np.int64)
     strings = [str(t) for t in tokenizer.convert_ids_to_tokens(base.tolist())]
     vocab = _vocab_ids(spec, tokenizer, None) if spec.vocab is not None else None
-    cand_np, outside, remap, info = _restrict(spec, base, strings, piece_scheme(tokenizer), vocab, E_full)
+    scheme = piece_scheme(tokenizer)
+    cand_np, outside, remap, klass, info = _restrict(spec, base, strings, scheme, vocab, E_full)
     cand = torch.from_numpy(cand_np)
     if vocab is not None:
         info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
@@ -293,6 +327,8 @@ def _load_hf_space(
         remap_ids=outside,
         remap_pos=remap,
         candidates=info,
+        token_class=klass,
+        piece_marker=scheme[1] if klass is not None else None,
         E_full=E_full,
         store=DiskCache(),
     )
@@ -303,7 +339,8 @@ def _load_static_space(path: Path, device: torch.device, spec: CandidateSpec) ->
     V = len(vec.words)
     rows = torch.from_numpy(vec.matrix)
     vocab = _vocab_ids(spec, None, vec.words) if spec.vocab is not None else None
-    cand, outside, remap, info = _restrict(spec, np.arange(V, dtype=np.int64), vec.words, ("words", ""), vocab, rows)
+    base = np.arange(V, dtype=np.int64)
+    cand, outside, remap, _, info = _restrict(spec, base, vec.words, ("words", ""), vocab, rows)
     if vocab is not None:
         info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
     if vec.dropped_whitespace or vec.dropped_duplicate:
