@@ -301,10 +301,7 @@ def guarantee_statement(report: dict[str, Any]) -> str:
                 tok = f"ε_tok = ε·diam = {_g(eps_tok)} (diam = {_g(scale.get('diam'))})"
         if (report.get("candidate_set") or {}).get("per_class"):
             formula = tok.split(" = ")[1]
-            tok = (
-                f"ε_tok = {formula} over each piece class's own space, the largest {_g(eps_tok)} "
-                f"({_class_list(report)})"
-            )
+            tok = f"ε_tok = {formula} over each piece class's own space, the largest {_g(eps_tok)} (see classes)"
         return f"{head}; {tok}."
     delta_tok = report.get("delta_token")
     what = f"(ε, δ)-DP per token, δ_tok = {_g(delta_tok)}" if delta_tok else "ε-DP per token"

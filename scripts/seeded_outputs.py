@@ -51,7 +51,11 @@ def main() -> None:
     ap.add_argument("--mr", default="../shared/data/senteval/mr.jsonl")
     ap.add_argument("--corpus", default="../shared/data/senteval/cr.jsonl", help="santext_plus frequency corpus")
     ap.add_argument("--vectors", default=None, help="a word-vector file for one static-vector case")
-    ap.add_argument("--candidates", default=None, help='candidate setting ("all": the set before no_reserved)')
+    ap.add_argument(
+        "--candidates",
+        default=None,
+        help='candidate setting, a name or JSON (\'{"set": "all", "classes": "mix"}\': the setting before issue 17)',
+    )
     args = ap.parse_args()
     with open(args.mr, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
@@ -61,7 +65,8 @@ def main() -> None:
         name = "/".join(f"{k}={v}" for k, v in cfg.items())
         cfg = dict(cfg)
         if args.candidates is not None:
-            cfg["candidates"] = args.candidates
+            cand = args.candidates
+            cfg["candidates"] = json.loads(cand) if cand.lstrip().startswith("{") else cand
         config = PrivatizerConfig(mechanism=cfg.pop("mechanism"), epsilon=cfg.pop("epsilon"), **cfg)
         priv = Privatizer(config, seed=SEED)
         res = priv({"text": texts}, list(range(len(texts))))

@@ -188,7 +188,11 @@ def test_per_class_claims_report_and_row_columns(wordpiece):
     assert min(c["epsilon_token"] for c in per_class) < largest  # the classes are different spaces
     assert out["dp_epsilon"] == [k * largest for k in out["dp_tokens"]]
     text = format_report(report)
-    assert "classes:" in text and "word_initial ε_tok" in text and "the largest of its piece classes" in text
+    assert (
+        "classes:" in text
+        and "word_initial ε_tok" in text
+        and "over each piece class's own space, the largest" in text
+    )
     assert "class-preserving" in candidate_setting(report["candidate_set"])
     assert any("piece class" in item for item in report["not_covered"])
 

@@ -87,7 +87,7 @@ def test_readme_opens_with_the_two_alternative_setup_commands():
     [
         "ε·diam_M for\n  `mahalanobis` (its guarantee is metric DP in the **Mahalanobis** distance",
         "ε·min(diam, γ) for `tem`",
-        "carry\n  **no finite ε** (the report says `guarantee: umldp`)",
+        "carry\n  **no finite ε** (the report says `guarantee: umldp`, and its rows get null `dp_epsilon`)",
         "`certified: false`",
     ],
     ids=["mahalanobis", "tem", "santext_plus", "reference_code"],
