@@ -354,6 +354,11 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
     eps_tok = report.get("epsilon_token")
     if eps_tok is None:
         lines.append("  per row:     no finite dp_epsilon (dp_epsilon is null)")
+    elif rows and totals.get("max_row_dp_epsilon") is None:
+        lines.append(
+            "  per row:     no row bound (dp_epsilon is null): the per-token numbers above do not bound a row "
+            "(uncertified calibration, or tokens released with no finite ε)"
+        )
     else:
         mean = dp_tokens / rows if rows else 0.0
         lines.append(
