@@ -265,10 +265,17 @@ def test_audit_runs_inside_each_class_and_catches_a_halved_madlib(cluster_model)
         audit((Madlib(epsilon=1.0), nearest), space, [_ids(space, "wa", "##wa")], seed=7303)
 
 
-@pytest.mark.parametrize("mechanism", ["tem", "santext", "truncated_laplace", "privemb", "mahalanobis"])
+# santext_plus with w = 1: every token sensitive, so metric DP in each class (UMLDP gives non-sensitive tokens no
+# bound; test_audit_mechanisms audits that case on pairs inside V_S)
+CLASS_AUDIT_OPTIONS = {"santext_plus": {"frequencies": {"wa": 5, "wb": 3, "##wa": 4, "##wb": 2}, "w": 1.0}}
+CLASS_AUDITS = ["tem", "santext", "santext_plus", "laplace", "gaussian", "truncated_laplace", "privemb", "mahalanobis"]
+
+
+@pytest.mark.parametrize("mechanism", CLASS_AUDITS)
 def test_config_audit_passes_on_class_spaces(cluster_model, mechanism):
     """A config audit (default pairs of each class) of the other families on the class spaces."""
-    cfg = PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=cluster_model)
+    options = CLASS_AUDIT_OPTIONS.get(mechanism, {})
+    cfg = PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=cluster_model, options=options)
     res = audit(cfg, cluster_model, n_select=2000, n_estimate=10000, seed=7310)
     assert res.passed
     space = load_space(cluster_model, candidates="no_reserved")
