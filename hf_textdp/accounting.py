@@ -286,22 +286,20 @@ def guarantee_statement(report: dict[str, Any]) -> str:
                 f"metric DP in the Mahalanobis distance d_M(w, w') = ||M^(-1/2)(E_w - E_w')|| (not the Euclidean "
                 f"one): P[M(w) in S] <= exp(ε·d_M(w, w'))·P[M(w') in S], ε = {_g(eps)}"
             )
-            tok = f"ε_tok = ε·diam_M = {_g(eps_tok)} (diam_M = {_g(details.get('diam_M'))})"
+            formula, basis = "ε·diam_M", f"diam_M = {_g(details.get('diam_M'))}"
         else:
             head = (
                 f"metric DP in the Euclidean distance between embedding rows: P[M(w) in S] <= "
                 f"exp(ε·d(w, w'))·P[M(w') in S], ε = {_g(eps)}"
             )
             if mech == "tem":
-                tok = (
-                    f"ε_tok = ε·min(diam, γ) = {_g(eps_tok)} (diam = {_g(scale.get('diam'))}, "
-                    f"γ = {_g(details.get('gamma'))})"
-                )
+                formula, basis = "ε·min(diam, γ)", f"diam = {_g(scale.get('diam'))}, γ = {_g(details.get('gamma'))}"
             else:
-                tok = f"ε_tok = ε·diam = {_g(eps_tok)} (diam = {_g(scale.get('diam'))})"
+                formula, basis = "ε·diam", f"diam = {_g(scale.get('diam'))}"
         if (report.get("candidate_set") or {}).get("per_class"):
-            formula = tok.split(" = ")[1]
             tok = f"ε_tok = {formula} over each piece class's own space, the largest {_g(eps_tok)} (see classes)"
+        else:
+            tok = f"ε_tok = {formula} = {_g(eps_tok)} ({basis})"
         return f"{head}; {tok}."
     delta_tok = report.get("delta_token")
     what = f"(ε, δ)-DP per token, δ_tok = {_g(delta_tok)}" if delta_tok else "ε-DP per token"

@@ -44,7 +44,7 @@ from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep
 from .rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
 from .search import ExactIndex
-from .space import ClassPart, EmbeddingSpace
+from .space import EmbeddingSpace
 from .validation import check_int, check_open_unit
 
 
@@ -475,7 +475,7 @@ def audit(
     # Class-preserving replacement (space.md §7): each class is its own space with its own mechanism and
     # claim, so each pair is audited inside its class; a pair across classes has no claim.
     vectors = step is not None and step.RELEASES_VECTORS
-    parts = [ClassPart("all", 0, np.arange(sp.V, dtype=np.int64), sp)] if vectors else sp.class_parts()
+    parts = [sp.whole_part()] if vectors else sp.class_parts()
     plans = []
     for part in parts:
         m = mech if len(parts) == 1 else copy.deepcopy(mech)

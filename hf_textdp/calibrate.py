@@ -414,10 +414,7 @@ def calibrate(
         w = rng.choice(V, n, p=pi)
     # class-preserving replacement (space.md §7): each draw is calibrated inside its own class's space
     parts = space.class_parts()
-    cls_of = space.position_class()
-    local = np.empty(V, dtype=np.int64)
-    for part in parts:
-        local[part.positions] = np.arange(part.positions.size)
+    cls_of, local = space.position_class(), space.local_positions()
     by_class = [(part, local[w[cls_of[w] == part.index]]) for part in parts]
 
     rao_blackwell = (

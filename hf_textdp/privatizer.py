@@ -173,7 +173,7 @@ class Privatizer:
         if len(parts) > 1 and not (step is not None and step.RELEASES_VECTORS):
             self._split_by_class(space, parts)
         else:  # one space; vectors (postprocess="vector") are released before any token is chosen
-            whole = ClassPart("all", 0, np.arange(space.V, dtype=np.int64), space)
+            whole = space.whole_part()
             self._releases = [_Release(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
         if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
@@ -190,14 +190,11 @@ class Privatizer:
     def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
         """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
         releases = []
-        class_of = np.empty(space.V, dtype=np.int64)
-        local = np.empty(space.V, dtype=np.int64)
-        for k, part in enumerate(parts):
+        for part in parts:
             mech, step = self.config.build()
             mech.setup(part.space)
             releases.append(_Release(part, mech, step, mech.claim(part.space), torch.from_numpy(part.positions)))
-            class_of[part.positions] = k
-            local[part.positions] = np.arange(part.positions.size)
+        class_of, local = space.position_class().astype(np.int64), space.local_positions()
         self._releases = releases
         self._class_of, self._local = torch.from_numpy(class_of), torch.from_numpy(local)
         self._claim = combine_class_claims([r.claim for r in releases], class_of.tolist(), local.tolist())
@@ -525,8 +522,8 @@ class Privatizer:
         # class's tokens apart from the others draws exactly what they would draw in one call.
         cls = self._class_of[positions]
         out = torch.empty_like(positions)
-        for k, rel in enumerate(self._releases):
-            mask = cls == k
+        for rel in self._releases:
+            mask = cls == rel.part.index
             if bool(mask.any()):
                 local = self._local[positions[mask]]
                 res = self._release_class(rel, local, streams.select(mask))

@@ -175,7 +175,7 @@ class EmbeddingSpace:
         if self._parts is not None:
             return self._parts
         if self.token_class is None:
-            self._parts = [ClassPart("all", 0, np.arange(self.V, dtype=np.int64), self)]
+            self._parts = [self.whole_part()]
             return self._parts
         parts = []
         for c in np.unique(self.token_class).tolist():
@@ -210,11 +210,22 @@ class EmbeddingSpace:
         self._parts = parts
         return parts
 
+    def whole_part(self) -> ClassPart:
+        """All of C as one part (``"all"``): the space itself, whatever its classes."""
+        return ClassPart("all", 0, np.arange(self.V, dtype=np.int64), self)
+
     def position_class(self) -> np.ndarray:
         """The class index of every candidate position (all 0 without class-preserving replacement)."""
         if self.token_class is None:
             return np.zeros(self.V, dtype=np.int8)
         return self.token_class
+
+    def local_positions(self) -> np.ndarray:
+        """Each candidate position's index in its class's space (``class_parts()[c].space``)."""
+        local = np.empty(self.V, dtype=np.int64)
+        for part in self.class_parts():
+            local[part.positions] = np.arange(part.positions.size)
+        return local
 
     def word_to_id(self) -> dict[str, int]:
         if self._word_to_id is None:

@@ -240,7 +240,7 @@ def _restrict(
     or ``None``, report info) (space.md §6.5, §7).
 
     With class-preserving replacement an input outside C is mapped to the nearest candidate of its own
-    class (of all of C when its class has no candidate).
+    class; classes are preserved only when every class has at least 2 candidates.
     """
     keep, info = _apply_candidates(spec, base, strings, scheme, vocab)
     cand, outside = base[keep], base[~keep]
@@ -266,8 +266,6 @@ def _restrict(
             kc, ko = klass[keep], klass[~keep]
             groups = [(kc == c, ko == c) for c in np.unique(ko)]
         for in_c, out_c in groups:
-            if not in_c.any():
-                in_c = np.ones(cand.size, bool)
             pos_c = np.flatnonzero(in_c)
             index = ExactIndex(rows[torch.from_numpy(cand[pos_c])].contiguous(), torch.device("cpu"))
             near = index.search(rows[torch.from_numpy(outside[out_c])].contiguous(), 1)[:, 0].cpu().numpy()
