@@ -446,3 +446,73 @@ def test_plots_split_by_setting_when_crowded(tmp_path, n_labels, expected):
     assert {"accuracy_vs_epsilon.png", "accuracy_vs_replacement_rate.png"} <= names
     if expected == 6:
         assert "accuracy_vs_replacement_rate__train_and_test.png" in names
+
+
+def _write_plot_results(folder, *, std):
+    """Two privatizer lines (both settings) and a clean baseline on MR; ``accuracy_std`` = std or absent."""
+    import json
+
+    spread = {} if std is None else {"accuracy_std": std, "accuracy_std_kind": "std_over_folds"}
+    (folder / "mr__clean.json").write_text(json.dumps({"task": "mr", "setting": "clean", "accuracy": 75.0, **spread}))
+    for label in ("m0", "m1"):
+        for setting in ("train_only", "train_and_test"):
+            for eps in (10.0, 20.0):
+                res = {
+                    "task": "mr", "setting": setting, "label": label, "epsilon": eps, "accuracy": 50.0 + eps,
+                    "privacy": {"diagnostics": {"replacement_rate": 1.0 / eps}}, **spread,
+                }  # fmt: skip
+                (folder / f"mr__{label}__eps{eps:g}__{setting}.json").write_text(json.dumps(res))
+
+
+def test_plot_legend_tells_settings_apart(tmp_path):
+    """The legend's handles for train_only and train_and_test differ in line style, and the dash shows.
+
+    Before: the handles were the plotted lines, marker included, on matplotlib's default handle (two font
+    sizes, one dash period), whose only gap sat under the marker, so every entry looked solid."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from hf_textdp.evaluation.plots import recipe_figures
+
+    _write_plot_results(tmp_path, std=None)
+    figures = recipe_figures(tmp_path)
+    assert len(figures) == 2
+    for _, fig in figures:
+        (legend,) = fig.legends
+        handles = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles, strict=True))
+        for label in ("m0", "m1"):
+            dashed, solid = handles[f"{label} (train_only)"], handles[f"{label} (train_and_test)"]
+            assert dashed.get_linestyle() == "--" and solid.get_linestyle() == "-"
+            assert dashed.get_marker() in (None, "None", "", " ")  # nothing drawn over the gaps
+            assert dashed.get_color() == solid.get_color()  # one colour per privatizer
+            # whole dash periods (dash + gap, in points) that fit in the handle: at least two gaps show
+            _, pattern = dashed._dash_pattern
+            handle_points = legend.handlelength * legend.prop.get_size_in_points()
+            assert handle_points / sum(pattern) >= 2
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(("std", "drawn"), [(1.5, True), (None, False)], ids=["with_std", "without_std"])
+def test_plot_error_bars_where_results_have_a_spread(tmp_path, std, drawn):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hf_textdp.evaluation.plots import recipe_figures
+
+    _write_plot_results(tmp_path, std=std)
+    for _, fig in recipe_figures(tmp_path):
+        (ax,) = fig.axes
+        bars = [c for c in ax.containers if getattr(c, "has_yerr", False)]
+        title = fig.legends[0].get_title().get_text()
+        if drawn:
+            assert len(bars) == 4  # one per (privatizer, setting)
+            for container in bars:
+                (collection,) = container.lines[2]
+                for seg in collection.get_segments():  # vertical bars from accuracy - std to accuracy + std
+                    assert seg[0][0] == seg[1][0] and np.isclose(seg[1][1] - seg[0][1], 2 * std)
+            assert title == "error bars and grey clean band: ±1 std over CV folds (mr)"
+            assert len(ax.patches) == 1  # the clean baseline's band
+        else:
+            assert bars == [] and title == "" and len(ax.patches) == 0
+        plt.close(fig)
