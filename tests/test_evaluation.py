@@ -149,6 +149,69 @@ def test_load_task_counts_and_subsample(shared_dir, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("task", "protocol", "max_rows", "expected"),
+    [
+        ("mr", None, None, 100 * 5331 / 10662),
+        ("cr", None, None, 100 * 2407 / 3775),  # majority class (positive), not 1/2
+        ("mpqa", None, None, 100 * 7294 / 10606),
+        ("sst5", None, None, 100 * 633 / 2210),  # test split, not 1/5
+        ("trec", None, None, 100 * 138 / 500),  # test split (DESC), not 1/6
+        ("cr", "cv", 800, 100 * 510 / 800),  # the seed-claim subset: quota of 2407/3775 * 800 = 510.07
+        ("trec", "finetune_head", {"train": 600, "test": 300}, 100 * 83 / 300),
+        ("trec", "split_cv", {"train": 800}, 100 * 138 / 500),  # the test split is not subsampled
+    ],
+    ids=["mr", "cr", "mpqa", "sst5", "trec", "cr-800", "trec-test-300", "trec-train-800"],
+)
+def test_chance_accuracy_is_the_majority_class_rate(task, protocol, max_rows, expected):
+    from hf_textdp.evaluation.tasks import chance_accuracy
+
+    assert chance_accuracy(task, protocol=protocol, max_rows=max_rows) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("task", "max_rows"),
+    [("mr", None), ("cr", None), ("mpqa", None), ("sst5", None), ("trec", None), ("cr", 800), ("trec", {"test": 300})],
+    ids=["mr", "cr", "mpqa", "sst5", "trec", "cr-800", "trec-test-300"],
+)
+def test_chance_accuracy_matches_the_loaded_labels(shared_dir, monkeypatch, task, max_rows):
+    """TaskSpec.label_counts are the files' counts, and the subsample quota is what load_task draws."""
+    from hf_textdp.evaluation.tasks import TASKS, chance_accuracy
+
+    monkeypatch.setenv(SENTEVAL_DIR_ENV, str(shared_dir / "data" / "senteval"))
+    data = load_task(task, max_rows=max_rows)
+    spec = TASKS[task]
+    if max_rows is None:
+        for split, labels in data.labels.items():
+            assert tuple(np.bincount(labels, minlength=spec.num_labels)) == spec.label_counts[split]
+    scored = data.labels["all" if spec.protocol == "cv" else "test"]
+    majority = 100 * np.bincount(scored).max() / scored.size
+    assert chance_accuracy(task, max_rows=max_rows) == pytest.approx(majority)
+
+
+def test_summary_flags_cells_below_chance(tmp_path):
+    """CR, mahalanobis ε = 40: train_only 44.8 is below CR's majority-class rate (63.8), train_and_test 70.0 not."""
+    import json
+
+    from hf_textdp.evaluation.summary import BELOW_CHANCE, CHANCE_NOTE, summary_markdown
+
+    folder = tmp_path / "full"
+    folder.mkdir()
+    base = {"task": "cr", "protocol": "cv", "max_rows": None}
+    (folder / "cr__clean.json").write_text(
+        json.dumps({**base, "setting": "clean", "label": "clean", "epsilon": None, "accuracy": 79.0})
+    )
+    for setting, acc in (("train_only", 44.8), ("train_and_test", 70.0)):
+        res = {**base, "setting": setting, "label": "mahalanobis", "epsilon": 40.0, "accuracy": acc}
+        (folder / f"cr__mahalanobis__eps40__{setting}.json").write_text(json.dumps(res))
+    text = summary_markdown(tmp_path)
+    assert "| chance (majority class) | – | 63.8 |" in text
+    assert f"| mahalanobis | 40 | 44.8{BELOW_CHANCE} / 70.0 |" in text
+    assert "| clean | – | 79.0 |" in text and CHANCE_NOTE in text
+    (folder / "cr__mahalanobis__eps40__train_only.json").unlink()  # nothing below chance: no footnote
+    assert BELOW_CHANCE not in summary_markdown(tmp_path)
+
+
+@pytest.mark.parametrize(
     ("raw", "match"),
     [
         ({"name": "x", "tasks": ["nope"]}, "Known tasks"),
