@@ -149,6 +149,69 @@ def test_load_task_counts_and_subsample(shared_dir, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    ("task", "protocol", "max_rows", "expected"),
+    [
+        ("mr", None, None, 100 * 5331 / 10662),
+        ("cr", None, None, 100 * 2407 / 3775),  # majority class (positive), not 1/2
+        ("mpqa", None, None, 100 * 7294 / 10606),
+        ("sst5", None, None, 100 * 633 / 2210),  # test split, not 1/5
+        ("trec", None, None, 100 * 138 / 500),  # test split (DESC), not 1/6
+        ("cr", "cv", 800, 100 * 510 / 800),  # the seed-claim subset: quota of 2407/3775 * 800 = 510.07
+        ("trec", "finetune_head", {"train": 600, "test": 300}, 100 * 83 / 300),
+        ("trec", "split_cv", {"train": 800}, 100 * 138 / 500),  # the test split is not subsampled
+    ],
+    ids=["mr", "cr", "mpqa", "sst5", "trec", "cr-800", "trec-test-300", "trec-train-800"],
+)
+def test_chance_accuracy_is_the_majority_class_rate(task, protocol, max_rows, expected):
+    from hf_textdp.evaluation.tasks import chance_accuracy
+
+    assert chance_accuracy(task, protocol=protocol, max_rows=max_rows) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("task", "max_rows"),
+    [("mr", None), ("cr", None), ("mpqa", None), ("sst5", None), ("trec", None), ("cr", 800), ("trec", {"test": 300})],
+    ids=["mr", "cr", "mpqa", "sst5", "trec", "cr-800", "trec-test-300"],
+)
+def test_chance_accuracy_matches_the_loaded_labels(shared_dir, monkeypatch, task, max_rows):
+    """TaskSpec.label_counts are the files' counts, and the subsample quota is what load_task draws."""
+    from hf_textdp.evaluation.tasks import TASKS, chance_accuracy
+
+    monkeypatch.setenv(SENTEVAL_DIR_ENV, str(shared_dir / "data" / "senteval"))
+    data = load_task(task, max_rows=max_rows)
+    spec = TASKS[task]
+    if max_rows is None:
+        for split, labels in data.labels.items():
+            assert tuple(np.bincount(labels, minlength=spec.num_labels)) == spec.label_counts[split]
+    scored = data.labels["all" if spec.protocol == "cv" else "test"]
+    majority = 100 * np.bincount(scored).max() / scored.size
+    assert chance_accuracy(task, max_rows=max_rows) == pytest.approx(majority)
+
+
+def test_summary_flags_cells_below_chance(tmp_path):
+    """CR, mahalanobis ε = 40: train_only 44.8 is below CR's majority-class rate (63.8), train_and_test 70.0 not."""
+    import json
+
+    from hf_textdp.evaluation.summary import BELOW_CHANCE, CHANCE_NOTE, summary_markdown
+
+    folder = tmp_path / "full"
+    folder.mkdir()
+    base = {"task": "cr", "protocol": "cv", "max_rows": None}
+    (folder / "cr__clean.json").write_text(
+        json.dumps({**base, "setting": "clean", "label": "clean", "epsilon": None, "accuracy": 79.0})
+    )
+    for setting, acc in (("train_only", 44.8), ("train_and_test", 70.0)):
+        res = {**base, "setting": setting, "label": "mahalanobis", "epsilon": 40.0, "accuracy": acc}
+        (folder / f"cr__mahalanobis__eps40__{setting}.json").write_text(json.dumps(res))
+    text = summary_markdown(tmp_path)
+    assert "| chance (majority class) | – | 63.8 |" in text
+    assert f"| mahalanobis | 40 | 44.8{BELOW_CHANCE} / 70.0 |" in text
+    assert "| clean | – | 79.0 |" in text and CHANCE_NOTE in text
+    (folder / "cr__mahalanobis__eps40__train_only.json").unlink()  # nothing below chance: no footnote
+    assert BELOW_CHANCE not in summary_markdown(tmp_path)
+
+
+@pytest.mark.parametrize(
     ("raw", "match"),
     [
         ({"name": "x", "tasks": ["nope"]}, "Known tasks"),
@@ -446,3 +509,73 @@ def test_plots_split_by_setting_when_crowded(tmp_path, n_labels, expected):
     assert {"accuracy_vs_epsilon.png", "accuracy_vs_replacement_rate.png"} <= names
     if expected == 6:
         assert "accuracy_vs_replacement_rate__train_and_test.png" in names
+
+
+def _write_plot_results(folder, *, std):
+    """Two privatizer lines (both settings) and a clean baseline on MR; ``accuracy_std`` = std or absent."""
+    import json
+
+    spread = {} if std is None else {"accuracy_std": std, "accuracy_std_kind": "std_over_folds"}
+    (folder / "mr__clean.json").write_text(json.dumps({"task": "mr", "setting": "clean", "accuracy": 75.0, **spread}))
+    for label in ("m0", "m1"):
+        for setting in ("train_only", "train_and_test"):
+            for eps in (10.0, 20.0):
+                res = {
+                    "task": "mr", "setting": setting, "label": label, "epsilon": eps, "accuracy": 50.0 + eps,
+                    "privacy": {"diagnostics": {"replacement_rate": 1.0 / eps}}, **spread,
+                }  # fmt: skip
+                (folder / f"mr__{label}__eps{eps:g}__{setting}.json").write_text(json.dumps(res))
+
+
+def test_plot_legend_tells_settings_apart(tmp_path):
+    """The legend's handles for train_only and train_and_test differ in line style, and the dash shows.
+
+    Before: the handles were the plotted lines, marker included, on matplotlib's default handle (two font
+    sizes, one dash period), whose only gap sat under the marker, so every entry looked solid."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from hf_textdp.evaluation.plots import recipe_figures
+
+    _write_plot_results(tmp_path, std=None)
+    figures = recipe_figures(tmp_path)
+    assert len(figures) == 2
+    for _, fig in figures:
+        (legend,) = fig.legends
+        handles = dict(zip((t.get_text() for t in legend.get_texts()), legend.legend_handles, strict=True))
+        for label in ("m0", "m1"):
+            dashed, solid = handles[f"{label} (train_only)"], handles[f"{label} (train_and_test)"]
+            assert dashed.get_linestyle() == "--" and solid.get_linestyle() == "-"
+            assert dashed.get_marker() in (None, "None", "", " ")  # nothing drawn over the gaps
+            assert dashed.get_color() == solid.get_color()  # one colour per privatizer
+            # whole dash periods (dash + gap, in points) that fit in the handle: at least two gaps show
+            _, pattern = dashed._dash_pattern
+            handle_points = legend.handlelength * legend.prop.get_size_in_points()
+            assert handle_points / sum(pattern) >= 2
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(("std", "drawn"), [(1.5, True), (None, False)], ids=["with_std", "without_std"])
+def test_plot_error_bars_where_results_have_a_spread(tmp_path, std, drawn):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from hf_textdp.evaluation.plots import recipe_figures
+
+    _write_plot_results(tmp_path, std=std)
+    for _, fig in recipe_figures(tmp_path):
+        (ax,) = fig.axes
+        bars = [c for c in ax.containers if getattr(c, "has_yerr", False)]
+        title = fig.legends[0].get_title().get_text()
+        if drawn:
+            assert len(bars) == 4  # one per (privatizer, setting)
+            for container in bars:
+                (collection,) = container.lines[2]
+                for seg in collection.get_segments():  # vertical bars from accuracy - std to accuracy + std
+                    assert seg[0][0] == seg[1][0] and np.isclose(seg[1][1] - seg[0][1], 2 * std)
+            assert title == "error bars and grey clean band: ±1 std over CV folds (mr)"
+            assert len(ax.patches) == 1  # the clean baseline's band
+        else:
+            assert bars == [] and title == "" and len(ax.patches) == 0
+        plt.close(fig)

@@ -1,6 +1,11 @@
 """Plots of a recipe's results: accuracy against ε and against the replacement rate, one line per
 privatizer, solid for ``train_and_test``, dashed for ``train_only``, the clean baseline in grey.
 
+Each point carries an error bar of ±1 ``accuracy_std`` when its result records one, and the legend's
+title says what that spread is (``accuracy_std_kind``: the standard deviation over folds or over noise
+seeds, or a binomial standard error on a single test split). The clean baseline gets a grey band of the
+same width.
+
 With many privatizers (more than :data:`SPLIT_ABOVE`) and both settings, each plot is also written
 once per setting (``accuracy_vs_epsilon__train_and_test.png``, …), half as many lines to tell apart."""
 
@@ -9,19 +14,46 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..results import load_results
 
 
-__all__ = ["plot_recipe", "SPLIT_ABOVE"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_recipe", "recipe_figures", "SPLIT_ABOVE", "LINESTYLES", "LEGEND_HANDLELENGTH"]
 
 #: privatizer lines above which each plot is also written once per setting
 SPLIT_ABOVE = 6
+#: line style of each setting, in the panels and in the legend
+LINESTYLES: dict[str, Literal["-", "--", ":"]] = {"train_and_test": "-", "train_only": "--"}
+#: legend handle length in font sizes: long enough for three dashes of a ``--`` line. With matplotlib's
+#: default (2) a handle holds one dash period, and its only gap sat under the point marker, so every
+#: legend entry looked solid.
+LEGEND_HANDLELENGTH = 4.0
+
+_SPREAD_NAMES = {
+    "std_over_folds": "std over CV folds",
+    "std_over_noise_seeds": "std over noise seeds",
+    "binomial_standard_error": "binomial s.e. on the test split",
+}
 
 
-def plot_recipe(folder: str | Path) -> list[Path]:
-    """Write ``accuracy_vs_epsilon.png`` and ``accuracy_vs_replacement_rate.png`` into ``folder``."""
+class _Point(NamedTuple):
+    epsilon: float
+    rate: float | None
+    accuracy: float
+    std: float | None
+
+
+def _std(res: dict[str, Any]) -> float | None:
+    std = res.get("accuracy_std")
+    return float(std) if isinstance(std, int | float) and math.isfinite(std) else None
+
+
+def recipe_figures(folder: str | Path) -> list[tuple[Path, Figure]]:
+    """The figures :func:`plot_recipe` writes, with their paths, not yet saved (close them when done)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,13 +63,16 @@ def plot_recipe(folder: str | Path) -> list[Path]:
     tasks = sorted({r["task"] for r in results}, key=["mr", "cr", "mpqa", "sst5", "trec"].index)
     if not tasks:
         return []
-    clean = {r["task"]: r["accuracy"] for r in results if r["setting"] == "clean"}
-    lines: dict[tuple[str, str, str], list[tuple[Any, Any, Any]]] = defaultdict(list)
+    clean = {r["task"]: _Point(math.nan, None, r["accuracy"], _std(r)) for r in results if r["setting"] == "clean"}
+    lines: dict[tuple[str, str, str], list[_Point]] = defaultdict(list)
+    spreads: dict[tuple[bool, str], set[str]] = defaultdict(set)  # (clean?, spread kind) -> tasks
     for r in results:
+        if _std(r) is not None:
+            spreads[(r["setting"] == "clean", str(r.get("accuracy_std_kind") or "accuracy_std"))].add(r["task"])
         if r["setting"] == "clean":
             continue
         rate = ((r.get("privacy") or {}).get("diagnostics") or {}).get("replacement_rate")
-        lines[(r["task"], r["label"], r["setting"])].append((r["epsilon"], rate, r["accuracy"]))
+        lines[(r["task"], r["label"], r["setting"])].append(_Point(r["epsilon"], rate, r["accuracy"], _std(r)))
     labels = sorted({k[1] for k in lines})
     cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
     colors = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
@@ -45,55 +80,101 @@ def plot_recipe(folder: str | Path) -> list[Path]:
     variants: list[tuple[str, set[str]]] = [("", set(settings))]
     if len(labels) > SPLIT_ABOVE and len(settings) > 1:
         variants += [(f"__{s}", {s}) for s in settings]
-    written = []
-    has_rates = any(p[1] is not None for pts in lines.values() for p in pts)
+    note = _spread_note(spreads, tasks)
+    figures = []
+    has_rates = any(p.rate is not None for pts in lines.values() for p in pts)
     for xname, stem in (("epsilon", "accuracy_vs_epsilon"), ("rate", "accuracy_vs_replacement_rate")):
         if xname == "rate" and not has_rates:
             continue
         for suffix, shown in variants:
             subset = {k: v for k, v in lines.items() if k[2] in shown}
-            path = Path(folder) / f"{stem}{suffix}.png"
-            _draw(plt, subset, tasks, clean, colors, xname, path, title=suffix[2:])
-            written.append(path)
+            fig = _figure(plt, subset, tasks, clean, colors, xname, title=suffix[2:], note=note)
+            figures.append((Path(folder) / f"{stem}{suffix}.png", fig))
+    return figures
+
+
+def _spread_note(spreads: dict[tuple[bool, str], set[str]], tasks: list[str]) -> str:
+    """The legend title: which spread the bars (and the clean band) show, for which tasks."""
+    parts = []
+    for kind in sorted({k for _, k in spreads}):
+        bars, band = spreads.get((False, kind), set()), spreads.get((True, kind), set())
+        with_bars = ", ".join(t for t in tasks if t in bars)
+        band_only = ", ".join(t for t in tasks if t in band - bars)
+        where = "; ".join(filter(None, [with_bars, band_only and f"clean only: {band_only}"]))
+        parts.append(f"±1 {_SPREAD_NAMES.get(kind, kind)} ({where})")
+    return "error bars and grey clean band: " + "; ".join(parts) if parts else ""
+
+
+def plot_recipe(folder: str | Path) -> list[Path]:
+    """Write ``accuracy_vs_epsilon.png`` and ``accuracy_vs_replacement_rate.png`` into ``folder``."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    for path, fig in recipe_figures(folder):
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend lies below the canvas: grow it
+        plt.close(fig)
+        written.append(path)
     return written
 
 
-def _draw(
+def _x(p: _Point, xname: str) -> float:
+    """The point's x: ε, or the replacement rate in % (only called on points that have one)."""
+    if xname == "epsilon":
+        return float(p.epsilon)
+    assert p.rate is not None
+    return 100.0 * p.rate
+
+
+def _figure(
     plt: Any,
-    lines: dict[tuple[str, str, str], list[tuple[Any, Any, Any]]],
+    lines: dict[tuple[str, str, str], list[_Point]],
     tasks: list[str],
-    clean: dict[str, float],
+    clean: dict[str, _Point],
     colors: dict[str, Any],
     xname: str,
-    path: Path,
     *,
     title: str = "",
-) -> None:
+    note: str = "",
+) -> Figure:
     """One figure: a panel per task, a line per (privatizer, setting), one legend below the panels."""
+    from matplotlib.lines import Line2D
+
     cols = min(len(tasks), 3)
     rows = math.ceil(len(tasks) / cols)
+    fig: Figure
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    entries: dict[str, Line2D] = {}  # legend name -> handle, over all panels (lines may exist for some tasks only)
     for ax, task in zip(axes.ravel(), tasks, strict=False):  # extra axes are switched off below
         for (t, lab, setting), pts in sorted(lines.items()):
             if t != task:
                 continue
             if xname == "rate":  # vector releases have no replacement rate
-                pts = [p for p in pts if p[1] is not None]
+                pts = [p for p in pts if p.rate is not None]
             if not pts:
                 continue
-            pts = sorted(pts, key=lambda p: p[0] if xname == "epsilon" else p[1])
-            xs = [p[0] if xname == "epsilon" else 100.0 * p[1] for p in pts]
-            ax.plot(
+            pts = sorted(pts, key=lambda p: _x(p, xname))
+            xs = [_x(p, xname) for p in pts]
+            stds = [math.nan if p.std is None else p.std for p in pts]
+            style = LINESTYLES.get(setting, ":")
+            ax.errorbar(
                 xs,
-                [p[2] for p in pts],
+                [p.accuracy for p in pts],
+                yerr=None if all(math.isnan(s) for s in stds) else stds,
                 marker="o",
                 ms=3,
                 color=colors[lab],
-                linestyle="-" if setting == "train_and_test" else "--",
-                label=f"{lab} ({setting})",
+                linestyle=style,
+                elinewidth=0.8,
+                capsize=2,
             )
+            # a proxy without the marker: on a short handle the marker hid the dash gap
+            entries.setdefault(f"{lab} ({setting})", Line2D([], [], color=colors[lab], linestyle=style))
         if task in clean:
-            ax.axhline(clean[task], color="grey", linewidth=1, label="clean")
+            base = clean[task]
+            ax.axhline(base.accuracy, color="grey", linewidth=1)
+            if base.std is not None:
+                ax.axhspan(base.accuracy - base.std, base.accuracy + base.std, color="grey", alpha=0.15, lw=0)
+            entries.setdefault("clean", Line2D([], [], color="grey", linewidth=1))
         ax.set_title(f"{task} — {title}" if title else task)
         ax.set_ylabel("accuracy (%)")
         if xname == "epsilon":
@@ -104,16 +185,17 @@ def _draw(
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[len(tasks) :]:
         ax.axis("off")
-    handles, names = [], []
-    for ax in axes.ravel():  # one legend entry per line over all panels (lines may exist for some tasks only)
-        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
-            if name not in names:
-                handles.append(handle)
-                names.append(name)
     fig.tight_layout()
-    # below the panels; savefig(bbox_inches="tight") grows the canvas to include it
+    names = sorted(entries, key=lambda n: (n == "clean", n))
     fig.legend(
-        handles, names, loc="upper center", ncol=min(4, max(1, len(names))), fontsize=7, bbox_to_anchor=(0.5, 0.0)
+        [entries[n] for n in names],
+        names,
+        loc="upper center",
+        ncol=min(4, max(1, len(names))),
+        fontsize=7,
+        title=note or None,
+        title_fontsize=7,
+        handlelength=LEGEND_HANDLELENGTH,
+        bbox_to_anchor=(0.5, 0.0),  # below the panels; savefig(bbox_inches="tight") grows the canvas
     )
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    return fig

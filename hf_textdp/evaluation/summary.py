@@ -1,4 +1,8 @@
-"""The markdown summary of every recipe's results (``results/README.md``)."""
+"""The markdown summary of every recipe's results (``results/README.md``).
+
+A cell whose accuracy is below the task's chance level carries a trailing ``†`` (:data:`BELOW_CHANCE`).
+Chance is the majority-class rate of the scored labels (:func:`~hf_textdp.evaluation.tasks.chance_accuracy`),
+the stricter of the usual definitions: never below 1 / number of classes."""
 
 from __future__ import annotations
 
@@ -8,18 +12,35 @@ from typing import Any
 
 from ..io.files import atomic_write_text
 from ..results import load_results
+from .tasks import TASKS, chance_accuracy
 
 
 __all__ = ["summary_markdown", "write_summary"]
 
 TASK_ORDER = ("mr", "cr", "mpqa", "sst5", "trec")
 FINDINGS_FILE = "FINDINGS.md"
+#: marks a cell below chance
+BELOW_CHANCE = "†"
+CHANCE_NOTE = (
+    f"{BELOW_CHANCE} below chance: under the accuracy of always predicting the most frequent class of the scored "
+    "labels (row `chance`; all rows for MR, CR and MPQA, the test split for SST-5 and TREC-6, after the recipe's "
+    "stratified subsample). This majority-class rate is never below 1 / number of classes."
+)
+
+
+def _chance(res: dict[str, Any]) -> float | None:
+    """The chance level of a result, in %; ``None`` for a task this package does not know."""
+    if res.get("task") not in TASKS:
+        return None
+    return chance_accuracy(res["task"], protocol=res.get("protocol"), max_rows=res.get("max_rows"))
 
 
 def _cell(res: dict[str, Any] | None) -> str:
     if res is None:
         return "–"
-    return f"{res['accuracy']:.1f}"
+    chance = _chance(res)
+    flag = BELOW_CHANCE if chance is not None and res["accuracy"] < chance else ""
+    return f"{res['accuracy']:.1f}{flag}"
 
 
 def _recipe_table(results: list[dict[str, Any]]) -> list[str]:
@@ -41,6 +62,15 @@ def _recipe_table(results: list[dict[str, Any]]) -> list[str]:
         "|---|---:|" + "---|" * len(tasks),
     ]
     rows.append("| clean | – | " + " | ".join(_cell(by_key.get((t, "clean", None, "clean"))) for t in tasks) + " |")
+    chance = {}
+    for t in tasks:  # from the clean baseline, else any result of the task (one subsample per task and folder)
+        res = by_key.get((t, "clean", None, "clean")) or next(r for r in results if r["task"] == t)
+        chance[t] = _chance(res)
+    rows.append(
+        "| chance (majority class) | – | "
+        + " | ".join("–" if chance[t] is None else f"{chance[t]:.1f}" for t in tasks)
+        + " |"
+    )
     combos = sorted(
         {(r["label"], r["epsilon"]) for r in results if r["setting"] != "clean"}, key=lambda k: (k[0], k[1])
     )
@@ -56,6 +86,8 @@ def _recipe_table(results: list[dict[str, Any]]) -> list[str]:
             rate_s = f" ({rate:.0f})" if rate is not None else ""
             cells.append(f"{_cell(a)} / {_cell(b)}{rate_s}")
         rows.append(f"| {label} | {eps:g} | " + " | ".join(cells) + " |")
+    if any(BELOW_CHANCE in row for row in rows):
+        rows += ["", CHANCE_NOTE]
     return rows
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import InvalidParameterError
 
 
-__all__ = ["TaskSpec", "TaskData", "TASKS", "Protocol", "senteval_dir", "load_task"]
+__all__ = ["TaskSpec", "TaskData", "TASKS", "Protocol", "senteval_dir", "load_task", "chance_accuracy"]
 
 Protocol = Literal["cv", "split_dev", "split_cv"]
 SENTEVAL_DIR_ENV = "HF_TEXTDP_SENTEVAL_DIR"
@@ -41,6 +41,7 @@ class TaskSpec:
     protocol: Protocol
     files: dict[str, str]  # split name -> file name in the SentEval folder
     num_labels: int
+    label_counts: dict[str, tuple[int, ...]]  # split -> rows per label 0, 1, …, as in the local files
     hub_id: str | None
     hub_note: str
 
@@ -52,6 +53,7 @@ TASKS: dict[str, TaskSpec] = {
         protocol="cv",
         files={"all": "mr.jsonl"},
         num_labels=2,
+        label_counts={"all": (5331, 5331)},
         hub_id="cornell-movie-review-data/rotten_tomatoes",
         hub_note="same 10,662 sentences in a fixed 8,530/1,066/1,066 split; SentEval cross-validates over all",
     ),
@@ -61,6 +63,7 @@ TASKS: dict[str, TaskSpec] = {
         protocol="cv",
         files={"all": "cr.jsonl"},
         num_labels=2,
+        label_counts={"all": (1368, 2407)},
         hub_id="SetFit/SentEval-CR",
         hub_note="fixed train/test split of SentEval's tokenised text; SentEval cross-validates over all 3,775",
     ),
@@ -70,6 +73,7 @@ TASKS: dict[str, TaskSpec] = {
         protocol="cv",
         files={"all": "mpqa.jsonl"},
         num_labels=2,
+        label_counts={"all": (7294, 3312)},
         hub_id="jxm/mpqa",
         hub_note="no canonical hub copy; jxm/mpqa is a community copy (flair's SENTEVAL_MPQA loads SentEval's files)",
     ),
@@ -79,6 +83,11 @@ TASKS: dict[str, TaskSpec] = {
         protocol="split_dev",
         files={"train": "sst5.train.jsonl", "dev": "sst5.dev.jsonl", "test": "sst5.test.jsonl"},
         num_labels=5,
+        label_counts={
+            "train": (1092, 2218, 1624, 2322, 1288),
+            "dev": (139, 289, 229, 279, 165),
+            "test": (279, 633, 389, 510, 399),
+        },
         hub_id="SetFit/sst5",
         hub_note="splits train/validation/test = 8,544/1,101/2,210, same label order",
     ),
@@ -88,6 +97,7 @@ TASKS: dict[str, TaskSpec] = {
         protocol="split_cv",
         files={"train": "trec.train.jsonl", "test": "trec.test.jsonl"},
         num_labels=6,
+        label_counts={"train": (86, 1162, 1250, 1223, 835, 896), "test": (9, 138, 94, 65, 81, 113)},
         hub_id="CogComp/trec",
         hub_note="column coarse_label; the hub swaps labels 1 and 2 (ENTY/DESC) relative to SentEval's map",
     ),
@@ -138,15 +148,22 @@ def _read_jsonl(path: Path) -> tuple[list[str], np.ndarray]:
     return texts, np.asarray(labels, dtype=np.int64)
 
 
+def _stratified_quota(counts: np.ndarray, n: int) -> np.ndarray:
+    """Rows per class in a stratified subsample of size n: shares floored, the remainder to the largest
+    fractions. It depends on the class counts only, so :func:`chance_accuracy` can recompute it."""
+    quota: np.ndarray = np.floor(counts / counts.sum() * n).astype(int)
+    for i in np.argsort(-(counts / counts.sum() * n - quota))[: n - int(quota.sum())]:
+        quota[i] += 1
+    return quota
+
+
 def _stratified_subsample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
     """Row numbers of a stratified random subsample of size n (sorted), class shares kept."""
     if n >= labels.size:
         return np.arange(labels.size)
     rng = np.random.default_rng(seed)
     classes, counts = np.unique(labels, return_counts=True)
-    quota = np.floor(counts / labels.size * n).astype(int)
-    for i in np.argsort(-(counts / labels.size * n - quota))[: n - int(quota.sum())]:
-        quota[i] += 1
+    quota = _stratified_quota(counts, n)
     picked = [
         rng.choice(np.flatnonzero(labels == c), size=q, replace=False) for c, q in zip(classes, quota, strict=True)
     ]
@@ -187,3 +204,39 @@ def load_task(
         data.labels[split] = labels[rows]
         data.source_rows[split] = rows
     return data
+
+
+def chance_accuracy(task: str, *, protocol: str | None = None, max_rows: int | dict[str, int] | None = None) -> float:
+    """Chance level of a task, in %: the accuracy of always predicting the most frequent class of the
+    scored labels (all rows for the ``cv`` protocol, the test split otherwise), after the same stratified
+    subsample :func:`load_task` draws for ``max_rows``.
+
+    This majority-class rate is never below 1 / number of classes, and above it wherever the classes are
+    unbalanced (CR 63.8 % against 50 %, TREC-6 27.6 % against 16.7 %): a classifier under it does worse
+    than one that ignores its input. It is computed from :attr:`TaskSpec.label_counts`, so it needs no data.
+
+    Args:
+        task (`str`): one of ``mr``, ``cr``, ``mpqa``, ``sst5``, ``trec``.
+        protocol (`str`, *optional*): the result's protocol; ``cv`` scores all rows, anything else
+            (``split_dev``, ``split_cv``, a fine-tune) the test split. Defaults to the task's protocol.
+        max_rows (`int` or `dict[str, int]`, *optional*): the recipe's subsample, as for :func:`load_task`.
+
+    Example:
+
+    >>> round(chance_accuracy("cr"), 1), round(chance_accuracy("trec"), 1)
+    (63.8, 27.6)
+    >>> round(chance_accuracy("trec", max_rows={"train": 600, "test": 300}), 1)
+    27.7
+
+    Raises:
+        InvalidParameterError: an unknown task.
+    """
+    if task not in TASKS:
+        raise InvalidParameterError(f"Unknown task {task!r}. Known tasks: {sorted(TASKS)}.")
+    spec = TASKS[task]
+    split = "all" if (protocol or spec.protocol) == "cv" else "test"
+    counts = np.asarray(spec.label_counts[split])
+    limit = max_rows.get(split) if isinstance(max_rows, dict) else max_rows
+    if limit is not None and limit < counts.sum():
+        counts = _stratified_quota(counts, int(limit))
+    return 100.0 * float(counts.max()) / float(counts.sum())
