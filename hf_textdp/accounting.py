@@ -23,6 +23,7 @@ __all__ = [
     "build_report",
     "format_report",
     "guarantee_statement",
+    "recovery_statement",
     "NOT_COVERED",
     "ROW_GUARANTEE",
 ]
@@ -209,6 +210,20 @@ def _num(x: float | None) -> float | None:
     return float(x)
 
 
+def recovery_statement(entry: dict[str, Any]) -> str:
+    """One sentence: what each attack recovered, with 95 % intervals, and where it was measured."""
+    parts = []
+    for name in ("identity", "bayes", "contextual"):
+        a = entry["attacks"].get(name)
+        if a:
+            lo, hi = a["ci95"]
+            parts.append(f"{name} {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]")
+    return (
+        f"an informed adversary recovered {', '.join(parts)} of the privatized tokens "
+        f"({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; docs/attacks.md)"
+    )
+
+
 def build_report(
     *,
     mechanism: str,
@@ -223,8 +238,13 @@ def build_report(
     totals: Totals,
     projection: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
+    measured_recovery: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble the report of accounting.md §4 (JSON-ready; never holds the seed or any text)."""
+    """Assemble the report of accounting.md §4 (JSON-ready; never holds the seed or any text).
+
+    ``measured_recovery``: the attack table's entry for this configuration (hf_textdp/attack_table.py),
+    quoted as it is; absent when the configuration was not measured.
+    """
     report: dict[str, Any] = {
         "report_version": 1,
         "hf_textdp_version": __version__,
@@ -254,6 +274,8 @@ def build_report(
     }
     if training is not None:
         report["training"] = training
+    if measured_recovery is not None:
+        report["measured_recovery"] = measured_recovery
     return report
 
 
@@ -373,6 +395,8 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
         f"  tokens:      {dp_tokens} privatized, {totals.get('passthrough_tokens', 0)} passed through unprotected, "
         f"{totals.get('special_tokens', 0)} special"
     )
+    if report.get("measured_recovery"):
+        lines.append(f"  attacks:     {recovery_statement(report['measured_recovery'])}")
     kept = totals.get("kept_tokens")
     if kept is not None and dp_tokens:
         lines.append(

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
+from .accounting import recovery_statement
 from .errors import InvalidParameterError
 from .results import load_results
 from .version import __version__
@@ -75,6 +76,9 @@ pass through unchanged.
 
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
+
+{% endif %}{% if recovery %}**What an attacker recovers.** Measured on public benchmark text for this exact
+configuration: {{ recovery }}.
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
@@ -279,6 +283,7 @@ def dataset_card(
         repo_id=repo_id,
         hf_textdp_version=report.get("hf_textdp_version"),
         not_private_banner=_not_private_banner(original_columns),
+        recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .accounting import Claim, Totals, build_report, combine_class_claims
+from .attack_table import measured_recovery
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.models import load_space
@@ -326,6 +327,7 @@ class Privatizer:
             totals=totals,
             projection=mech.projection(space),
             training=training,
+            measured_recovery=measured_recovery(self.config),
         )
 
     # ---------------------------------------------------------------- the work

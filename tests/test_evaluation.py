@@ -236,6 +236,12 @@ def test_shipped_recipes_parse(name):
     if "finetune" in raw:
         assert raw["finetune"]["task"]["name"] in ("trec", "sst5")
         return
+    if "private" in raw:  # an attack recipe (docs/attacks.md)
+        from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
+
+        attack = load_attack_recipe(path)
+        assert attack.recipe.privatizers and attack.public_tasks and attack.private_task not in attack.public_tasks
+        return
     recipe = load_recipe(path)
     assert recipe.tasks and recipe.privatizers
     assert raw.get("hub"), "every recipe names the hub datasets users load"

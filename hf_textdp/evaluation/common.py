@@ -14,6 +14,7 @@ from typing import Any
 import evaluate
 
 from ..candidates import DEFAULT_CANDIDATES, parse_candidates
+from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError
 from ..io.files import _finite
 from ..space import DEFAULT_MODEL
@@ -59,6 +60,19 @@ class PrivatizerSpec:
         if self.label:
             return self.label
         return self.mechanism if self.postprocess == "nearest" else f"{self.mechanism}+{self.postprocess}"
+
+    def config(self, epsilon: float, device: str = "cpu") -> PrivatizerConfig:
+        """The privatizer config of this line at ``epsilon``."""
+        return PrivatizerConfig(
+            mechanism=self.mechanism,
+            epsilon=epsilon,
+            delta=self.delta,
+            model=self.model,
+            postprocess=self.postprocess,
+            options=dict(self.options),
+            device=device,
+            candidates=self.candidates,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,8 +211,8 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
     )
 
 
-def load_recipe(path: str | os.PathLike[str]) -> Recipe:
-    """Read and validate a recipe YAML file."""
+def load_recipe_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a recipe YAML file as a mapping (not validated)."""
     try:
         import yaml
     except ImportError as err:
@@ -207,7 +221,14 @@ def load_recipe(path: str | os.PathLike[str]) -> Recipe:
     if not p.is_file():
         raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
     raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    return recipe_from_dict(raw, path=p)
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
+    return raw
+
+
+def load_recipe(path: str | os.PathLike[str]) -> Recipe:
+    """Read and validate a recipe YAML file."""
+    return recipe_from_dict(load_recipe_yaml(path), path=Path(path))
 
 
 def _eps_tag(epsilon: float) -> str:

@@ -37,7 +37,7 @@ import numpy.typing as npt
 import torch
 
 from ..accounting import Totals
-from ..config import PrivatizerConfig, parse_device_name
+from ..config import parse_device_name
 from ..errors import InvalidParameterError
 from ..privatizer import Privatizer
 from ..space import CANDIDATE
@@ -89,16 +89,7 @@ def _privatize_task(
     device: str = "cpu",
 ) -> _Privatized:
 
-    config = PrivatizerConfig(
-        mechanism=spec.mechanism,
-        epsilon=epsilon,
-        delta=spec.delta,
-        model=spec.model,
-        postprocess=spec.postprocess,
-        options=dict(spec.options),
-        device=device,
-        candidates=spec.candidates,
-    )
+    config = spec.config(epsilon, device)
     t0 = time.perf_counter()
     texts: dict[str, list[str]] = {}
     totals = Totals()

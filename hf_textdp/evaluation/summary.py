@@ -109,6 +109,8 @@ def summary_markdown(root: str | Path) -> str:
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         results = load_results(folder)
         if not results:
+            if (folder / "README.md").is_file():  # a folder with its own summary (results/attacks)
+                parts += [f"## `{folder.name}`", "", f"See [{folder.name}/README.md]({folder.name}/README.md).", ""]
             continue
         parts += [f"## `{folder.name}`", ""]
         recipes: dict[str, str] = {}

@@ -1,0 +1,169 @@
+"""Attack recipes: every mechanism family on a private SentEval task, with public text from the others.
+
+A recipe (``recipes/attacks_*.yaml``) names the private task, the public tasks, the release key, the
+adversary (:class:`~hf_textdp.evaluation.attacks.AttackSettings`), the utility protocol and the
+privatizers (the evaluation recipes' ``privatizers`` list). Each (mechanism, ε) writes one JSON record
+``<task>__<label>__eps<ε>.json`` under the results folder (kept and skipped on a rerun), then the
+summary table and the plots are drawn from all the records there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidParameterError
+from ...io.files import dumps_json
+from ..common import Recipe, load_recipe_yaml, recipe_from_dict, result_name, versions
+from ..encoders import make_encoder
+from ..protocol import ClassifierConfig, run_protocol, summarize
+from ..tasks import load_task
+from .plots import plot_attacks
+from .run import AttackSettings, run_attack
+from .summary import write_attack_summary
+
+
+__all__ = ["AttackRecipe", "load_attack_recipe", "run_attack_recipe"]
+
+_KEYS = {
+    "name",
+    "description",
+    "private",
+    "public",
+    "seed",
+    "data",
+    "results_folder",
+    "attack",
+    "utility",
+    "privatizers",
+    "max_private_rows",
+    "max_public_rows",
+}
+
+
+def _texts(task: Any) -> list[str]:
+    return [t for split in task.texts for t in task.texts[split]]
+
+
+def _utility(texts: list[str], labels: np.ndarray, model: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Accuracy of a classifier trained and tested on the released texts (``train_and_test``, CV)."""
+    encoder = make_encoder(str(spec.get("encoder", "bag_of_vectors")), model)
+    clf_opts: dict[str, Any] = {
+        k: (tuple(v) if k == "c_grid" else v) for k, v in (spec.get("classifier") or {}).items()
+    }
+    clf = ClassifierConfig(**clf_opts)
+    feats = encoder.encode(texts)
+    res = run_protocol("cv", feats, {"all": labels}, {"train_and_test": {"all": feats}}, clf)
+    mean, std, kind = summarize(res.values["train_and_test"], res.n_test, True)
+    return {"accuracy": mean, "accuracy_std": std, "accuracy_std_kind": kind, "classifier": clf.to_dict()}
+
+
+@dataclass(frozen=True)
+class AttackRecipe:
+    """A validated attack recipe (the YAML layout: module docstring)."""
+
+    raw: dict[str, Any]
+    recipe: Recipe  # name, privatizers and root, parsed as the evaluation recipes parse them
+    private_task: str
+    public_tasks: list[str]
+    seed: int
+    settings: AttackSettings
+
+
+def load_attack_recipe(path: str | Path) -> AttackRecipe:
+    """Read and validate an attack recipe."""
+    raw = load_recipe_yaml(path)
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise InvalidParameterError(f"attack recipe: unknown key(s) {unknown}. Allowed keys: {sorted(_KEYS)}.")
+    private_task = str(raw.get("private", ""))
+    public_tasks = [str(t) for t in raw.get("public") or []]
+    if not public_tasks or private_task in public_tasks:
+        raise InvalidParameterError(
+            f"attack recipe: public must list tasks other than the private one ({private_task!r}), got {public_tasks}."
+        )
+    recipe = recipe_from_dict(
+        {
+            "name": raw.get("name", Path(path).stem),
+            "tasks": [private_task, *public_tasks],
+            "privatizers": raw.get("privatizers"),
+        },
+        path=Path(path),
+    )
+    opts: dict[str, Any] = {
+        k: (tuple(v) if k in ("taus", "lambda_rho") else v) for k, v in (raw.get("attack") or {}).items()
+    }
+    unknown_opts = sorted(set(opts) - set(AttackSettings.__dataclass_fields__) - {"attacker_seed"})
+    if unknown_opts:
+        raise InvalidParameterError(
+            f"attack recipe: unknown attack option(s) {unknown_opts}. Allowed: {sorted(AttackSettings().to_dict())}."
+        )
+    return AttackRecipe(raw, recipe, private_task, public_tasks, int(raw.get("seed", 1111)), AttackSettings(**opts))
+
+
+def run_attack_recipe(
+    path: str | Path, output: str | Path = "results", *, resume: bool = True, progress: Callable[[str], None] = print
+) -> Path:
+    """Run an attack recipe; returns its results folder."""
+    parsed = load_attack_recipe(path)
+    raw, recipe, private_task, public_tasks = parsed.raw, parsed.recipe, parsed.private_task, parsed.public_tasks
+    seed, settings = parsed.seed, parsed.settings
+    data_dir = (raw.get("data") or {}).get("dir")
+    folder = Path(output) / str(raw.get("results_folder") or recipe.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    root = recipe.root
+    priv_task = load_task(private_task, data_dir=data_dir, root=root, max_rows=raw.get("max_private_rows"), seed=seed)
+    private_texts, labels = priv_task.texts["all"], priv_task.labels["all"]
+    public: list[str] = []
+    for name in public_tasks:
+        public.extend(_texts(load_task(name, data_dir=data_dir, root=root)))
+    if raw.get("max_public_rows"):
+        keep = np.sort(np.random.default_rng(seed).permutation(len(public))[: int(raw["max_public_rows"])])
+        public = [public[i] for i in keep]
+    clean: dict[str, Any] | None = None
+    for spec in recipe.privatizers:
+        for eps in spec.epsilons:
+            out = folder / result_name(private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
+            if resume and out.is_file():
+                progress(f"kept {out}")
+                continue
+            config = spec.config(eps)
+            progress(f"{spec.name} ε={eps:g}: attacking {len(private_texts):,} {private_task} rows")
+            t = time.perf_counter()
+            record, released = run_attack(
+                config, private_texts, public, seed=seed, settings=settings, keep_texts=True, progress=progress
+            )
+            t_util = time.perf_counter()
+            record["utility"] = _utility(released.texts, labels, spec.model, raw.get("utility") or {})
+            if clean is None:
+                clean = _utility(private_texts, labels, spec.model, raw.get("utility") or {})
+            record["utility"]["clean_accuracy"] = clean["accuracy"]
+            record["timing_s"]["utility"] = time.perf_counter() - t_util
+            record.update(
+                task=private_task,
+                public_tasks=public_tasks,
+                label=spec.name,
+                recipe=raw,
+                versions=versions(),
+                command=f"hf-textdp attack --recipe {path}",
+                wall_s=time.perf_counter() - t,
+            )
+            out.write_text(dumps_json(record), encoding="utf-8")
+            progress(
+                f"wrote {out}: identity {record['attacks']['identity']['recovery_top1']['value']:.3f}, "
+                f"bayes {record['attacks']['bayes']['recovery_top1']['value']:.3f}"
+                + (
+                    f", contextual {record['attacks']['contextual']['recovery_top1']['value']:.3f}"
+                    if "contextual" in record["attacks"]
+                    else ""
+                )
+                + f", accuracy {record['utility']['accuracy']:.1f} ({record['wall_s']:.0f} s)"
+            )
+    plot_attacks(folder)
+    write_attack_summary(folder)
+    return folder
