@@ -20,7 +20,7 @@ hf-textdp evaluate recipes/full_*.yaml --output results/ --jobs 2
 # seed 001: the noise variance itself (laplace.md §8.6), about 1 minute
 python -m hf_textdp.evaluation.noise --epsilons 0.05,0.1,1,10 --deltas 1e-5,1e-6 --n-tokens 4000 \
   --output results/seed_claims/noise_variance.json
-# The madlib grid with three noise seeds on the current defaults (results/madlib_seeds): about 22 minutes
+# The madlib grid with three noise seeds on the current defaults (results/madlib_seeds): about 28 minutes
 hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
