@@ -22,28 +22,19 @@ __all__ = ["TABLE_FILE", "config_key", "measured_recovery"]
 TABLE_FILE = "attack_table.json"
 
 
-def config_key(*, model: str, parameters: dict[str, Any], mechanism: str, postprocess: str, candidates: Any) -> str:
-    """The table's key of a configuration: everything that sets the release's law, as canonical JSON."""
+def config_key(config: PrivatizerConfig) -> str:
+    """The table's key of a configuration: everything that sets the release's law, as canonical JSON
+    (the mechanism's parameters with their defaults filled in, so an option left at its default matches)."""
+    mech, _ = config.build()
     return json.dumps(
         {
-            "model": model,
-            "mechanism": mechanism,
-            "parameters": {k: parameters[k] for k in sorted(parameters)},
-            "postprocess": postprocess,
-            "candidates": parse_candidates(candidates).to_value(),
+            "model": config.model,
+            "mechanism": config.mechanism,
+            "parameters": mech.parameters(),
+            "postprocess": config.postprocess if mech.kind == "additive" else "none",
+            "candidates": parse_candidates(config.candidates).to_value(),
         },
         sort_keys=True,
-    )
-
-
-def _config_key(config: PrivatizerConfig) -> str:
-    mech, _ = config.build()
-    return config_key(
-        model=config.model,
-        parameters=mech.parameters(),
-        mechanism=config.mechanism,
-        postprocess=config.postprocess if mech.kind == "additive" else "none",
-        candidates=config.candidates,
     )
 
 
@@ -58,5 +49,5 @@ def _table() -> dict[str, dict[str, Any]]:
 
 def measured_recovery(config: PrivatizerConfig) -> dict[str, Any] | None:
     """The attack table's entry for ``config`` (without its key), or ``None`` when it was not measured."""
-    entry = _table().get(_config_key(config))
+    entry = _table().get(config_key(config))
     return None if entry is None else {k: v for k, v in entry.items() if k != "key"}

@@ -159,7 +159,6 @@ class PrivatizeCommand:
         p.add_argument("input", help=".jsonl/.csv/.parquet file, dataset folder, or hub id")
         p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
         _add_config_args(p, epsilon_required=False)
-        p.add_argument("--config", help="a privatizer_config.json (or folder holding one) (default: none)")
         p.add_argument("--text-column", default="text", help="the column to privatize")
         p.add_argument(
             "--id-column", default=None, help="int column used as row id instead of the index (default: none)"
@@ -467,6 +466,8 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu)")
     _add_candidate_args(p)
     _add_option_args(p)
+    if not epsilon_required:
+        p.add_argument("--config", help="a privatizer_config.json (or folder holding one) (default: none)")
 
 
 def _add_candidate_args(p: argparse.ArgumentParser) -> None:
@@ -569,23 +570,7 @@ class AttackCommand:
             "--private", default=None, help="the data to release and attack: .txt (a text per line) or .jsonl"
         )
         p.add_argument("--public", nargs="+", default=None, help="the adversary's public text files (never --private)")
-        p.add_argument(
-            "--mechanism", default="madlib", help=f"one of: {', '.join(_mechanism_names())} (default madlib)"
-        )
-        p.add_argument("--epsilon", type=float, default=None, help="the release's epsilon (required without --recipe)")
-        p.add_argument(
-            "--model",
-            default=None,
-            help="hub id, local model folder or vector file (default: sentence-transformers/all-MiniLM-L6-v2)",
-        )
-        p.add_argument(
-            "--postprocess", default=None, help=f"one of: {', '.join(_postprocess_names())} (default: nearest)"
-        )
-        p.add_argument(
-            "--delta", type=float, default=None, help="delta for gaussian/truncated_laplace (default: none)"
-        )
-        _add_option_args(p)
-        _add_candidate_args(p)
+        _add_config_args(p, epsilon_required=False)
         p.add_argument("--max-rows", type=int, default=None, help="attack the first N private rows (default: all)")
         p.add_argument("--no-contextual", action="store_true", help="skip the contextual attack (faster)")
         p.set_defaults(command=AttackCommand)

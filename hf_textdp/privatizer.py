@@ -206,6 +206,12 @@ class Privatizer:
         self._ensure()
         return [r.part for r in self._releases]
 
+    @property
+    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
+        """Each released class with the mechanism set up on its space (evaluation reads the law from these)."""
+        self._ensure()
+        return [(r.part, r.mech) for r in self._releases]
+
     def class_report(self) -> list[dict[str, Any]] | None:
         """Each class's size, diameter and claim (the report's ``candidate_set.per_class``); ``None``: one space."""
         self._ensure()

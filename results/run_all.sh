@@ -25,6 +25,8 @@ hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
+# the table privacy reports and cards quote (hf_textdp/attack_table.py), from those records
+python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w('results/attacks', 'hf_textdp/data/attack_table.json')"
 # comparisons at equal replacement rate (printed), cards and the summary table
 python -m hf_textdp.evaluation.compare results/seed_claims
 bash results/make_cards.sh

@@ -299,16 +299,8 @@ def test_results_attacks_records() -> None:
 
 
 def _entry(config: PrivatizerConfig) -> dict:
-    mech, _ = config.build()
-    key = config_key(
-        model=config.model,
-        parameters=mech.parameters(),
-        mechanism=config.mechanism,
-        postprocess=config.postprocess if mech.kind == "additive" else "none",
-        candidates=config.candidates,
-    )
     return {
-        "key": key,
+        "key": config_key(config),
         "private": "MR, 4,000 rows, 100,000 tokens",
         "public": ["CR"],
         "replacement_rate": 0.4,

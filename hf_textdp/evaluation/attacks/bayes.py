@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ...config import PrivatizerConfig
+from ...mechanisms.base import Mechanism
 from ...mechanisms.santext_plus import SantextPlus
 from ...mechanisms.tem import Tem
 from ...privatizer import Privatizer
@@ -49,7 +49,7 @@ class GuessLists:
         released (`np.ndarray`): ``[U]`` sorted distinct released positions.
         guesses (`np.ndarray`): ``[U, k]`` input positions, ``-1`` where fewer than k are possible.
         scores (`np.ndarray`): ``[U, k]`` ``log π(x) + log P[y | x]``, ``-inf`` on padding.
-        method (`str`): ``"exact"`` or ``"simulated"``.
+        method (`str`): ``"exact"`` or ``"fitted"``.
     """
 
     released: npt.NDArray[np.int64]
@@ -65,14 +65,25 @@ class GuessLists:
         return self.guesses[idx], self.scores[idx]
 
 
-def has_exact_law(config: PrivatizerConfig) -> bool:
-    """Whether :func:`exact_lists` applies: tem or santext (the exponential mechanism over a class)."""
-    mech, _ = config.build()
+def has_exact_law(mech: Mechanism) -> bool:
+    """Whether :class:`ExactLaw` applies: tem or santext (the exponential mechanism over a class)."""
     return isinstance(mech, Tem) and not isinstance(mech, SantextPlus)
 
 
 def sq_dist(a: torch.Tensor, b: torch.Tensor, b_sq: torch.Tensor) -> torch.Tensor:
     return ((a * a).sum(1, keepdim=True) + b_sq[None, :] - 2.0 * (a @ b.T)).clamp_(min=0.0)
+
+
+def class_maps(priv: Privatizer) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """For every candidate position: the index of the class the privatizer releases it in, and its
+    position inside that class's space (the privatizer's own split, one class without it)."""
+    V = int(priv.space.V)
+    part_of = np.full(V, -1, dtype=np.int64)
+    local = np.full(V, -1, dtype=np.int64)
+    for i, (part, _) in enumerate(priv.class_mechanisms):
+        part_of[part.positions] = i
+        local[part.positions] = np.arange(part.positions.size)
+    return part_of, local
 
 
 class ExactLaw:
@@ -88,14 +99,9 @@ class ExactLaw:
 
     def __init__(self, priv: Privatizer, *, block: int = 1024) -> None:
         self.block = block
-        self.lambdas = np.asarray([priv.config.build()[0].epsilon / 2.0])  # one law: the grid has one point
-        self.V = int(priv.space.V)
         self.parts: list[tuple[npt.NDArray[np.int64], torch.Tensor, torch.Tensor, float, float, torch.Tensor]] = []
-        self.local = np.full(self.V, -1, dtype=np.int64)
-        self.part_of = np.full(self.V, -1, dtype=np.int64)
-        for i, part in enumerate(priv.classes):
-            mech, _ = priv.config.build()
-            mech.setup(part.space)
+        self.part_of, self.local = class_maps(priv)
+        for part, mech in priv.class_mechanisms:
             assert isinstance(mech, Tem)
             s, gamma = mech.score_scale(), mech.gamma_for(part.space.V)
             E = part.space.E.float().cpu()
@@ -105,8 +111,7 @@ class ExactLaw:
                 d = sq_dist(E[a : a + block], E, sq).sqrt_().clamp_(max=gamma)
                 log_z[a : a + block] = torch.logsumexp(-s * d.double(), dim=1)
             self.parts.append((part.positions, E, sq, s, gamma, log_z))
-            self.local[part.positions] = np.arange(part.positions.size)
-            self.part_of[part.positions] = i
+        self.lambdas = np.asarray([self.parts[0][3]])  # one law, ε/2: the grid has one point
 
     def prepare(self, ys: npt.NDArray[np.int64], lambda_rho: tuple[float, ...]) -> None:
         """Nothing to fit: the law is exact (the interface of :class:`~.fitted.FittedLaw`)."""

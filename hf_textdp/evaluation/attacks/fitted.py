@@ -21,7 +21,7 @@ import torch
 
 from ...mechanisms.base import AdditiveMechanism
 from ...privatizer import Privatizer
-from .bayes import GuessLists, sq_dist
+from .bayes import GuessLists, class_maps, sq_dist
 
 
 __all__ = ["FittedLaw"]
@@ -36,17 +36,12 @@ class FittedLaw:
         self.block = block
         self.neighbours = neighbours
         self.V = int(priv.space.V)
-        self.local = np.full(self.V, -1, dtype=np.int64)
-        self.part_of = np.full(self.V, -1, dtype=np.int64)
+        self.part_of, self.local = class_maps(priv)
         self.parts: list[tuple[npt.NDArray[np.int64], torch.Tensor, torch.Tensor]] = []
-        for i, part in enumerate(priv.classes):
-            mech, _ = priv.config.build()
-            mech.setup(part.space)
+        for part, mech in priv.class_mechanisms:
             index = mech.search_index(part.space) if isinstance(mech, AdditiveMechanism) else part.space.index
             R = index.E.float().cpu()
             self.parts.append((part.positions, R, (R * R).sum(1)))
-            self.local[part.positions] = np.arange(part.positions.size)
-            self.part_of[part.positions] = i
         self.ys = np.zeros(0, dtype=np.int64)
         self.nb = np.zeros((0, neighbours), dtype=np.int64)
         self.nd = np.zeros((0, neighbours), dtype=np.float64)

@@ -50,17 +50,37 @@ def _texts(task: Any) -> list[str]:
     return [t for split in task.texts for t in task.texts[split]]
 
 
-def _utility(texts: list[str], labels: np.ndarray, model: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """Accuracy of a classifier trained and tested on the released texts (``train_and_test``, CV)."""
-    encoder = make_encoder(str(spec.get("encoder", "bag_of_vectors")), model)
-    clf_opts: dict[str, Any] = {
-        k: (tuple(v) if k == "c_grid" else v) for k, v in (spec.get("classifier") or {}).items()
-    }
-    clf = ClassifierConfig(**clf_opts)
-    feats = encoder.encode(texts)
-    res = run_protocol("cv", feats, {"all": labels}, {"train_and_test": {"all": feats}}, clf)
-    mean, std, kind = summarize(res.values["train_and_test"], res.n_test, True)
-    return {"accuracy": mean, "accuracy_std": std, "accuracy_std_kind": kind, "classifier": clf.to_dict()}
+class _Utility:
+    """Accuracy of a classifier trained and tested on texts (``train_and_test``, CV), one encoder per model.
+
+    The recipe's ``utility`` block names the encoder and the classifier; the clean accuracy of the
+    private texts is scored once per model, beside the first release scored with it.
+    """
+
+    def __init__(self, spec: dict[str, Any], texts: list[str], labels: np.ndarray) -> None:
+        self.encoder_name = str(spec.get("encoder", "bag_of_vectors"))
+        clf_opts: dict[str, Any] = {
+            k: (tuple(v) if k == "c_grid" else v) for k, v in (spec.get("classifier") or {}).items()
+        }
+        self.classifier = ClassifierConfig(**clf_opts)
+        self.texts, self.labels = texts, labels
+        self._encoders: dict[str, Any] = {}
+        self._clean: dict[str, float] = {}
+
+    def _score(self, texts: list[str], model: str) -> dict[str, Any]:
+        if model not in self._encoders:
+            self._encoders[model] = make_encoder(self.encoder_name, model)
+        feats = self._encoders[model].encode(texts)
+        res = run_protocol("cv", feats, {"all": self.labels}, {"train_and_test": {"all": feats}}, self.classifier)
+        mean, std, kind = summarize(res.values["train_and_test"], res.n_test, True)
+        return {"accuracy": mean, "accuracy_std": std, "accuracy_std_kind": kind}
+
+    def __call__(self, released: list[str], model: str) -> dict[str, Any]:
+        """The released texts' accuracy, with the clean texts' beside it."""
+        out = self._score(released, model)
+        if model not in self._clean:
+            self._clean[model] = self._score(self.texts, model)["accuracy"]
+        return {**out, "classifier": self.classifier.to_dict(), "clean_accuracy": self._clean[model]}
 
 
 @dataclass(frozen=True)
@@ -125,7 +145,7 @@ def run_attack_recipe(
     if raw.get("max_public_rows"):
         keep = np.sort(np.random.default_rng(seed).permutation(len(public))[: int(raw["max_public_rows"])])
         public = [public[i] for i in keep]
-    clean: dict[str, Any] | None = None
+    utility = _Utility(raw.get("utility") or {}, private_texts, labels)
     for spec in recipe.privatizers:
         for eps in spec.epsilons:
             out = folder / result_name(private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
@@ -139,10 +159,7 @@ def run_attack_recipe(
                 config, private_texts, public, seed=seed, settings=settings, keep_texts=True, progress=progress
             )
             t_util = time.perf_counter()
-            record["utility"] = _utility(released.texts, labels, spec.model, raw.get("utility") or {})
-            if clean is None:
-                clean = _utility(private_texts, labels, spec.model, raw.get("utility") or {})
-            record["utility"]["clean_accuracy"] = clean["accuracy"]
+            record["utility"] = utility(released.texts, spec.model)
             record["timing_s"]["utility"] = time.perf_counter() - t_util
             record.update(
                 task=private_task,
@@ -154,15 +171,9 @@ def run_attack_recipe(
                 wall_s=time.perf_counter() - t,
             )
             out.write_text(dumps_json(record), encoding="utf-8")
+            recovered = ", ".join(f"{a} {e['recovery_top1']['value']:.3f}" for a, e in record["attacks"].items())
             progress(
-                f"wrote {out}: identity {record['attacks']['identity']['recovery_top1']['value']:.3f}, "
-                f"bayes {record['attacks']['bayes']['recovery_top1']['value']:.3f}"
-                + (
-                    f", contextual {record['attacks']['contextual']['recovery_top1']['value']:.3f}"
-                    if "contextual" in record["attacks"]
-                    else ""
-                )
-                + f", accuracy {record['utility']['accuracy']:.1f} ({record['wall_s']:.0f} s)"
+                f"wrote {out}: {recovered}, accuracy {record['utility']['accuracy']:.1f} ({record['wall_s']:.0f} s)"
             )
     plot_attacks(folder)
     write_attack_summary(folder)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ __all__ = ["AttackSettings", "run_attack", "ATTACKS"]
 ATTACKS = ("identity", "bayes", "contextual")
 
 # Keys of the attacker's own privatizations (public data only): distinct from any victim key.
-_STATS_SPLIT, _TRAIN_SPLIT, _SIM_SPLIT = "attack-public-stats", "attack-public-train", "attack-simulation"
+_STATS_SPLIT, _TRAIN_SPLIT = "attack-public-stats", "attack-public-train"
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class AttackSettings:
         lambda_rho (`tuple[float, ...]`): the fitted law's grid of λ·ρ (fitted.py), tried the same way.
         neighbours (`int`): the fitted law's neighbourhood: inputs considered per released token.
         contextual (`bool`): train and run the contextual attack.
-        train_rows (`int`): public rows the contextual model trains on (the other half of the public
-            corpus gives the prior, the bigram model and the simulated law).
+        train_rows (`int`): public rows the attacker privatizes to choose τ and λ and to train the
+            contextual model on (the other half of the public corpus gives the prior and the bigram model).
         window (`int`), rank (`int`), epochs (`int`): the contextual model (contextual.py).
         bootstrap (`int`): row-bootstrap resamples of the 95 % intervals.
         min_count (`int`): input types seen fewer times are left out of the N_w / S_w means.
@@ -84,14 +85,23 @@ def _score(hits: npt.NDArray[np.bool_], corpus: ReleasedCorpus, settings: Attack
     return {"value": mean, "ci95": [lo, hi]}
 
 
+@lru_cache(maxsize=1)
+def _diagnostics() -> Any:
+    """The local ``privacy_diagnostics`` evaluate module (N_w, S_w), loaded once per process."""
+    from ..common import Metrics
+
+    return Metrics().diagnostics
+
+
 def _attacker(config: PrivatizerConfig, settings: AttackSettings, split: str) -> Privatizer:
     return Privatizer(config, seed=settings.attacker_seed, split=split, allow_weak_seed=True)
 
 
-def build_law(config: PrivatizerConfig, settings: AttackSettings) -> ExactLaw | FittedLaw:
-    """The law the Bayes attack uses: exact (tem, santext), or the fitted exponential law."""
-    att = _attacker(config, settings, _STATS_SPLIT)
-    return ExactLaw(att) if has_exact_law(config) else FittedLaw(att, neighbours=settings.neighbours)
+def build_law(attacker: Privatizer, settings: AttackSettings) -> ExactLaw | FittedLaw:
+    """The law the Bayes attack uses, read from the attacker's privatizer: exact (tem, santext) or fitted."""
+    if has_exact_law(attacker.mechanism):
+        return ExactLaw(attacker)
+    return FittedLaw(attacker, neighbours=settings.neighbours)
 
 
 def tune(
@@ -154,14 +164,15 @@ def run_attack(
 
     t = time.perf_counter()
     stats_texts, train_texts = _split_public(list(public_texts), settings.train_rows, settings.attacker_seed)
-    stats = release_corpus(_attacker(config, settings, _STATS_SPLIT), stats_texts)
+    attacker = _attacker(config, settings, _STATS_SPLIT)
+    stats = release_corpus(attacker, stats_texts)
     logp = log_prior(np.bincount(stats.inputs, minlength=V), settings.prior_alpha)
     train = release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts) if train_texts else None
     timing["release_public"] = time.perf_counter() - t
 
     t = time.perf_counter()
     wanted = private.released if train is None else np.concatenate([private.released, train.released])
-    law = build_law(config, settings)
+    law = build_law(attacker, settings)
     law.prepare(wanted, settings.lambda_rho)
     lam, tau, tuning = tune(law, logp, train, settings)
     lists = law.lists(wanted, logp, tau, settings.top_k, lam)
@@ -207,9 +218,7 @@ def run_attack(
         entry: dict[str, Any] = {"recovery_top1": _score(top1, private, settings, 10 * i)}
         entry["recovery_top5"] = _score(top5, private, settings, 10 * i + 1) if top5 is not None else None
         attacks[name] = entry
-    from ..common import Metrics  # the local evaluate module (N_w, S_w)
-
-    diag = Metrics().diagnostics.compute(
+    diag = _diagnostics().compute(
         predictions=private.released.tolist(), references=truth.tolist(), min_count=settings.min_count
     )
     best = max(attacks, key=lambda a: attacks[a]["recovery_top1"]["value"])

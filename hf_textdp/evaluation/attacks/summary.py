@@ -47,18 +47,18 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
     """The package's attack-table entries (hf_textdp/attack_table.py) for these records."""
     out = []
     for r in sorted(records, key=lambda r: (r["label"], r["epsilon"])):
-        mech, _ = PrivatizerConfig(
-            mechanism=r["mechanism"], epsilon=r["epsilon"], delta=r.get("delta"), options=r.get("options") or {}
-        ).build()
+        config = PrivatizerConfig(
+            mechanism=r["mechanism"],
+            epsilon=r["epsilon"],
+            delta=r.get("delta"),
+            options=r.get("options") or {},
+            model=r["model"],
+            postprocess=r["postprocess"],
+            candidates=r["candidates"],
+        )
         out.append(
             {
-                "key": config_key(
-                    model=r["model"],
-                    parameters=mech.parameters(),
-                    mechanism=r["mechanism"],
-                    postprocess=r["postprocess"] if mech.kind == "additive" else "none",
-                    candidates=r["candidates"],
-                ),
+                "key": config_key(config),
                 "private": f"{r['task'].upper()}, {r['n_private_rows']:,} rows, {r['n_private_tokens']:,} tokens",
                 "public": [t.upper() for t in r["public_tasks"]],
                 "replacement_rate": r["replacement_rate"],
