@@ -53,13 +53,14 @@ from pathlib import Path
 from typing import Any, Literal
 from unittest.mock import patch
 
+import numpy as np
 import torch
 
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
 from .io import vectors
 from .io.models import load_space
-from .mechanisms import get_mechanism_class
+from .mechanisms import AdditiveMechanism, get_mechanism_class
 from .postprocess import clear_neighbour_caches
 from .privatizer import Privatizer
 from .rng import derive_row_seed, streams_for_rows
@@ -417,6 +418,8 @@ class BenchCase:
     fraction_paired: float | None = None
     peak_rss_mb: float = 0.0
     search_filter: str | None = None
+    ops_per_token: float = 0.0  # 2·n·m averaged over the tokens (work_per_token)
+    searched: str = ""
     rounds: list[dict[str, float | None]] = field(default_factory=list)
     per_token_reference: dict[str, Any] | None = None
     error: str | None = None
@@ -460,6 +463,35 @@ class BenchReport:
 
 
 # --------------------------------------------------------------------------- the run
+def work_per_token(priv: Privatizer, texts: Sequence[str]) -> tuple[float, str]:
+    """Operations (2 per multiply-add) a privatized token of ``texts`` costs the product it runs, and the shapes.
+
+    A token is scored against every row of its piece class's search index (additive mechanisms: the
+    index ``nearest`` searches, projected for privemb, transformed with a bound) or of its class's space
+    (samplers), in that index's dimension: 2·n_c·m_c, averaged over the tokens by class. The shapes
+    read ``n×m (share of tokens)``.
+    """
+    space = priv.space
+    pairs = priv.class_mechanisms
+    shapes = []
+    for part, mech in pairs:
+        index = mech.search_index(part.space) if isinstance(mech, AdditiveMechanism) else part.space
+        shapes.append((part.index, int(index.V), int(index.d)))
+    of_position = space.position_class()
+    counts: dict[int, int] = dict.fromkeys((c for c, _, _ in shapes), 0)
+    assert priv._tokens is not None  # set up by the warm-up call
+    for r in priv._tokens.encode(list(texts)):
+        cls, p = space.classify(r.ids)
+        for c, n in zip(*np.unique(of_position[p[cls == CANDIDATE]], return_counts=True), strict=True):
+            counts[int(c)] += int(n)
+    total = sum(counts.values()) or 1
+    ops = sum(2.0 * n * m * counts[c] for c, n, m in shapes) / total
+    if not sum(counts.values()):  # no privatized token: the largest class's shape
+        ops = max(2.0 * n * m for _, n, m in shapes)
+    described = ", ".join(f"{n:,}x{m} ({counts[c] / total:.0%})" for c, n, m in shapes)
+    return ops, described
+
+
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
     """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
     space, mech = priv.space, priv.mechanism
@@ -512,12 +544,15 @@ def _run_case(
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
     V, d = priv.space.V, priv.space.d
-    per_op = 2.0 * V * d
+    per_op, out.searched = work_per_token(priv, texts)
+    out.ops_per_token = per_op
     best_rate = 0.0
     best_bound: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
     with _RssSampler() as rss:
         for _ in range(max(1, repeats)):
-            clear_neighbour_caches()  # every pass starts cold: a repeat of the same rows must not gain
+            # every pass starts cold: a repeat of the same rows must not gain from neighbours searched for
+            # them (a whole neighbour table, public set-up like the scale statistics, is read back instead)
+            clear_neighbour_caches()
             with rss.paused():  # the products' operands are the bench's memory, not the case's
                 before = gemm_bounds(V, d, repeats=bound_repeats, device=device)
             start_tokens = priv.totals.dp_tokens
@@ -751,7 +786,7 @@ def run_bench(
             )
         results.append(res)
         for a, tps in res.bound_tokens_per_s.items():
-            best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * per_op)
+            best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
         note(_case_line(res))
     int8_note = _int8_note(device) if best_ops["int8"] is None else None
     bounds: dict[str, dict[str, Any]] = {
@@ -829,7 +864,8 @@ def format_table(report: BenchReport) -> str:
         f"text {report.text_path} ({text}); {report.repeats} timed passes per case",
         f"cpu {report.cpu_model} ({report.machine}); flags {flags}" + (f", not {' '.join(absent)}" if absent else ""),
         f"torch {report.torch_version}, {report.threads} threads",
-        f"bounds: best {m}x{k} @ {k}x{n} products of the run; tokens/s = ops/s / (2 V d)",
+        f"bounds: best {m}x{k} @ {k}x{n} products of the run; here tokens/s = ops/s / (2 V d); each case divides "
+        "by its own 2 n m (the rows n and dimension m its tokens score, by piece class: the searched column)",
     ]
     for a, b in report.bounds.items():
         if b["ops_per_s"] is None:
@@ -855,6 +891,7 @@ def format_table(report: BenchReport) -> str:
         "(fp32, bf16, own: best pass over the best product of that arithmetic in the case; own = the arith column; "
         "paired: median pass over its own paired bound)"
     )
+    lines += [f"  searched by {c.name}: {c.searched}" for c in report.cases if c.searched and not c.error]
     lines.append("")
     for c in report.cases:
         ref = c.per_token_reference

@@ -213,7 +213,7 @@ class _MonteCarlo:
         if isinstance(mech, SelectionMechanism):
             return mech.sample(space, self.positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and step is not None
-        z = mech.perturb(mech.inputs(space, self.positions), streams)
+        z = mech.perturb_positions(space, self.positions, streams)
         return apply_step(step, z, mech, space, streams, self.positions).cpu()
 
     def rate(self, epsilon: float) -> tuple[float, float]:

@@ -545,7 +545,7 @@ class Privatizer:
         if isinstance(mech, SelectionMechanism):
             return mech.sample(space, positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and step is not None
-        z = mech.perturb(mech.inputs(space, positions), streams)
+        z = mech.perturb_positions(space, positions, streams)
         if isinstance(step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
             res = step.apply_unsafe(z, mech, space, streams, positions)
         else:

@@ -20,17 +20,20 @@ The seed is a secret key: whoever knows it can recompute every draw.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import hashlib
 import math
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .errors import InvalidParameterError, ParameterTypeError
+from .utils.native import load_kernel
 
 
 __all__ = [
@@ -228,6 +231,10 @@ class Streams:
         index = index.to(self.position.device)
         return Streams(self.k0[index], self.k1[index], self.position[index])
 
+    def slice(self, start: int, stop: int) -> Streams:
+        """The streams of tokens ``start … stop − 1`` of this batch (views, no copy)."""
+        return Streams(self.k0[start:stop], self.k1[start:stop], self.position[start:stop])
+
     def to(self, device: torch.device | str) -> Streams:
         return Streams(self.k0.to(device), self.k1.to(device), self.position.to(device))
 
@@ -265,11 +272,15 @@ class Streams:
     def uniforms(self, draw: int, n: int, extra: int | torch.Tensor = 0, start: int = 0) -> torch.Tensor:
         """``[N, n]`` float64 uniforms on (0, 1): uniform 2j from words (0, 1) of block j, 2j + 1 from (2, 3).
 
-        ``start`` skips the first ``start`` blocks (uniforms 2·start … 2·start + n − 1 of the draw).
+        ``start`` skips the first ``start`` blocks (uniforms 2·start … 2·start + n − 1 of the draw). On the
+        CPU the compiled kernel (``kernels/philox.c``) computes them, else the int64 tensor form of
+        :func:`philox4x32`: the same bits either way.
         """
         blocks = (n + 1) // 2
-        w0, w1, w2, w3 = self.words(draw, blocks, extra, start)
-        u = torch.stack([_uniform52(w0, w1), _uniform52(w2, w3)], dim=2).reshape(len(self), 2 * blocks)
+        u = _native_uniforms(self, draw, blocks, extra, start)
+        if u is None:
+            w0, w1, w2, w3 = self.words(draw, blocks, extra, start)
+            u = torch.stack([_uniform52(w0, w1), _uniform52(w2, w3)], dim=2).reshape(len(self), 2 * blocks)
         return u[:, :n] if 2 * blocks != n else u
 
     def normals(self, draw: int, n: int, extra: int | torch.Tensor = 0) -> torch.Tensor:
@@ -278,9 +289,9 @@ class Streams:
         z₂ⱼ = r·cos 2πu₂ⱼ₊₁ and z₂ⱼ₊₁ = r·sin 2πu₂ⱼ₊₁ with r = √(−2 ln u₂ⱼ).
         """
         blocks = (n + 1) // 2
-        w0, w1, w2, w3 = self.words(draw, blocks, extra)
-        r = _uniform52(w0, w1).log_().mul_(-2.0).sqrt_()
-        t = _uniform52(w2, w3).mul_(_TWO_PI)
+        u = self.uniforms(draw, 2 * blocks, extra).view(len(self), blocks, 2)
+        r = u[:, :, 0].log().mul_(-2.0).sqrt_()
+        t = u[:, :, 1].mul(_TWO_PI)
         z = torch.empty((len(self), blocks, 2), dtype=torch.float64, device=self.device)
         torch.mul(r, t.cos(), out=z[:, :, 0])
         torch.mul(r, t.sin_(), out=z[:, :, 1])
@@ -309,9 +320,9 @@ class Streams:
         start = 0
         while todo.numel():
             sub = self if todo.numel() == N and start == 0 else self.select(todo)
-            w0, w1, w2, w3 = sub.words(draw, 4, start=start)
-            x = torch.special.ndtri(_uniform52(w0, w1))
-            lu = _uniform52(w2, w3).log_()
+            u = sub.uniforms(draw, 8, start=start)
+            x = torch.special.ndtri(u[:, 0::2])
+            lu = u[:, 1::2].log()
             v = (1.0 + c * x) ** 3
             ok = (v > 0) & (lu < 0.5 * x * x + a - a * v + a * torch.log(v.clamp(min=1e-300)))
             first = torch.where(ok.any(1), ok.to(torch.int8).argmax(1), -1)
@@ -321,6 +332,61 @@ class Streams:
             todo = todo[~done]
             start += 4
         return out
+
+
+# --------------------------------------------------------------------------- compiled kernel (CPU)
+_pool: ThreadPoolExecutor | None = None
+#: blocks per thread below which one call on the calling thread is faster than splitting
+_BLOCKS_PER_THREAD = 1 << 14
+
+
+def _reset_pool_after_fork() -> None:
+    global _pool
+    _pool = None  # a forked child inherits the executor but not its threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def _kernel() -> Any:
+    """The compiled ``philox_uniforms`` (typed for ctypes), or ``None`` (no compiler, or ``HF_TEXTDP_NATIVE=0``)."""
+    lib = load_kernel("philox")
+    if lib is None:
+        return None
+    fn = lib.philox_uniforms
+    if fn.restype is not None:  # ctypes' default restype is c_int: not typed yet
+        p, i = ctypes.c_void_p, ctypes.c_int64
+        fn.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
+        fn.restype = None
+    return lib
+
+
+def _native_uniforms(s: Streams, draw: int, blocks: int, extra: int | torch.Tensor, start: int) -> torch.Tensor | None:
+    """:meth:`Streams.uniforms` (``2·blocks`` of them) by the compiled kernel; ``None`` off the CPU or without it."""
+    global _pool
+    if s.device.type != "cpu" or (lib := _kernel()) is None:
+        return None
+    N = len(s)
+    out = torch.empty((N, 2 * blocks), dtype=torch.float64)
+    if N == 0 or blocks == 0:
+        return out
+    k0, k1, pos = (t.to(torch.int64).contiguous() for t in (s.k0, s.k1, s.position))
+    if isinstance(extra, torch.Tensor):
+        ext, stride = extra.to("cpu", torch.int64).contiguous(), 1
+    else:
+        ext, stride = torch.tensor([int(extra)], dtype=torch.int64), 0
+    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), int(start), blocks)
+    parts = max(1, min(torch.get_num_threads(), N, N * blocks // _BLOCKS_PER_THREAD))
+    if parts == 1:
+        lib.philox_uniforms(*args, 0, N, out.data_ptr())
+        return out
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=max(2, torch.get_num_threads()), thread_name_prefix="hf_textdp_rng")
+    cuts = [N * p // parts for p in range(parts + 1)]
+    # ctypes releases the GIL during each call, so the parts run in parallel
+    list(_pool.map(lambda p: lib.philox_uniforms(*args, cuts[p], cuts[p + 1], out.data_ptr()), range(parts)))
+    return out
 
 
 def streams_for_rows(

@@ -16,12 +16,15 @@ import pytest
 import torch
 from scipy import stats
 
+from hf_textdp import rng as rng_module
 from hf_textdp.rng import Draw, Streams, _uniform52, as_streams, derive_row_seed, philox4x32, streams_for_rows
+from hf_textdp.utils import native
 from tests.utils import one_row, row_key
 
 
 ALPHA = 1e-3
 MASK = 0xFFFFFFFF
+_REAL_KERNEL = rng_module._kernel
 
 # ----------------------------------------------------------- pure-Python reference (docs/mechanisms/kat/philox.py)
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
@@ -96,6 +99,85 @@ def test_stream_words_follow_the_counter_layout():
             c0, c1, c2, c3 = ref_philox4x32_10((j // 2, p, int(Draw.NOISE), 0), (key & MASK, key >> 32))
             hi, lo = (c0, c1) if j % 2 == 0 else (c2, c3)
             assert float(u[p, j]) == ref_uniform52(hi, lo)
+
+
+# --------------------------------------------------------------------------- the compiled kernel
+@pytest.fixture
+def torch_form(monkeypatch: pytest.MonkeyPatch):
+    """Run draws on the int64 tensor form, as where no C compiler is found."""
+    monkeypatch.setattr(rng_module, "_kernel", lambda: None)
+
+
+def _kernel_uniforms(s: Streams, draw: int, n: int, extra=0, start: int = 0) -> torch.Tensor:
+    u = rng_module._native_uniforms(s, draw, (n + 1) // 2, extra, start)
+    assert u is not None, "the philox kernel did not build here (a C compiler is part of the test setup)"
+    return u[:, :n]
+
+
+def test_the_kernel_builds_and_caches(tmp_path, monkeypatch):
+    """The kernel compiles into $HF_TEXTDP_CACHE/native once; HF_TEXTDP_NATIVE=0 turns it off."""
+    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.load_kernel("philox") is not None
+    built = list((tmp_path / "native").glob("philox-*.so"))
+    assert len(built) == 1
+    monkeypatch.setattr(native, "_loaded", {})
+    assert native.load_kernel("philox") is not None
+    assert list((tmp_path / "native").glob("philox-*.so")) == built  # read back, not built again
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+    assert native.load_kernel("philox") is None
+
+
+@pytest.mark.parametrize(
+    ("draw", "n", "extra", "start"),
+    [
+        (Draw.NOISE, 384, 0, 0),
+        (Draw.RADIUS, 8, 0, 12),
+        (Draw.SAMPLER, 3, "tensor", 0),
+        (Draw.RANK, 1, 5, 0),
+        (Draw.COIN, 7, "tensor", 2**31 + 5),
+    ],
+)
+def test_kernel_equals_the_tensor_form(draw, n, extra, start):
+    """Same bits from the C kernel and the int64 tensor form: random keys, positions, extras, odd counts,
+    and enough tokens that the kernel splits the rows over threads."""
+    g = torch.Generator().manual_seed(int(draw) * 1000 + n)
+    keys = torch.randint(0, 2**62, (400,), generator=g).tolist()
+    s = streams_for_rows(keys, torch.randint(1, 60, (400,), generator=g).tolist())
+    ex = torch.randint(0, 2**32, (len(s),), generator=g) if extra == "tensor" else extra
+    got = _kernel_uniforms(s, draw, n, ex, start)
+    w = s.words(draw, (n + 1) // 2, ex, start)
+    want = torch.stack([_uniform52(w[0], w[1]), _uniform52(w[2], w[3])], 2).reshape(len(s), -1)[:, :n]
+    assert torch.equal(got, want)
+    sub = torch.tensor([3, 0, 399, 17])  # addressable: a subset drawn alone equals its rows in the batch
+    ex_sub = ex[sub] if isinstance(ex, torch.Tensor) else ex
+    assert torch.equal(_kernel_uniforms(s.select(sub), draw, n, ex_sub, start), got[sub])
+
+
+def test_kernel_follows_the_reference_at_the_extremes():
+    """Keys and positions at their 32-bit extremes against the pure-Python reference."""
+    k0 = torch.tensor([0, MASK, 0, MASK], dtype=torch.int64)
+    k1 = torch.tensor([0, MASK, MASK, 0], dtype=torch.int64)
+    pos = torch.tensor([0, MASK, 5, 2**31], dtype=torch.int64)
+    u = _kernel_uniforms(Streams(k0, k1, pos), Draw.NOISE, 4, MASK)
+    for i in range(4):
+        for j in range(4):
+            c = ref_philox4x32_10((j // 2, int(pos[i]), int(Draw.NOISE), MASK), (int(k0[i]), int(k1[i])))
+            hi, lo = (c[0], c[1]) if j % 2 == 0 else (c[2], c[3])
+            assert float(u[i, j]) == ref_uniform52(hi, lo)
+
+
+@pytest.mark.usefixtures("torch_form")
+def test_without_the_kernel_draws_are_the_same():
+    """The fallback (no compiler): normals, Gamma and exponentials equal the kernel's, bit for bit."""
+    s = streams_for_rows([row_key(5, 0), row_key(5, 1)], [30, 40])
+    a = (s.normals(Draw.NOISE, 9), s.gamma(Draw.RADIUS, 384.0), s.exponentials(Draw.SAMPLER, 3, extra=2))
+    rng_module._kernel = _REAL_KERNEL  # type: ignore[attr-defined]
+    try:
+        b = (s.normals(Draw.NOISE, 9), s.gamma(Draw.RADIUS, 384.0), s.exponentials(Draw.SAMPLER, 3, extra=2))
+    finally:
+        rng_module._kernel = lambda: None  # type: ignore[attr-defined]
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 # --------------------------------------------------------------------------- uniforms

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from ..utils.cache_path import cache_dir
 from ..utils.logging import get_logger
 from .files import atomic_write_text
 
@@ -14,12 +14,6 @@ from .files import atomic_write_text
 __all__ = ["cache_dir", "DiskCache"]
 
 logger = get_logger(__name__)
-
-
-def cache_dir() -> Path:
-    """``$HF_TEXTDP_CACHE``, else ``~/.cache/hf_textdp``."""
-    root = os.environ.get("HF_TEXTDP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_textdp")
-    return Path(root)
 
 
 class DiskCache:

@@ -34,7 +34,7 @@ import math
 import torch
 
 from ..errors import InvalidParameterError
-from ..rng import Draw, Streams, _uniform52
+from ..rng import Draw, Streams
 
 
 __all__ = ["ExponentialSampler"]
@@ -45,6 +45,10 @@ BLOCK = 64
 HOT = 4
 #: tokens per integer product
 GROUP = 256
+#: tries drawn at once for every token in the first round, then for the tokens still pending (one
+#: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
+FIRST_TRIES = 2
+MORE_TRIES = 8
 _SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
 
 
@@ -133,7 +137,7 @@ class ExponentialSampler:
         A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
         A[:G, : self.d] = self.I[x_pos]
         S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
-        key = S.mul_(2).sub_(self.NT)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖²
+        key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
         kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
         Nx = self.N[x_pos]
         rx = self.r[x_pos]
@@ -169,24 +173,29 @@ class ExponentialSampler:
         todo = torch.arange(G, device=self.device)
         t = 0
         while todo.numel():
-            w0, w1, w2, w3 = streams.select(todo).words(Draw.SAMPLER, 2, extra=t)
-            u1 = _uniform52(w0[:, 0], w1[:, 0])
-            u2 = _uniform52(w2[:, 0], w3[:, 0])
-            u3 = _uniform52(w0[:, 1], w1[:, 1])
-            target = (u1 * total[todo])[:, None]
-            k = torch.searchsorted(cum[todo], target, right=True)[:, 0].clamp_(max=weights.shape[1] - 1)
+            # tries t … t + T − 1 of every pending token at once; the first accepted one wins, so the
+            # output is that of trying one at a time (each try reads its own counter, extra = t)
+            n, T = int(todo.numel()), (FIRST_TRIES if t == 0 else MORE_TRIES)
+            tries = torch.arange(t, t + T, device=self.device)
+            u = streams.select(todo.repeat_interleave(T)).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n))
+            u = u.view(n, T, 3)
+            target = u[:, :, 0] * total[todo][:, None]
+            k = torch.searchsorted(cum[todo], target.contiguous(), right=True).clamp_(max=weights.shape[1] - 1)
             is_hot = k < n_hot
             kh = k.clamp(max=n_hot - 1)
             b = (k - n_hot).clamp(min=0)
             size = self.block_size[b]
-            col_cold = b * BLOCK + torch.floor(u2 * size).to(torch.int64).clamp_(max=BLOCK - 1)
-            col = torch.where(is_hot, cols[todo, kh], col_cold).clamp_(max=self.Vt - 1)
-            dlo = torch.where(is_hot, dlo_c[todo, kh], dlo_b[todo, b])
-            e = self.E[self.targets[col]].double()
-            dist = torch.linalg.vector_norm(x[todo] - e, dim=1)
+            col_cold = b * BLOCK + torch.floor(u[:, :, 1] * size).to(torch.int64).clamp_(max=BLOCK - 1)
+            col = torch.where(is_hot, cols[todo[:, None], kh], col_cold).clamp_(max=self.Vt - 1)
+            dlo = torch.where(is_hot, dlo_c[todo[:, None], kh], dlo_b[todo[:, None], b])
+            e = self.E[self.targets[col]].double()  # [n, T, d]
+            dist = torch.linalg.vector_norm(x[todo][:, None, :] - e, dim=2)
             gap = (dist.clamp(max=gamma) - dlo).clamp_(min=0.0)
-            ok = u3.log() < -scale * gap
-            out[todo[ok]] = col[ok]
-            todo = todo[~ok]
-            t += 1
+            ok = u[:, :, 2].log() < -scale * gap  # [n, T]
+            done = ok.any(1)
+            first = ok.to(torch.int8).argmax(1)
+            rows = torch.nonzero(done).squeeze(1)
+            out[todo[rows]] = col[rows, first[rows]]
+            todo = todo[~done]
+            t += T
         return out

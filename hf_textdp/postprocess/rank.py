@@ -103,4 +103,4 @@ class Rank(PostprocessStep):
         pivots = index.search(z, 1)[:, 0].cpu()
         lam = self.rank_constant(mechanism, space) * mechanism.epsilon
         ranks = truncated_geometric_ranks(u, lam, index.V)
-        return rank_select_knn(index, pivots, ranks)
+        return rank_select_knn(index, pivots, ranks, store=space.store)

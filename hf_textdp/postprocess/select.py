@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import threading
 import weakref
 
+import numpy as np
 import torch
 
+from ..memo import Store, memoised
 from ..search import ExactIndex
 
 
@@ -16,6 +20,7 @@ __all__ = [
     "rank_select",
     "rank_select_knn",
     "clear_neighbour_caches",
+    "neighbour_table",
     "KNN_MAX_RANK",
 ]
 
@@ -125,6 +130,40 @@ KNN_MAX_RANK = 256
 KNN_CACHE_WIDTH = 64
 #: the smallest k searched for a pivot: a few more neighbours cost little and serve its later ranks
 KNN_MIN_K = 16
+#: a batch that needs at least V / this many pivots searched fills the whole table instead (one batched
+#: search of every row, kept in the store: public, O(V·width)); later batches and processes read it
+KNN_FULL_TABLE_SHARE = 16
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def _table_key(index: ExactIndex, width: int) -> str:
+    h = hashlib.sha256(b"hf_textdp/neighbours/v1\x00" + np.asarray([*index.E.shape, width], dtype="<i8").tobytes())
+    h.update(index.E.cpu().numpy().astype("<f4").tobytes())
+    return h.hexdigest()
+
+
+def neighbour_table(index: ExactIndex, width: int, store: Store | None = None) -> np.ndarray:
+    """``[V, width]`` int32: row p holds the positions of ranks 1…width from pivot p (exact order, p excluded).
+
+    One exact search of every row with ``k = width`` (space.md §5), in blocks; cached per matrix hash in
+    this process and in ``store``. It depends on the public matrix only.
+    """
+
+    def compute() -> np.ndarray:
+        out = np.empty((index.V, width), dtype=np.int32)
+        for s in range(0, index.V, 4096):
+            p = torch.arange(s, min(s + 4096, index.V), dtype=torch.int64)
+            out[s : s + p.numel()] = index.search(index.E[p.to(index.device)], width, exclude=p).numpy()
+        return out
+
+    def decode(raw: dict[str, object]) -> np.ndarray:
+        table = np.frombuffer(base64.b64decode(str(raw["int32_le"])), dtype="<i4").reshape(index.V, width)
+        return table.astype(np.int32)
+
+    def encode(table: np.ndarray) -> dict[str, object]:
+        return {"int32_le": base64.b64encode(table.astype("<i4").tobytes()).decode("ascii")}
+
+    return memoised(_TABLES, store, "neighbours", _table_key(index, width), compute, decode, encode)
 
 
 class _NeighbourCache:
@@ -149,6 +188,12 @@ class _NeighbourCache:
             hit = self.length[pivots] >= ranks
             found = self.table[pivots[hit], ranks[hit] - 1].to(torch.int64)
         return hit, found
+
+    def fill(self, table: np.ndarray) -> None:
+        """Take a whole :func:`neighbour_table` (every pivot answered up to ``width``)."""
+        with self.lock:
+            self.table = torch.from_numpy(table[:, : self.width])
+            self.length.fill_(self.width)
 
     def store(self, pivots: torch.Tensor, neighbours: torch.Tensor) -> None:
         """Record ``neighbours[i]`` (the first k neighbours of ``pivots[i]``, distinct pivots)."""
@@ -181,7 +226,12 @@ def _neighbour_cache(index: ExactIndex) -> _NeighbourCache:
 
 
 def rank_select_knn(
-    index: ExactIndex, pivots: torch.Tensor, ranks: torch.Tensor, *, max_rank: int = KNN_MAX_RANK
+    index: ExactIndex,
+    pivots: torch.Tensor,
+    ranks: torch.Tensor,
+    *,
+    max_rank: int = KNN_MAX_RANK,
+    store: Store | None = None,
 ) -> torch.Tensor:
     """:func:`rank_select` for small ranks by an exact k-nearest-neighbour query from the pivot (postprocess.md §4).
 
@@ -192,9 +242,11 @@ def rank_select_knn(
     (every case but float64 near-ties between different rows). Each distinct pivot is searched once,
     with k = the next power of two ≥ max(its largest rank, ``KNN_MIN_K``), pivots with equal k in one
     batched search; the first ``KNN_CACHE_WIDTH`` neighbours are kept per index (O(V) memory, see
-    :class:`_NeighbourCache`) and answer later ranks from the same pivot. Neither k, the batch nor the
-    cache changes a row's answer, because the search is exact. Ranks above ``max_rank`` go to
-    :func:`rank_select` (O(V) per token). No V × V.
+    :class:`_NeighbourCache`) and answer later ranks from the same pivot. A batch that needs at least
+    V / :data:`KNN_FULL_TABLE_SHARE` pivots searched fills the whole cache from :func:`neighbour_table`
+    instead (kept in ``store``, so a later process reads it). Neither k, the batch nor the cache changes
+    a row's answer, because the search is exact. Ranks above ``max_rank`` go to :func:`rank_select`
+    (O(V) per token). No V × V.
 
     Args:
         index (`ExactIndex`): the rows ``nearest`` searched.
@@ -216,6 +268,11 @@ def rank_select_knn(
         hit, found = cache.lookup(pivots[rows], ranks[rows])
         out[rows[hit]] = found
         rows = rows[~hit]
+        if rows.numel() and torch.unique(pivots[rows]).numel() * KNN_FULL_TABLE_SHARE >= V:
+            cache.fill(neighbour_table(index, cache.width, store))
+            hit, found = cache.lookup(pivots[rows], ranks[rows])
+            out[rows[hit]] = found
+            rows = rows[~hit]
         if rows.numel():
             p, r = pivots[rows], ranks[rows]
             uniq, inv = torch.unique(p, return_inverse=True)
