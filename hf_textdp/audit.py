@@ -305,7 +305,7 @@ class _Sampler:
                 parts.append(out.cpu().numpy().astype(np.int64))
                 continue
             assert isinstance(mech, AdditiveMechanism) and step is not None
-            z = mech.perturb_positions(space, pos, st)
+            z = mech.perturb(mech.inputs(space, pos), st)
             out = apply_step(step, z, mech, space, st, pos).cpu()
             if not self.vectors:
                 parts.append(out.numpy().astype(np.int64))

@@ -35,6 +35,8 @@ CASE_FIELDS = {
     "rounds",
     "per_token_reference",
     "error",
+    "ops_per_token",
+    "searched",
 }
 ROUND_FIELDS = {
     "tokens_per_s",
@@ -111,6 +113,11 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
             assert case[f"fraction_{name}"] == pytest.approx(case["tokens_per_s"] / bounds[name])
             assert bounds[name] == max(r[f"bound_{name}_tokens_per_s"] for r in case["rounds"])
         assert case["fraction_own"] == case[f"fraction_{case['arithmetic']}"]
+        # each case's bound is the product rate over its own work per token, never more than 2·V·d
+        assert 0 < case["ops_per_token"] <= per_op
+        for name in ("fp32", "bf16"):
+            assert bounds[name] * case["ops_per_token"] <= report["bounds"][name]["ops_per_s"] * (1 + 1e-9)
+        assert re.fullmatch(r"([\d,]+x\d+ \(\d+%\)(, )?)+", case["searched"]), case["searched"]
         row = next(line for line in lines if line.startswith(case["name"] + " ")).split()
         assert row[1] == case["arithmetic"]
         own = case["fraction_own"]
@@ -284,3 +291,29 @@ def test_bench_static_vectors_one_word_rows(tmp_path: Path, monkeypatch: pytest.
     assert vl is not None and vl["rows"] == len(words) and vl["d"] == 6
     assert vl["read_s"] >= 0 and vl["parse_s"] > 0 and vl["cached_s"] > 0
     assert "vector file" in format_table(report)
+
+
+def test_work_per_token_follows_the_classes_and_the_projected_space(tiny_bert: str) -> None:
+    """One space: 2·V·d per token exactly; privemb: 2·V·m in its projected space; class-preserving: between
+    the smallest and the largest class's 2·n·d, below the whole space's (each token scores its class only)."""
+    from hf_textdp import Privatizer, PrivatizerConfig
+
+    texts = load_texts("sample", 30)[0]
+
+    def work(**kw: object) -> tuple[float, str, Privatizer]:
+        priv = Privatizer(PrivatizerConfig(epsilon=10.0, model=tiny_bert, **kw), seed=1, allow_weak_seed=True)  # type: ignore[arg-type]
+        priv.privatize(texts[:2])
+        ops, shapes = bench.work_per_token(priv, texts)
+        return ops, shapes, priv
+
+    ops, shapes, priv = work(candidates={"classes": "mix"})
+    V, d = priv.space.V, priv.space.d
+    assert ops == 2.0 * V * d and shapes == f"{V:,}x{d} (100%)"
+    ops, shapes, priv = work(mechanism="privemb", candidates={"classes": "mix"})
+    m = priv.mechanism.search_index(priv.space).d
+    assert m != d and ops == 2.0 * V * m  # the projected dimension, not the model's
+    ops, shapes, priv = work()
+    sizes = [part.space.V for part, _ in priv.class_mechanisms]
+    assert len(sizes) == 2 and sum(sizes) == V
+    assert 2.0 * min(sizes) * d < ops < 2.0 * max(sizes) * d < 2.0 * V * d
+    assert shapes.count("%") == 2
