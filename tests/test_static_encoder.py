@@ -108,3 +108,17 @@ def test_shipped_glove_recipe_names_the_fetched_file():
     recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "glove_senteval.yaml")
     assert recipe.lowercase and Path(recipe.encoder["model"]).name == "glove.840B.300d_filtered.txt"
     assert {p.model for p in recipe.privatizers} == {recipe.encoder["model"]}
+
+
+def test_summary_names_a_vector_file_encoder(tmp_path):
+    from hf_textdp.evaluation.summary import summary_markdown
+
+    folder = tmp_path / "g"
+    folder.mkdir()
+    base = {"task": "cr", "protocol": "cv", "max_rows": None, "setting": "clean", "label": "clean", "epsilon": None}
+    enc = {"name": "bag_of_vectors", "model": "glove.840B.300d_filtered.txt", "kind": "glove"}
+    (folder / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 80.0, "encoder": enc}))
+    assert "Encoder: `bag_of_vectors` on `glove.840B.300d_filtered.txt`;" in summary_markdown(tmp_path)
+    enc = {"name": "bag_of_vectors", "model": "sentence-transformers/all-MiniLM-L6-v2"}
+    (folder / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 80.0, "encoder": enc}))
+    assert "Encoder: `bag_of_vectors`;" in summary_markdown(tmp_path)
