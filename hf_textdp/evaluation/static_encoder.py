@@ -32,12 +32,11 @@ __all__ = ["StaticBagOfVectorsEncoder", "is_vector_file"]
 
 
 def is_vector_file(model: str) -> bool:
-    """Whether ``model`` names an existing file (a static vector file) rather than a model folder or hub id."""
-    try:
-        kind, _, _ = resolve_model(model)
-    except Exception:  # noqa: BLE001 - unresolvable: not a file; the HF encoder raises the real error
-        return False
-    return kind == "file"
+    """Whether ``model`` names an existing file (a static vector file), as :func:`resolve_model` decides.
+
+    Only the file system is asked: a hub id is never resolved (or downloaded) here.
+    """
+    return Path(model).expanduser().is_file()
 
 
 class StaticBagOfVectorsEncoder(Encoder):
