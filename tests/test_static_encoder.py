@@ -122,3 +122,19 @@ def test_summary_names_a_vector_file_encoder(tmp_path):
     enc = {"name": "bag_of_vectors", "model": "sentence-transformers/all-MiniLM-L6-v2"}
     (folder / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 80.0, "encoder": enc}))
     assert "Encoder: `bag_of_vectors`;" in summary_markdown(tmp_path)
+
+
+def test_results_card_on_static_vectors_names_no_hub_base_model(tmp_path):
+    """A results card of GloVe runs names the vector file, not MiniLM, and no hub base model."""
+    import shutil
+
+    from hf_textdp.cards import results_card
+
+    src = Path(__file__).resolve().parents[1] / "results" / "glove_senteval"
+    folder = tmp_path / "glove"
+    folder.mkdir()
+    for name in ("cr__clean.json", "cr__madlib__eps10__train_only.json", "cr__madlib__eps10__train_and_test.json"):
+        shutil.copy(src / name, folder / name)
+    card = results_card(folder)
+    assert card.data.base_model is None
+    assert "Encoder `bag_of_vectors` on `glove.840B.300d_filtered.txt`" in str(card)
