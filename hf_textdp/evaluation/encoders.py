@@ -3,6 +3,8 @@
 - ``bag_of_vectors``: the mean of the model's input-embedding rows over a text's tokens (special
   tokens excluded). The same rows the mechanisms perturb, so it measures what privatization does to
   the token content itself, and it is fast (one sparse × dense product).
+  With a static vector file (GloVe / word2vec text) as the model: the mean of the file's vectors
+  over the text's in-vocabulary words (:mod:`.static_encoder`).
 - ``mean_pooling``: the transformer's last hidden states, mean-pooled under the attention mask
   (sentence-transformers' pooling for all-MiniLM-L6-v2), batched under ``torch.inference_mode``.
 """
@@ -120,8 +122,16 @@ class MeanPoolingEncoder(Encoder):
 
 
 def make_encoder(name: str, model: str = DEFAULT_MODEL, **kwargs: Any) -> Encoder:
-    """Build an encoder by name (``bag_of_vectors`` or ``mean_pooling``)."""
+    """Build an encoder by name (``bag_of_vectors`` or ``mean_pooling``).
+
+    ``bag_of_vectors`` with a static vector file as ``model`` (GloVe / word2vec text) averages the
+    file's vectors over each text's words (:class:`~.static_encoder.StaticBagOfVectorsEncoder`).
+    """
     if name == "bag_of_vectors":
+        from .static_encoder import StaticBagOfVectorsEncoder, is_vector_file
+
+        if is_vector_file(model):
+            return StaticBagOfVectorsEncoder(model)
         return BagOfVectorsEncoder(model)
     if name == "mean_pooling":
         return MeanPoolingEncoder(model, **kwargs)

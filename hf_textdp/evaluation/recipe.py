@@ -8,7 +8,8 @@ A recipe is a YAML file::
     tasks:
       - {name: mr, max_rows: 300}
       - {name: trec, max_rows: {train: 300, test: 200}}
-    encoder: {name: bag_of_vectors}  # or mean_pooling
+    encoder: {name: bag_of_vectors}  # or mean_pooling; model: a GloVe/word2vec file for static vectors
+    lowercase: false                 # true: lowercase the texts first (for a lowercase vector file)
     classifier: {kfold: 5, inner_kfold: 3, c_grid: [0.25, 1, 4]}
     privatizers:
       - {mechanism: madlib, epsilons: [40, 120]}
@@ -206,6 +207,7 @@ def run_recipe(
             "protocol": task.spec.protocol,
             "max_rows": entry.max_rows,
             "n_rows": {s: len(t) for s, t in task.texts.items()},
+            "lowercase": recipe.lowercase,
             "encoder": encoder.describe(),
             "classifier": recipe.classifier.to_dict(),
             "recipe": recipe_info,
@@ -236,6 +238,8 @@ def run_recipe(
         data = load_task(
             entry.name, data_dir=recipe.data_dir, max_rows=entry.max_rows, seed=recipe.seed, root=recipe.root
         )
+        if recipe.lowercase:
+            data.texts = {split: [t.lower() for t in texts] for split, texts in data.texts.items()}
         spec = data.spec
         per_fold = spec.protocol == "cv"
         train_split = "all" if per_fold else "train"
