@@ -22,6 +22,9 @@ python -m hf_textdp.evaluation.noise --epsilons 0.05,0.1,1,10 --deltas 1e-5,1e-6
   --output results/seed_claims/noise_variance.json
 # The madlib grid with three noise seeds on the current defaults (results/madlib_seeds): about 28 minutes
 hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
+# Whole-model fine-tuning on privatized MR and TREC-6 (issue 21, results/finetune_full): 72 models, each
+# trained with Trainer on one thread; 3,384 s (56 minutes) on 2 shared cores (2026-11-26)
+hf-textdp evaluate recipes/finetune_full.yaml --output results/
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/

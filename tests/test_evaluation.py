@@ -234,6 +234,11 @@ def test_shipped_recipes_parse(name):
 
     raw = yaml.safe_load(path.read_text())
     if "finetune" in raw:
+        if raw["finetune"].get("mode") == "full":  # whole-model fine-tuning (finetune_full.py)
+            from hf_textdp.evaluation.finetune_full import parse_full
+
+            assert parse_full(raw).units
+            return
         assert raw["finetune"]["task"]["name"] in ("trec", "sst5")
         return
     if "private" in raw:  # an attack recipe (docs/attacks.md)

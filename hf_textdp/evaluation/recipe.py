@@ -58,6 +58,7 @@ from .common import (
 from .diagnostics import rank_histogram, rank_of_outputs
 from .encoders import make_encoder
 from .finetune import run_finetune
+from .finetune_full import run_full_finetune
 from .plots import plot_recipe
 from .protocol import run_protocol, summarize
 from .summary import write_summary
@@ -559,8 +560,11 @@ def run_recipe_file(
     raw = _finetune_raw(p)
     if raw is not None:
         folder = Path(output_root) / str(raw.get("results_folder") or raw.get("name") or p.stem)
-        written = run_finetune(raw, folder, recipe_path=p, progress=progress)
-        _plot(folder)
+        if (raw["finetune"] or {}).get("mode") == "full":  # the whole model, Trainer (finetune_full.py)
+            written = run_full_finetune(raw, folder, recipe_path=p, progress=progress)
+        else:
+            written = run_finetune(raw, folder, recipe_path=p, progress=progress)
+            _plot(folder)
     else:
         recipe = load_recipe(p)
         folder = Path(output_root) / recipe.folder

@@ -13,6 +13,7 @@ from typing import Any
 from ..io.files import atomic_write_text
 from ..results import load_results
 from ..space import DEFAULT_MODEL
+from .finetune_full import FULL_PROTOCOL, full_table
 from .tasks import TASKS, chance_accuracy
 
 
@@ -128,7 +129,11 @@ def summary_markdown(root: str | Path) -> str:
             else:
                 parts += ([desc, ""] if desc else []) + [f"Command: `{command}`"]
         parts.append("")
-        parts += _recipe_table(results)
+        full = [r for r in results if r.get("protocol") == FULL_PROTOCOL]
+        table = full_table(full, BELOW_CHANCE) if full else _recipe_table(results)
+        if full and any(BELOW_CHANCE in row for row in table):
+            table += ["", CHANCE_NOTE]
+        parts += table
         pngs = sorted(p.name for p in folder.glob("*.png"))
         if pngs:
             parts += [""] + [f"![{name}]({folder.name}/{name})" for name in pngs]
