@@ -24,6 +24,8 @@ from transformers import AutoModel, AutoTokenizer
 from ..errors import InvalidParameterError
 from ..io.models import load_hf_embeddings, resolve_model
 from ..space import DEFAULT_MODEL
+from .encoder_base import Encoder
+from .static_encoder import StaticBagOfVectorsEncoder, is_vector_file
 
 
 __all__ = ["Encoder", "BagOfVectorsEncoder", "MeanPoolingEncoder", "make_encoder", "ENCODERS"]
@@ -37,21 +39,6 @@ def _folder(model: str) -> str:
     if kind != "folder":
         raise InvalidParameterError(f"encoder model must be a Hugging Face model folder or hub id, got {model!r}.")
     return str(path)
-
-
-class Encoder:
-    """Maps texts to a float32 feature matrix ``[n, d]``."""
-
-    name: str = ""
-
-    def __init__(self, model: str = DEFAULT_MODEL) -> None:
-        self.model = model
-
-    def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        raise NotImplementedError
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.model}
 
 
 class BagOfVectorsEncoder(Encoder):
@@ -128,8 +115,6 @@ def make_encoder(name: str, model: str = DEFAULT_MODEL, **kwargs: Any) -> Encode
     file's vectors over each text's words (:class:`~.static_encoder.StaticBagOfVectorsEncoder`).
     """
     if name == "bag_of_vectors":
-        from .static_encoder import StaticBagOfVectorsEncoder, is_vector_file
-
         if is_vector_file(model):
             return StaticBagOfVectorsEncoder(model)
         return BagOfVectorsEncoder(model)

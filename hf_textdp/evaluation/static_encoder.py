@@ -25,7 +25,7 @@ from ..errors import InvalidParameterError
 from ..io.models import resolve_model
 from ..io.vectors import read_vectors
 from ..tokens import WordTokens
-from .encoders import Encoder
+from .encoder_base import Encoder
 
 
 __all__ = ["StaticBagOfVectorsEncoder", "is_vector_file"]
