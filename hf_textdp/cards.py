@@ -321,6 +321,16 @@ def _static_vectors(results: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _run_labels(r: dict[str, Any]) -> list[str]:
+    """What tells apart records of one configuration that are separate runs (path, noise and training seed)."""
+    labels = [str(r["path"])] if r.get("path") else []
+    if r.get("noise_seed") is not None:
+        labels.append(f"noise seed {r['noise_seed']}")
+    if r.get("train_seed") is not None:
+        labels.append(f"training seed {r['train_seed']}")
+    return labels
+
+
 def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
     """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
     results = load_results(Path(folder))
@@ -330,7 +340,18 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
     content = recipe.get("content") or {}
     name = model_name or f"hf-textdp-{Path(folder).name}"
     order = {"clean": 0, "train_only": 1, "train_and_test": 2}
-    results.sort(key=lambda r: (r["task"], r["label"] != "clean", r["label"], r["epsilon"] or 0, order[r["setting"]]))
+    results.sort(
+        key=lambda r: (
+            r["task"],
+            r["label"] != "clean",
+            r["label"],
+            r["epsilon"] or 0,
+            order[r["setting"]],
+            str(r.get("path") or ""),
+            r.get("noise_seed") or 0,
+            r.get("train_seed") or 0,
+        )
+    )
     evals = []
     rows = []
     privacy: dict[tuple[str, Any], dict[str, Any]] = {}
@@ -338,6 +359,9 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
         task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
         eps = r.get("epsilon")
         config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
+        run = _run_labels(r)  # one record per model (finetune_full): name its path and seeds
+        if run:
+            config += "-" + "-".join(v.replace(" ", "") for v in run)
         evals.append(
             EvalResult(
                 task_type=task_type,
@@ -347,19 +371,23 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
                 dataset_config=config,
                 dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
                 metric_type="accuracy",
-                metric_name=f"accuracy ({r['setting']})",
+                metric_name=f"accuracy ({', '.join([r['setting'], *run])})",
                 metric_value=round(float(r["accuracy"]), 2),
-                metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]},
+                metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]}
+                | {k: r[k] for k in ("path", "noise_seed", "train_seed") if r.get(k) is not None},
             )
         )
         diag = (r.get("privacy") or {}).get("diagnostics") or {}
         rate = diag.get("replacement_rate")
+        if rate is None and isinstance(r.get("replacement_rate"), dict):  # finetune_full: % of the training text
+            train_rate = r["replacement_rate"].get("train")
+            rate = None if train_rate is None else train_rate / 100.0
         rows.append(
             {
                 "task": r["task"],
                 "label": r["label"],
                 "epsilon": _fmt(eps),
-                "setting": r["setting"],
+                "setting": ", ".join([r["setting"], *run]),
                 "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
                 "rate": "–" if rate is None else f"{100 * rate:.1f} %",
             }

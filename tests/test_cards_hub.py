@@ -124,6 +124,22 @@ def test_results_card_model_index(results_dir):
     assert meta["model-index"][0]["results"]
 
 
+def test_results_card_names_each_run_of_one_configuration(results_dir):
+    """Records of one configuration that are separate runs (finetune_full: a path, a noise seed, a training
+    seed each) get their own config and metric name, so the model index never repeats an unlabeled value."""
+    for f in results_dir.glob("*.json"):
+        f.unlink()
+    runs = [("once", 1111), ("once", 2222), ("on_the_fly", 1111)]
+    for path, seed in runs:
+        rec = _result("mr", "train_only") | {"path": path, "noise_seed": seed, "train_seed": 0}
+        (results_dir / f"mr__madlib__eps80__{path}__seed{seed}__train_only.json").write_text(json.dumps(rec))
+    evals = results_card(results_dir).data.eval_results
+    assert len(evals) == 3
+    assert len({e.dataset_config for e in evals}) == 3 and len({e.metric_name for e in evals}) == 3
+    assert "accuracy (train_only, on_the_fly, noise seed 1111, training seed 0)" in {e.metric_name for e in evals}
+    assert all(e.metric_args["train_seed"] == 0 for e in evals)
+
+
 def test_render_card_rejects_other_paths(tmp_path):
     (tmp_path / "plain.txt").write_text("x")
     with pytest.raises(HfTextDPError, match="neither"):
