@@ -120,7 +120,7 @@ class Recipe:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(json.dumps(self.raw, sort_keys=True).encode()).hexdigest()
+        return _raw_sha256(self.raw)
 
     @property
     def root(self) -> Path:
@@ -163,6 +163,19 @@ def _as_bool(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidParameterError(f"recipe: {what} must be true or false, got {value!r}.")
     return value
+
+
+def _raw_sha256(raw: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+
+
+def provenance(name: str, path: Path | None, raw: dict[str, Any], out_dir: Path) -> tuple[dict[str, Any], str]:
+    """What every result records of the recipe that made it, and the command that reruns it.
+
+    The CLI writes into ``<--output>/<recipe folder>``, so ``--output`` is the parent of ``out_dir``.
+    """
+    info = {"name": name, "path": str(path) if path else None, "sha256": _raw_sha256(raw), "content": raw}
+    return info, f"hf-textdp evaluate {path or name + '.yaml'} --output {out_dir.parent}/"
 
 
 def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:

@@ -21,7 +21,6 @@ Recipe layout (``recipes/finetune_trec.yaml``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -37,7 +36,7 @@ from ..config import PrivatizerConfig
 from ..io.models import resolve_model
 from ..privatizer import Privatizer
 from ..space import DEFAULT_MODEL
-from .common import Metrics, recipe_from_dict, result_name, save_result, versions
+from .common import Metrics, provenance, recipe_from_dict, result_name, save_result, versions
 from .protocol import summarize
 from .tasks import load_task
 
@@ -174,13 +173,7 @@ def run_finetune(
     fm = FeatureModel(str(ft.get("model", DEFAULT_MODEL)))
     y_tr, y_te = data.labels["train"], data.labels["test"]
     n_labels = data.spec.num_labels
-    info = {
-        "name": shell.name,
-        "path": str(recipe_path) if recipe_path else None,
-        "sha256": hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest(),
-        "content": raw,
-    }
-    command = f"hf-textdp evaluate {recipe_path or shell.name + '.yaml'} --output {out_dir.parent}/"
+    info, command = provenance(shell.name, recipe_path, raw, out_dir)
     common = {
         "task": data.spec.name,
         "task_title": data.spec.title,

@@ -35,8 +35,6 @@ MR, CR and MPQA have no test split: a stratified held-out split of ``test_rows``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import tempfile
@@ -53,7 +51,7 @@ import torch
 from ..config import PrivatizerConfig
 from ..io.models import resolve_model
 from ..space import DEFAULT_MODEL
-from .common import recipe_from_dict, save_result, versions
+from .common import provenance, recipe_from_dict, save_result, versions
 from .tasks import TASKS, _stratified_subsample, chance_accuracy, load_task
 
 
@@ -428,13 +426,7 @@ def run_full_finetune(
     model_dir = str(resolve_model(rec.model)[1])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     root = recipe_path.resolve().parent.parent if recipe_path is not None else None
-    recipe_info = {
-        "name": rec.name,
-        "path": str(recipe_path) if recipe_path else None,
-        "sha256": hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest(),
-        "content": raw,
-    }
-    command = f"hf-textdp evaluate {recipe_path or rec.name + '.yaml'} --output {out_dir.parent}/"
+    recipe_info, command = provenance(rec.name, recipe_path, raw, out_dir)
     splits: dict[str, dict[str, _Split]] = {}
     written: list[Path] = []
     todo = [u for u in rec.units if only is None or only(u)]

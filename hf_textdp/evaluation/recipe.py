@@ -51,6 +51,7 @@ from .common import (
     Recipe,
     TaskEntry,
     load_recipe,
+    provenance,
     result_name,
     save_result,
     versions,
@@ -191,14 +192,7 @@ def run_recipe(
     enc_cfg = dict(recipe.encoder)
     encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
     written: list[Path] = []
-    # the CLI writes into <--output>/<recipe folder>, so --output is the parent of out_dir
-    command = f"hf-textdp evaluate {recipe.path or recipe.name + '.yaml'} --output {out_dir.parent}/"
-    recipe_info = {
-        "name": recipe.name,
-        "path": str(recipe.path) if recipe.path else None,
-        "sha256": recipe.sha256,
-        "content": recipe.raw,
-    }
+    recipe_info, command = provenance(recipe.name, recipe.path, recipe.raw, out_dir)
 
     def base(task: TaskData, entry: TaskEntry) -> dict[str, Any]:
         return {
