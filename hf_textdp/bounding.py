@@ -40,7 +40,7 @@ import numpy.typing as npt
 import torch
 
 from .errors import InvalidParameterError
-from .memo import Store, memoised
+from .memo import Store, matrix_key, memoised
 from .validation import check_choice, check_float, check_int, check_open_unit
 
 
@@ -267,10 +267,7 @@ class Transform:
 
 
 def _matrix_digest(E: torch.Tensor) -> str:
-    h = hashlib.sha256(b"hf_textdp/bound/v1\x00")
-    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
-    h.update(E.detach().cpu().numpy().astype("<f4").tobytes())
-    return h.hexdigest()
+    return matrix_key(b"hf_textdp/bound/v1\x00", E)
 
 
 _TRANSFORMS: dict[str, Transform] = {}

@@ -7,11 +7,15 @@ of the public inputs it depends on and keep it in a process-wide dict; a store (
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+import numpy as np
+import torch
 
-__all__ = ["Store", "memoised"]
+
+__all__ = ["Store", "matrix_key", "memoised"]
 
 T = TypeVar("T")
 
@@ -24,6 +28,16 @@ class Store(Protocol):
 
     def save(self, kind: str, key: str, value: dict[str, Any]) -> None:
         """Store ``value`` (best effort: a failed write is not an error)."""
+
+
+def matrix_key(prefix: bytes, E: torch.Tensor, *more: bytes) -> str:
+    """SHA-256 hex of ``prefix``, E's shape and fp32 bytes (little-endian), then ``more``: a derived value's key."""
+    h = hashlib.sha256(prefix)
+    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
+    h.update(E.detach().cpu().numpy().astype("<f4").tobytes())
+    for m in more:
+        h.update(m)
+    return h.hexdigest()
 
 
 def memoised(

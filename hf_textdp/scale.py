@@ -8,14 +8,13 @@ injected :class:`~hf_textdp.memo.Store` (the space's disk cache): they depend on
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
-from .memo import Store, memoised
+from .memo import Store, matrix_key, memoised
 from .search import U32, ExactIndex, _threads, exact_fp32_matmul
 
 
@@ -38,10 +37,7 @@ _MEMO: dict[str, ScaleStats] = {}
 
 
 def _matrix_key(E: torch.Tensor, metric: str) -> str:
-    h = hashlib.sha256(b"hf_textdp/scale/v1\x00" + metric.encode() + b"\x00")
-    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
-    h.update(E.cpu().numpy().astype("<f4").tobytes())
-    return h.hexdigest()
+    return matrix_key(b"hf_textdp/scale/v1\x00" + metric.encode() + b"\x00", E)
 
 
 def rho1(index: ExactIndex, positions: torch.Tensor | None = None, block: int = 2048) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import torch
 
 from ..errors import InvalidParameterError
-from ..memo import Store, memoised
+from ..memo import Store, matrix_key, memoised
 from ..validation import check_int, check_open_unit
 
 
@@ -205,11 +205,8 @@ def projection_stats(E: torch.Tensor, phi: npt.NDArray[np.float32], *, store: St
 
     The values depend on the public matrices only (``store``: e.g. the space's disk cache, kind ``"privemb"``).
     """
-    h = hashlib.sha256(b"hf_textdp/privemb/lipschitz/v1\x00")
-    h.update(np.asarray(E.shape, dtype="<i8").tobytes())
-    h.update(E.detach().cpu().numpy().astype("<f4").tobytes())
-    h.update(phi_sha256(phi).encode())
-    return memoised(_STATS_MEMO, store, "privemb", h.hexdigest(), lambda: lipschitz_exact(E, phi), _decode, asdict)
+    key = matrix_key(b"hf_textdp/privemb/lipschitz/v1\x00", E, phi_sha256(phi).encode())
+    return memoised(_STATS_MEMO, store, "privemb", key, lambda: lipschitz_exact(E, phi), _decode, asdict)
 
 
 def _decode(raw: dict[str, Any]) -> ProjectionStats:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import math
 import threading
 import weakref
@@ -11,7 +10,7 @@ import weakref
 import numpy as np
 import torch
 
-from ..memo import Store, memoised
+from ..memo import Store, matrix_key, memoised
 from ..search import ExactIndex
 
 
@@ -134,12 +133,15 @@ KNN_MIN_K = 16
 #: search of every row, kept in the store: public, O(V·width)); later batches and processes read it
 KNN_FULL_TABLE_SHARE = 16
 _TABLES: dict[str, np.ndarray] = {}
+#: each index's table key, hashed once (a cache refill after :func:`clear_neighbour_caches` reads it)
+_TABLE_KEYS: weakref.WeakKeyDictionary[ExactIndex, dict[int, str]] = weakref.WeakKeyDictionary()
 
 
 def _table_key(index: ExactIndex, width: int) -> str:
-    h = hashlib.sha256(b"hf_textdp/neighbours/v1\x00" + np.asarray([*index.E.shape, width], dtype="<i8").tobytes())
-    h.update(index.E.cpu().numpy().astype("<f4").tobytes())
-    return h.hexdigest()
+    keys = _TABLE_KEYS.setdefault(index, {})
+    if width not in keys:
+        keys[width] = matrix_key(b"hf_textdp/neighbours/v1\x00", index.E, np.asarray([width], dtype="<i8").tobytes())
+    return keys[width]
 
 
 def neighbour_table(index: ExactIndex, width: int, store: Store | None = None) -> np.ndarray:
