@@ -477,30 +477,31 @@ def work_per_token(priv: Privatizer, texts: Sequence[str]) -> tuple[float, str]:
     for part, mech in pairs:
         index = mech.search_index(part.space) if isinstance(mech, AdditiveMechanism) else part.space
         shapes.append((part.index, int(index.V), int(index.d)))
-    of_position = space.position_class()
-    counts: dict[int, int] = dict.fromkeys((c for c, _, _ in shapes), 0)
+    positions = _candidate_positions(priv, texts)
+    # one released space (no classes, or a class too small to stand alone): every token scores it
+    of_class = space.position_class()[positions] if len(shapes) > 1 else np.full(positions.size, shapes[0][0])
+    counts = np.bincount(of_class, minlength=max(c for c, _, _ in shapes) + 1)
+    total = int(counts.sum())
+    if total == 0:  # no privatized token: the largest class's shape
+        return max(2.0 * n * m for _, n, m in shapes), ", ".join(f"{n:,}x{m}" for _, n, m in shapes)
+    ops = sum(2.0 * n * m * int(counts[c]) for c, n, m in shapes) / total
+    return ops, ", ".join(f"{n:,}x{m} ({counts[c] / total:.0%})" for c, n, m in shapes)
+
+
+def _candidate_positions(priv: Privatizer, texts: Sequence[str]) -> np.ndarray:
+    """The candidate positions of the privatized tokens of ``texts``, in order (int64)."""
     assert priv._tokens is not None  # set up by the warm-up call
+    parts = []
     for r in priv._tokens.encode(list(texts)):
-        cls, p = space.classify(r.ids)
-        for c, n in zip(*np.unique(of_position[p[cls == CANDIDATE]], return_counts=True), strict=True):
-            counts[int(c)] += int(n)
-    total = sum(counts.values()) or 1
-    ops = sum(2.0 * n * m * counts[c] for c, n, m in shapes) / total
-    if not sum(counts.values()):  # no privatized token: the largest class's shape
-        ops = max(2.0 * n * m for _, n, m in shapes)
-    described = ", ".join(f"{n:,}x{m} ({counts[c] / total:.0%})" for c, n, m in shapes)
-    return ops, described
+        cls, p = priv.space.classify(r.ids)
+        parts.append(p[cls == CANDIDATE])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
     """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
     space, mech = priv.space, priv.mechanism
-    rows = priv._tokens.encode(list(texts[:200]))
-    pos = []
-    for r in rows:
-        cls, p = space.classify(r.ids)
-        pos.extend(p[cls == CANDIDATE].tolist())
-    pos_t = torch.tensor(pos[:n_tokens], dtype=torch.int64)
+    pos_t = torch.from_numpy(_candidate_positions(priv, texts[:200])[:n_tokens])
     st = streams_for_rows([derive_row_seed(0, 0, "bench-reference", 0)], [int(pos_t.numel())], space.device)
     Z = mech.perturb(mech.inputs(space, pos_t), st)
     index = mech.search_index(space)

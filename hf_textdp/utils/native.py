@@ -55,8 +55,9 @@ def _compiler() -> str | None:
 
 def _build(name: str, source: str, compiler: str) -> Path | None:
     folder = cache_dir() / "native"
+    machine = [platform.machine(), _cpu_id()]
     for flags in _FLAG_SETS:
-        key = hashlib.sha256("\0".join([source, *flags, platform.machine(), _cpu_id()]).encode()).hexdigest()
+        key = hashlib.sha256("\0".join([source, *flags, *machine]).encode()).hexdigest()
         target = folder / f"{name}-{key[:20]}.so"
         if target.is_file():
             return target
