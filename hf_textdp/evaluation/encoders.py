@@ -18,13 +18,12 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import torch
-from scipy import sparse
 from transformers import AutoModel, AutoTokenizer
 
 from ..errors import InvalidParameterError
 from ..io.models import load_hf_embeddings, resolve_model
 from ..space import DEFAULT_MODEL
-from .encoder_base import Encoder
+from .encoder_base import Encoder, mean_of_rows
 from .static_encoder import StaticBagOfVectorsEncoder, is_vector_file
 
 
@@ -55,20 +54,8 @@ class BagOfVectorsEncoder(Encoder):
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         enc = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        rows: list[int] = []
-        cols: list[int] = []
-        for i, ids in enumerate(enc):
-            keep = [t for t in ids if t not in self._special and 0 <= t < self._E.shape[0]]
-            rows.extend([i] * len(keep))
-            cols.extend(keep)
-        counts = sparse.csr_matrix(
-            (np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(enc), self._E.shape[0])
-        )
-        lengths = np.asarray(counts.sum(axis=1)).ravel()
-        feats = np.asarray(counts @ self._E, dtype=np.float32)
-        nonzero = lengths > 0
-        feats[nonzero] /= lengths[nonzero, None]
-        return feats
+        V = self._E.shape[0]
+        return mean_of_rows(self._E, [[t for t in ids if t not in self._special and 0 <= t < V] for ids in enc])
 
 
 class MeanPoolingEncoder(Encoder):

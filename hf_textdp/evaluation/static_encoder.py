@@ -19,13 +19,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 
 from ..errors import InvalidParameterError
 from ..io.models import resolve_model
 from ..io.vectors import read_vectors
 from ..tokens import WordTokens
-from .encoder_base import Encoder
+from .encoder_base import Encoder, mean_of_rows
 
 
 __all__ = ["StaticBagOfVectorsEncoder", "is_vector_file"]
@@ -61,20 +60,7 @@ class StaticBagOfVectorsEncoder(Encoder):
 
     def encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         rows = self._tokens.encode(list(texts))
-        r: list[npt.NDArray[np.int64]] = []
-        c: list[npt.NDArray[np.int64]] = []
-        n_words = 0
-        for i, row in enumerate(rows):
-            known = row.ids[row.ids >= 0]
-            n_words += row.ids.size
-            r.append(np.full(known.size, i, dtype=np.int64))
-            c.append(known)
-        ri = np.concatenate(r) if r else np.zeros(0, dtype=np.int64)
-        ci = np.concatenate(c) if c else np.zeros(0, dtype=np.int64)
-        counts = sparse.csr_matrix((np.ones(ri.size, dtype=np.float32), (ri, ci)), shape=(len(rows), self._E.shape[0]))
-        lengths = np.asarray(counts.sum(axis=1)).ravel()
-        feats = np.asarray(counts @ self._E, dtype=np.float32)
-        nonzero = lengths > 0
-        feats[nonzero] /= lengths[nonzero, None]
-        self.last_oov_rate = float(1.0 - ri.size / n_words) if n_words else None
-        return feats
+        known = [row.ids[row.ids >= 0] for row in rows]
+        n_words = sum(row.ids.size for row in rows)
+        self.last_oov_rate = float(1.0 - sum(k.size for k in known) / n_words) if n_words else None
+        return mean_of_rows(self._E, known)
