@@ -125,9 +125,7 @@ class Recipe:
     @property
     def root(self) -> Path:
         """The repository root the recipe lives in (the folder above ``recipes/``)."""
-        if self.path is None:
-            return Path.cwd()
-        return self.path.resolve().parent.parent
+        return recipe_root(self.path) or Path.cwd()
 
 
 def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
@@ -139,6 +137,11 @@ def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
         raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
 
 
+def recipe_root(path: Path | None) -> Path | None:
+    """The repository root a recipe file lives in (the folder above ``recipes/``); ``None`` without a file."""
+    return None if path is None else path.resolve().parent.parent
+
+
 def _model_path(model: str, path: Path | None) -> str:
     """A model named by a path relative to the repository root (e.g. a fetched vector file) made absolute.
 
@@ -146,9 +149,10 @@ def _model_path(model: str, path: Path | None) -> str:
     ``<root>/data/vectors/glove.txt`` when that file exists, so the recipe runs from any folder. Anything
     else (a hub id, an absolute path, a file that is not there) is returned unchanged.
     """
-    if path is None or Path(model).is_absolute():
+    root = recipe_root(path)
+    if root is None or Path(model).is_absolute():
         return model
-    candidate = path.resolve().parent.parent / model
+    candidate = root / model
     return str(candidate) if candidate.is_file() else model
 
 

@@ -51,7 +51,7 @@ import torch
 from ..config import PrivatizerConfig
 from ..io.models import resolve_model
 from ..space import DEFAULT_MODEL
-from .common import provenance, recipe_from_dict, save_result, versions
+from .common import provenance, recipe_from_dict, recipe_root, save_result, versions
 from .tasks import TASKS, _stratified_subsample, chance_accuracy, load_task
 
 
@@ -425,7 +425,7 @@ def run_full_finetune(
     out_dir.mkdir(parents=True, exist_ok=True)
     model_dir = str(resolve_model(rec.model)[1])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    root = recipe_path.resolve().parent.parent if recipe_path is not None else None
+    root = recipe_root(recipe_path)
     recipe_info, command = provenance(rec.name, recipe_path, raw, out_dir)
     splits: dict[str, dict[str, _Split]] = {}
     written: list[Path] = []
