@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from .memo import Store, matrix_key, memoised
-from .search import U32, ExactIndex, _threads, exact_fp32_matmul
+from .search import U32, ExactIndex, exact_fp32_matmul
+from .utils.threads import torch_threads
 
 
 __all__ = ["ScaleStats", "scale_stats", "rho1", "diameter"]
@@ -77,13 +78,13 @@ def diameter(E: torch.Tensor, block: int = 512) -> float:
     ET = (-2.0 * E).T.contiguous()
     threads = torch.get_num_threads()
     serial = E.device.type == "cpu" and threads > 1
-    with exact_fp32_matmul(), _threads(1 if serial else None):
+    with exact_fp32_matmul(), torch_threads(1 if serial else None):
         buf = torch.empty(min(block, V) * V, dtype=torch.float32, device=E.device)
         for s in range(0, V, block):
             e = min(s + block, V)
             # the distance is symmetric: rows s..e against columns s..V cover every pair once
             S = buf[: (e - s) * (V - s)].view(e - s, V - s)
-            with _threads(threads if serial else None):
+            with torch_threads(threads if serial else None):
                 torch.addmm(n32[s:], E[s:e], ET[:, s:], out=S)
             S.add_(n32[s:e, None])  # fp32 squared distances
             rmax = S.amax(1)

@@ -306,3 +306,21 @@ def test_batched_perturb_equals_perturb_row_by_row(aniso16):
     rows = bad.perturb(torch.cat(xs), streams_for_rows(keys, sizes))
     assert torch.equal(rows, torch.cat([bad.perturb(x, k) for x, k in zip(xs, keys, strict=True)]))
     assert not torch.equal(rows, want)
+
+
+def test_matrices_do_not_depend_on_the_thread_count():
+    """M^{±1/2} bit for bit on 1 and 2 intra-op threads (a forked num_proc worker runs one thread)."""
+    from hf_textdp.mechanisms.mahalanobis import mahalanobis_matrices
+
+    g = torch.Generator().manual_seed(31)
+    E = torch.randn(3000, 384, generator=g) * torch.linspace(0.2, 3.0, 384)
+    prev = torch.get_num_threads()
+    out = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out.append(mahalanobis_matrices(E, 0.2))
+    finally:
+        torch.set_num_threads(prev)
+    for name in ("M_half", "M_inv_half", "eigenvalues"):
+        assert torch.equal(getattr(out[0], name), getattr(out[1], name)), name

@@ -29,6 +29,7 @@ from ..accounting import Claim
 from ..errors import InvalidParameterError
 from ..rng import Streams
 from ..scale import scale_stats
+from ..utils.threads import torch_threads
 from ..validation import check_open_unit
 from .base import AdditiveMechanism
 from .madlib import sample_madlib_noise
@@ -95,14 +96,18 @@ def mahalanobis_matrices(E: torch.Tensor, lam: float) -> MahalanobisMatrices:
         )
     sigma_tilde = sigma * (d / tr)  # trace d, like I: the divisor V vs V − 1 cancels here
     if lam == 1.0:
-        ev = torch.linalg.eigvalsh(sigma_tilde)
+        with torch_threads(1):
+            ev = torch.linalg.eigvalsh(sigma_tilde)
         if float(ev[0]) <= SINGULAR_RTOL * float(ev[-1]):
             raise InvalidParameterError(
                 f"lam=1.0 needs a non-singular normalised covariance, but lambda_min/lambda_max = "
                 f"{float(ev[0]) / float(ev[-1]):.3g} <= {SINGULAR_RTOL}; use lam in [0, 1)."
             )
     M = lam * sigma_tilde + (1.0 - lam) * torch.eye(d, dtype=torch.float64)
-    evals, U = torch.linalg.eigh(M)
+    # LAPACK's eigh rounds differently with the thread count: on one thread, M^{±1/2} (and so the noise) is
+    # the same in every process, whether a forked worker (one thread) or the main one
+    with torch_threads(1):
+        evals, U = torch.linalg.eigh(M)
     M_half = (U * evals.sqrt()) @ U.T
     M_inv_half = (U * evals.rsqrt()) @ U.T
     return MahalanobisMatrices(
