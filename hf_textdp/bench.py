@@ -58,6 +58,7 @@ import torch
 
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
+from .gpu import triton_ready
 from .io import vectors
 from .io.models import load_space
 from .mechanisms import AdditiveMechanism, get_mechanism_class
@@ -103,10 +104,14 @@ ARITHMETICS: tuple[Arithmetic, ...] = ("fp32", "bf16", "int8")
 SAMPLER_ARITHMETIC: dict[str, Arithmetic] = {"tem": "int8", "santext": "int8", "santext_plus": "int8"}
 #: post-processing steps that run the exact search (its filter: bf16 where exact and fast, else fp32)
 SEARCH_STEPS = ("nearest", "top2", "rank", "backproject", "nearest_excluding_input")
+#: the steps that search one neighbour per token (on a GPU: the fused tensor-core search)
+K1_STEPS = ("nearest", "backproject")
 #: CPU flags that decide which products run fast (the header prints those present)
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
-#: rows of the bound products: a batch of noisy vectors scored against every candidate at once
+#: rows of the bound products: a batch of noisy vectors scored against every candidate at once (a GPU
+#: needs many more rows than a CPU to reach its rate: it privatizes batches of tens of thousands of tokens)
 BOUND_ROWS = 256
+BOUND_ROWS_CUDA = 16384
 #: ``text=`` value that asks for the packaged 30-row sample (a path to a file named so reads ``./sample``)
 SAMPLE_TEXT = "sample"
 _MR_RELATIVE = Path("shared") / "data" / "senteval" / "mr.jsonl"
@@ -118,8 +123,13 @@ def _ceil8(n: int) -> int:
     return -(-n // 8) * 8
 
 
+def bound_rows(device: str | torch.device) -> int:
+    """Rows of the bound products on ``device`` (:data:`BOUND_ROWS`, or :data:`BOUND_ROWS_CUDA` on a GPU)."""
+    return BOUND_ROWS_CUDA if torch.device(device).type == "cuda" else BOUND_ROWS
+
+
 def gemm_bounds(
-    V: int, d: int, *, repeats: int = 5, device: str | torch.device = "cpu", rows: int = BOUND_ROWS
+    V: int, d: int, *, repeats: int = 5, device: str | torch.device = "cpu", rows: int | None = None
 ) -> dict[str, float | None]:
     """Best ops/s of each of :data:`ARITHMETICS` on ``rows``×d @ d×V (``None``: no such product here).
 
@@ -135,7 +145,7 @@ def gemm_bounds(
     ['bf16', 'fp32', 'int8']
     """
     dev = torch.device(device)
-    m, k, n = rows, _ceil8(d), _ceil8(V)
+    m, k, n = rows or bound_rows(dev), _ceil8(d), _ceil8(V)
     g = torch.Generator().manual_seed(0)
     a32 = (torch.rand(m, k, generator=g) - 0.5).to(dev)
     b32 = (torch.rand(k, n, generator=g) - 0.5).to(dev)
@@ -170,6 +180,8 @@ def gemm_bounds(
             best[arithmetic] = math.inf
     for _ in range(max(1, repeats)):
         for arithmetic in operands:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
             product(arithmetic)
             best[arithmetic] = min(best[arithmetic] or math.inf, time.perf_counter() - t0)
@@ -393,6 +405,8 @@ def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
     if get_mechanism_class(mech).kind == "selection":
         return SAMPLER_ARITHMETIC.get(mech, "fp32")
     if post in SEARCH_STEPS:
+        if post in K1_STEPS and triton_ready(space.device):  # the fused GPU search: bf16 tensor cores
+            return "bf16"
         return "bf16" if bf16_filter_available(space.device) else "fp32"
     return "fp32"
 
@@ -422,6 +436,7 @@ class BenchCase:
     searched: str = ""
     rounds: list[dict[str, float | None]] = field(default_factory=list)
     per_token_reference: dict[str, Any] | None = None
+    kernel: dict[str, Any] | None = None  # the device part alone (GPU runs): tokens/s, fractions, fallbacks
     error: str | None = None
 
 
@@ -488,13 +503,19 @@ def work_per_token(priv: Privatizer, texts: Sequence[str]) -> tuple[float, str]:
     return ops, ", ".join(f"{n:,}x{m} ({counts[c] / total:.0%})" for c, n, m in shapes)
 
 
-def _candidate_positions(priv: Privatizer, texts: Sequence[str]) -> np.ndarray:
-    """The candidate positions of the privatized tokens of ``texts``, in order (int64)."""
+def _candidate_rows(priv: Privatizer, texts: Sequence[str]) -> list[np.ndarray]:
+    """The candidate positions of each row's privatized tokens, in order (int64)."""
     assert priv._tokens is not None  # set up by the warm-up call
     parts = []
     for r in priv._tokens.encode(list(texts)):
         cls, p = priv.space.classify(r.ids)
         parts.append(p[cls == CANDIDATE])
+    return parts
+
+
+def _candidate_positions(priv: Privatizer, texts: Sequence[str]) -> np.ndarray:
+    """The candidate positions of the privatized tokens of ``texts``, in order (int64)."""
+    parts = _candidate_rows(priv, texts)
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -519,6 +540,45 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
     }
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _search_indexes(priv: Privatizer) -> list[Any]:
+    """The exact-search indexes a privatizer's classes search (none for selection mechanisms)."""
+    return [
+        mech.search_index(part.space) for part, mech in priv.class_mechanisms if isinstance(mech, AdditiveMechanism)
+    ]
+
+
+def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[str, Any]:
+    """Tokens/s of the device part alone: noise and search (or sampling) of all ``texts``' tokens in one call.
+
+    Tokenization, key derivation and decoding happen before the clock starts; the clock stops when the
+    released positions are back on the host. ``fallback_queries`` counts the tokens the fused GPU search
+    handed to the generic search in the timed passes (near-ties, overflowing candidate lists).
+    """
+    parts = _candidate_rows(priv, texts)
+    sizes = [int(p.size) for p in parts]
+    positions = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+    dev = priv.space.device
+    streams = streams_for_rows(priv.row_keys(range(len(texts))), sizes, dev)
+    priv.release_streams(positions, streams)  # warm-up: kernels compiled, operands prepared
+    indexes = _search_indexes(priv)
+    before = sum(getattr(ix, "fallback_queries", 0) for ix in indexes)
+    best = math.inf
+    for _ in range(max(1, repeats)):
+        _sync(dev)
+        t0 = time.perf_counter()
+        priv.release_streams(positions, streams)
+        _sync(dev)
+        best = min(best, time.perf_counter() - t0)
+    fallbacks = sum(getattr(ix, "fallback_queries", 0) for ix in indexes) - before
+    n = int(positions.numel())
+    return {"tokens": n, "seconds": best, "tokens_per_s": n / best, "fallback_queries": fallbacks, "passes": repeats}
+
+
 def _run_case(
     case: str,
     *,
@@ -531,6 +591,7 @@ def _run_case(
     bound_repeats: int,
     seed: int,
     reference_tokens: int,
+    kernel_only: bool = False,
 ) -> BenchCase:
     mech_name, post = _parse_case(case)
     out = BenchCase(name=case, mechanism=mech_name, postprocess=post, epsilon=epsilon)
@@ -541,7 +602,11 @@ def _run_case(
     mech = priv.mechanism
     out.arithmetic = case_arithmetic(case, priv.space)
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
-        out.search_filter = "bf16" if mech.search_index(priv.space)._use_bf16() else "fp32"  # type: ignore[attr-defined]
+        index = mech.search_index(priv.space)  # type: ignore[attr-defined]
+        if post in K1_STEPS and index._use_tensor_cores():
+            out.search_filter = "bf16tc"  # the fused filter on tensor cores (gpu/nearest.py)
+        else:
+            out.search_filter = "bf16" if index._use_bf16() else "fp32"
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
     V, d = priv.space.V, priv.space.d
@@ -586,6 +651,12 @@ def _run_case(
     if paired_fractions:  # median round (upper median for an even count)
         out.fraction_paired = paired_fractions[len(paired_fractions) // 2]
     out.peak_rss_mb = _mb(rss.peak)
+    if kernel_only:
+        out.kernel = _kernel_pass(priv, texts, repeats)
+        own_ops = out.bound_tokens_per_s[out.arithmetic]
+        out.kernel |= {
+            f"fraction_{a}": None if b is None else out.kernel["tokens_per_s"] / b for a, b in best_bound.items()
+        } | {"fraction_own": None if own_ops is None else out.kernel["tokens_per_s"] / own_ops}
     if mech_name == "madlib" and post == "nearest" and reference_tokens > 0:
         ref = _per_token_reference(priv, texts, reference_tokens)
         ref["ratio"] = best_rate / ref["tokens_per_s"]
@@ -717,6 +788,7 @@ def run_bench(
     cold_start: bool = True,
     memory_run: bool = False,
     seed: int = 0,
+    kernel_only: bool | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
     """Measure every case of ``mechanisms`` (default :data:`DEFAULT_CASES`); see the module docstring.
@@ -739,6 +811,8 @@ def run_bench(
         memory_run (`bool`, defaults to `False`): privatize the whole text file with the CLI in a
             fresh interpreter and report its peak RSS.
         seed (`int`, defaults to 0): the privatizers' seed (bench outputs are thrown away).
+        kernel_only (`bool`, *optional*): also time the device part alone (noise and search or sampling of
+            all the rows' tokens in one call, no tokenizing or decoding); default: on a GPU only.
         progress (`callable`, *optional*): called with a line after each step.
 
     Raises:
@@ -776,6 +850,7 @@ def run_bench(
                 bound_repeats=bound_repeats,
                 seed=seed,
                 reference_tokens=reference_tokens,
+                kernel_only=torch.device(device).type == "cuda" if kernel_only is None else kernel_only,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
             res = BenchCase(
@@ -818,7 +893,7 @@ def run_bench(
         machine=machine,
         cpu_model=cpu_model,
         cpu_flags=cpu_flags,
-        bound_shape=[BOUND_ROWS, _ceil8(d), _ceil8(V)],
+        bound_shape=[bound_rows(device), _ceil8(d), _ceil8(V)],
         bounds=bounds,
         cases=results,
         peak_rss_mb=_mb(_max_rss_bytes()),
@@ -893,6 +968,20 @@ def format_table(report: BenchReport) -> str:
         "paired: median pass over its own paired bound)"
     )
     lines += [f"  searched by {c.name}: {c.searched}" for c in report.cases if c.searched and not c.error]
+    kernels = [c for c in report.cases if c.kernel and not c.error]
+    if kernels:
+        lines += [
+            "",
+            "kernel only (noise and search or sampling of all the rows' tokens in one call, results back on the host; "
+            "no tokenizing, key derivation or decoding):",
+            f"{'case':26s} {'tokens':>9s} {'tokens/s':>12s} {'fp32':>6s} {'bf16':>6s} {'own':>6s} {'fallbacks':>9s}",
+        ]
+        for c in kernels:
+            kr: dict[str, Any] = c.kernel or {}
+            lines.append(
+                f"{c.name:26s} {kr['tokens']:>9,d} {kr['tokens_per_s']:>12,.0f} {_frac(kr.get('fraction_fp32'), 6)} "
+                f"{_frac(kr.get('fraction_bf16'), 6)} {_frac(kr.get('fraction_own'), 6)} {kr['fallback_queries']:>9,d}"
+            )
     lines.append("")
     for c in report.cases:
         ref = c.per_token_reference

@@ -671,7 +671,13 @@ class BenchCommand:
             metavar="MECH[/POSTPROCESS]",
             help="a case to run, repeatable (default: the standard set)",
         )
-        p.add_argument("--device", default="cpu")
+        p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+        p.add_argument(
+            "--kernel-only",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="also time the device part alone, without tokenizing or decoding (default: on a GPU)",
+        )
         p.add_argument(
             "--text",
             default=None,
@@ -702,6 +708,7 @@ class BenchCommand:
             one_word=args.one_word_rows,
             cold_start=not args.no_cold_start,
             memory_run=args.memory,
+            kernel_only=args.kernel_only,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
         print(format_table(report))

@@ -523,6 +523,15 @@ class Privatizer:
             return torch.empty(0, dtype=torch.int64)
         stream = self.stream if stream is None else stream
         streams = streams_for_rows(self.row_keys(row_ids, stream), sizes, space.device)
+        return self.release_streams(positions, streams)
+
+    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
+
+        The device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench``
+        times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        """
+        self._ensure()
         if len(self._releases) == 1:
             return self._release_class(self._releases[0], positions, streams)
         assert self._class_of is not None and self._local is not None

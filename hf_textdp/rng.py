@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .errors import InvalidParameterError, ParameterTypeError
+from .gpu.philox import philox_uniforms
 from .utils.native import load_kernel
 
 
@@ -273,11 +274,14 @@ class Streams:
         """``[N, n]`` float64 uniforms on (0, 1): uniform 2j from words (0, 1) of block j, 2j + 1 from (2, 3).
 
         ``start`` skips the first ``start`` blocks (uniforms 2·start … 2·start + n − 1 of the draw). On the
-        CPU the compiled kernel (``kernels/philox.c``) computes them, else the int64 tensor form of
-        :func:`philox4x32`: the same bits either way.
+        CPU the compiled kernel (``kernels/philox.c``) computes them, on a GPU its Triton twin
+        (:mod:`hf_textdp.gpu.philox`), else the int64 tensor form of :func:`philox4x32`: the same bits
+        every way.
         """
         blocks = (n + 1) // 2
         u = _native_uniforms(self, draw, blocks, extra, start)
+        if u is None:
+            u = philox_uniforms(self.k0, self.k1, self.position, extra, draw, start, blocks)
         if u is None:
             w0, w1, w2, w3 = self.words(draw, blocks, extra, start)
             u = torch.stack([_uniform52(w0, w1), _uniform52(w2, w3)], dim=2).reshape(len(self), 2 * blocks)

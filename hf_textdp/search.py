@@ -46,6 +46,9 @@ import numpy as np
 import torch
 
 from .errors import InvalidParameterError, NumericalRangeError
+from .gpu import triton_ready
+from .gpu.nearest import TensorCoreOperands, fused_nearest, tile_config
+from .utils.threads import torch_threads
 
 
 __all__ = ["ExactIndex", "exact_fp32_matmul", "bf16_filter_bound", "bf16_filter_available", "FILTERS"]
@@ -84,6 +87,8 @@ _TILE_BYTES = 32 * 2**20
 #: queries with ‖q‖R + R² above this skip the bf16 filter (scores stay far from the padding rows'
 #: −1e30 and from fp32 overflow); the fp32 filter takes them
 _BF16_MAX_MAGNITUDE = 2.0**60
+#: queries per launch of the fused GPU search (its buffers are O(queries · d))
+FUSED_QUERIES = 1 << 16
 _PAD_NU = 1.0e30  # half squared norm of the padding rows: their bf16 score is −1e30, never a candidate
 #: candidates a filter pass collects: (query rows, positions, oriented scores), one triple per chunk
 _Found = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -91,20 +96,6 @@ _Found = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
-
-
-@contextmanager
-def _threads(n: int | None) -> Iterator[None]:
-    """Run the block with n intra-op threads (None: unchanged)."""
-    prev = torch.get_num_threads()
-    if n is None or n == prev:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
 
 
 @contextmanager
@@ -352,6 +343,9 @@ class ExactIndex:
         self._lock = threading.Lock()
         #: run everything but the matrix products on one thread (see :meth:`search`)
         self.serial_small_ops = True
+        self._tc: tuple[tuple[int, int], TensorCoreOperands] | None = None
+        #: queries the fused GPU path handed to the generic search (overflow, near-ties), since creation
+        self.fallback_queries = 0
 
     # ------------------------------------------------------------------ prepared matrices (lazy)
     @property
@@ -440,6 +434,25 @@ class ExactIndex:
         if Q.shape[0] == 0:
             return torch.empty((0, k), dtype=torch.int64)
         Q = Q.contiguous()
+        if k == 1 and exclude is None and self._use_tensor_cores():
+            with exact_fp32_matmul():
+                if not bool(torch.isfinite(Q).all()):
+                    raise NumericalRangeError(
+                        "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
+                        "for float32 (use a larger epsilon)."
+                    )
+                return self._search_fused(Q, chunk_size, query_block)
+        return self._search_generic(Q, k, exclude, chunk_size, query_block)
+
+    def _search_generic(
+        self,
+        Q: torch.Tensor,
+        k: int,
+        exclude: torch.Tensor | None,
+        chunk_size: int | None,
+        query_block: int | None,
+    ) -> torch.Tensor:
+        """:meth:`search` by the chunked filter and verification (any k, any device), ``[B, k]`` on CPU."""
         use_bf16 = self._use_bf16(k)
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
         # The work around the products is many medium-sized passes; on a CPU whose cores are shared
@@ -449,7 +462,7 @@ class ExactIndex:
         serial = self.serial_small_ops and self.device.type == "cpu" and threads > 1
         gemm_threads = threads if serial else None
         out = []
-        with exact_fp32_matmul(), _threads(1 if serial else None):
+        with exact_fp32_matmul(), torch_threads(1 if serial else None):
             if not bool(torch.isfinite(Q).all()):
                 raise NumericalRangeError(
                     "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
@@ -461,6 +474,36 @@ class ExactIndex:
                 rows, pos = self._filter(Qb, k, ex, L, use_bf16, gemm_threads)
                 out.append(self._verify(Qb, rows, pos, k, Qb.shape[0]))
         return torch.cat(out, 0).cpu()
+
+    # ------------------------------------------------------------------ the GPU path
+    def _use_tensor_cores(self) -> bool:
+        """Whether ``k = 1`` searches run the fused GPU kernels (:mod:`hf_textdp.gpu.nearest`): CUDA with Triton."""
+        mode = self.filter if self.filter != "auto" else os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
+        return mode != "fp32" and triton_ready(self.device)
+
+    def _tensor_core_operands(self) -> TensorCoreOperands:
+        _, BN, BK, _, _, _ = tile_config()
+        with self._lock:
+            key = (BN, BK)
+            if self._tc is None or self._tc[0] != key:
+                self._tc = (key, TensorCoreOperands.build(self.E, self.sq64, BN, BK))
+            return self._tc[1]
+
+    def _search_fused(self, Q: torch.Tensor, chunk_size: int | None, query_block: int | None) -> torch.Tensor:
+        """k = 1 by the fused filter and float64 verification on the device; flagged queries (list overflow,
+        a near-tie, a huge query) by the generic search. One host synchronisation: reading the flags."""
+        ops = self._tensor_core_operands()
+        parts = [
+            fused_nearest(Q[s : s + FUSED_QUERIES], self.E, self.R, ops) for s in range(0, Q.shape[0], FUSED_QUERIES)
+        ]
+        if any(p is None for p in parts):  # Triton vanished between the check and the call
+            raise RuntimeError("the fused GPU search could not run")
+        pos = torch.cat([p[0] for p in parts if p is not None])
+        bad = torch.nonzero(torch.cat([p[1] for p in parts if p is not None])).squeeze(1)
+        if bad.numel():
+            self.fallback_queries += int(bad.numel())
+            pos[bad] = self._search_generic(Q[bad], 1, None, chunk_size, query_block)[:, 0].to(pos.device)
+        return pos[:, None].cpu()
 
     # ------------------------------------------------------------------ internals
     def _tiling(self, chunk_size: int | None, query_block: int | None, nbytes: int) -> tuple[int, int]:
@@ -553,7 +596,7 @@ class ExactIndex:
             Lc = e - s
             nbc = Lc // G
             X = buf.view(-1)[: B * Lc].view(B, Lc)  # contiguous, even for a short last chunk
-            with _threads(gemm_threads):
+            with torch_threads(gemm_threads):
                 if bf16:
                     torch.mm(Qa, EaT[:, s:e], out=X)
                 else:

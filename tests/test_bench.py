@@ -37,6 +37,7 @@ CASE_FIELDS = {
     "error",
     "ops_per_token",
     "searched",
+    "kernel",
 }
 ROUND_FIELDS = {
     "tokens_per_s",
@@ -317,3 +318,32 @@ def test_work_per_token_follows_the_classes_and_the_projected_space(tiny_bert: s
     assert len(sizes) == 2 and sum(sizes) == V
     assert 2.0 * min(sizes) * d < ops < 2.0 * max(sizes) * d < 2.0 * V * d
     assert shapes.count("%") == 2
+
+
+def test_kernel_only_pass_times_the_device_part(tiny_bert: str) -> None:
+    """``kernel_only``: every privatized token of the rows in one call, and fractions of the case's bounds."""
+    report = bench.run_bench(
+        model=tiny_bert,
+        mechanisms=["madlib/nearest"],
+        text="sample",
+        rows=24,
+        repeats=2,
+        bound_repeats=1,
+        reference_tokens=0,
+        cold_start=False,
+        kernel_only=True,
+    )
+    case = report.cases[0]
+    assert case.error is None and case.kernel is not None
+    k = case.kernel
+    assert k["tokens"] == case.tokens and k["passes"] == 2 and k["fallback_queries"] == 0
+    assert k["tokens_per_s"] == pytest.approx(k["tokens"] / k["seconds"])
+    for a in ("fp32", "bf16"):
+        assert k[f"fraction_{a}"] == pytest.approx(k["tokens_per_s"] / case.bound_tokens_per_s[a])
+    assert k["fraction_own"] == pytest.approx(k[f"fraction_{case.arithmetic}"])
+    assert "kernel only (noise and search" in bench.format_table(report)
+    # default: kernel-only on a GPU only
+    assert bench.run_bench(
+        model=tiny_bert, mechanisms=["tem"], text="sample", rows=4, repeats=1, bound_repeats=1, reference_tokens=0,
+        cold_start=False,
+    ).cases[0].kernel is None  # fmt: skip

@@ -319,3 +319,9 @@ def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
     assert priv.stream == 0  # the override does not change the privatizer
     with pytest.raises(InvalidParameterError, match="stream"):
         priv.release_positions(positions, [7, 9], stream=-1)
+    # the device part alone (what the bench's kernel-only pass times): the rows' keyed streams given
+    from hf_textdp.rng import streams_for_rows
+
+    streams = streams_for_rows(priv.row_keys([7, 9]), [int(p.numel()) for p in positions])
+    flat = priv.release_streams(torch.cat(positions), streams)
+    assert flat.tolist() == [x for e in expected for x in e]

@@ -120,9 +120,10 @@ class AdditiveMechanism(Mechanism):
 
         Token i's noise depends on its own stream only, so the chunks give exactly the vectors of one
         call, while each chunk's float64 intermediates stay in cache instead of paging in fresh memory.
+        On a GPU the batch is one call: a few kernels over all its tokens.
         """
         n = int(positions.numel())
-        if n <= PERTURB_CHUNK:
+        if n <= PERTURB_CHUNK or space.device.type != "cpu":  # a GPU wants the whole batch in one pass
             return self.perturb(self.inputs(space, positions), streams)
         parts = [
             self.perturb(self.inputs(space, positions[s : s + PERTURB_CHUNK]), streams.slice(s, s + PERTURB_CHUNK))

@@ -34,6 +34,8 @@ import math
 import torch
 
 from ..errors import InvalidParameterError
+from ..gpu import triton_ready
+from ..gpu.int_scores import IntOperands, int_scores
 from ..rng import Draw, Streams
 
 
@@ -43,8 +45,10 @@ __all__ = ["ExponentialSampler"]
 BLOCK = 64
 #: blocks per token whose columns get their own bound
 HOT = 4
-#: tokens per integer product
+#: tokens per integer product (CPU: the [G, V′] int32 scores stay near the cache; a GPU takes many more at
+#: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
+GROUP_CUDA = 32768
 #: tries drawn at once for every token in the first round, then for the tokens still pending (one
 #: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
 FIRST_TRIES = 2
@@ -116,6 +120,12 @@ class ExponentialSampler:
         sizes[-1] = BLOCK - pad
         self.block_size = sizes
         self.dpad = dpad
+        self._int_ops: IntOperands | None = None
+
+    def _int_operands(self) -> IntOperands:
+        if self._int_ops is None:
+            self._int_ops = IntOperands.build(self.IT[: self.d], self.NT)
+        return self._int_ops
 
     # ---------------------------------------------------------------- the sampler
     def sample(self, inputs: torch.Tensor, streams: Streams, *, scale: float, gamma: float) -> torch.Tensor:
@@ -125,20 +135,25 @@ class ExponentialSampler:
         if len(streams) != N:
             raise InvalidParameterError(f"streams hold {len(streams)} tokens but {N} inputs were given.")
         out = torch.empty(N, dtype=torch.int64, device=self.device)
-        for s in range(0, N, GROUP):
-            idx = torch.arange(s, min(s + GROUP, N), device=self.device)
-            out[idx] = self._group(inputs[idx], streams.select(idx), scale, gamma)
+        group = GROUP if self.device.type == "cpu" else GROUP_CUDA
+        for s in range(0, N, group):
+            e = min(s + group, N)
+            out[s:e] = self._group(inputs[s:e], streams.slice(s, e), scale, gamma)
         return out
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
         """Per token: hot columns ``[G, HOT·BLOCK]`` with their bounds, cold blocks with theirs."""
         G = int(x_pos.numel())
-        Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
-        A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
-        A[:G, : self.d] = self.I[x_pos]
-        S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
-        key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
-        kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
+        fused = int_scores(self.I[x_pos], self._int_operands()) if triton_ready(self.device) else None
+        if fused is not None:  # the same integers in one GPU kernel (gpu/int_scores.py)
+            key, kb = fused
+        else:
+            Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
+            A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
+            A[:G, : self.d] = self.I[x_pos]
+            S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
+            key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
+            kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
         Nx = self.N[x_pos]
         rx = self.r[x_pos]
         hot_n = min(HOT, self.nb)

@@ -1,0 +1,45 @@
+"""GPU kernels (Triton): the keyed Philox uniforms and the fused exact nearest-neighbour filter.
+
+Triton is optional: it ships with CUDA builds of PyTorch, and :func:`triton_ready` says whether the
+kernels can run for a device. Every kernel has a torch or CPU twin that computes the same numbers, and
+the kernels also run under Triton's interpreter (``TRITON_INTERPRET=1``) on CPU tensors, which is how
+the tests check them on machines without a GPU (docs/performance.md, "GPU").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+__all__ = ["triton_ready", "interpreting"]
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``: CPU tensors, NumPy)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # noqa: BLE001 - a missing or broken install means "no kernels"
+        return False
+    return True
+
+
+def triton_ready(device: torch.device | str) -> bool:
+    """Whether the Triton kernels run for tensors on ``device``.
+
+    CUDA devices need Triton (``HF_TEXTDP_TRITON=0`` turns the kernels off, for comparisons); CPU tensors
+    only under Triton's interpreter.
+    """
+    if os.environ.get("HF_TEXTDP_TRITON", "1") == "0":
+        return False
+    kind = torch.device(device).type
+    wanted = "cpu" if interpreting() else "cuda"
+    return kind == wanted and _triton_importable()  # a CPU process never imports Triton

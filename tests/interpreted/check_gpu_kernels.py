@@ -1,0 +1,155 @@
+"""The Triton kernels (hf_textdp.gpu) under Triton's interpreter on CPU tensors, as CUDA runs them.
+
+Run by tests/test_gpu_interpreted.py in a fresh interpreter with ``TRITON_INTERPRET=1`` (Triton reads it
+when it is imported). The interpreter executes the kernels' own code with NumPy, program by program, so
+these check the kernels' logic (counters, candidate lists, certification, overflow) without a GPU;
+tests/test_cuda.py checks the same kernels on a GPU where one exists.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+
+triton = pytest.importorskip("triton")
+
+from hf_textdp.gpu import interpreting  # noqa: E402
+from hf_textdp.gpu import nearest as gpu_nearest  # noqa: E402
+from hf_textdp.gpu.philox import philox_uniforms  # noqa: E402
+from hf_textdp.rng import Draw, derive_row_seed, streams_for_rows  # noqa: E402
+from hf_textdp.search import ExactIndex  # noqa: E402
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    assert interpreting(), "run with TRITON_INTERPRET=1 (tests/test_gpu_interpreted.py does)"
+    monkeypatch.delenv("HF_TEXTDP_CUDA_TILES", raising=False)
+    monkeypatch.delenv("HF_TEXTDP_SEARCH_FILTER", raising=False)
+
+
+@pytest.mark.parametrize("extra", [0, "tensor"])
+@pytest.mark.parametrize("start", [0, 9, 2**31 + 5])
+def test_philox_kernel_equals_the_cpu_kernel(interpret, extra, start):
+    keys = [derive_row_seed(2**40 + 1, r) for r in range(5)] + [2**63 - 1, 0]
+    s = streams_for_rows(keys, [3, 1, 4, 2, 7, 2, 1])
+    ext = torch.arange(len(s)) * 3 + 2**32 - 9 if extra == "tensor" else extra
+    ref = s.uniforms(Draw.SAMPLER, 7, extra=ext, start=start)  # the compiled C kernel (or the tensor form)
+    got = philox_uniforms(s.k0, s.k1, s.position, ext, int(Draw.SAMPLER), start, 4)
+    assert got is not None
+    assert torch.equal(got[:, :7], ref)
+
+
+def _hard_queries(E: torch.Tensor, n: int, g: torch.Generator) -> torch.Tensor:
+    """Near-duplicates, midpoints between two rows (near-ties), noisy rows and far-away queries."""
+    V, d = E.shape
+    q = E[torch.randint(0, V, (n,), generator=g)] + 0.3 * torch.randn(n, d, generator=g)
+    a, b = torch.randint(0, V, (2, n // 4), generator=g)
+    q[: n // 4] = (E[a] + E[b]) / 2
+    q[n // 4 : n // 4 + 8] = E[5] + 1e-5 * torch.randn(8, d, generator=g)
+    q[-8:] = 40.0 * torch.randn(8, d, generator=g)
+    return q
+
+
+def _brute_force(Q: torch.Tensor, E: torch.Tensor) -> torch.Tensor:
+    D = ((Q.double()[:, None, :] - E.double()[None]) ** 2).sum(2)
+    return D.argmin(1)  # the first (lowest) position among exact float64 ties
+
+
+def _space(g: torch.Generator, V: int = 300, d: int = 20) -> torch.Tensor:
+    E = torch.randn(V, d, generator=g)
+    E[7] = E[5]  # duplicate rows: an exact tie, resolved to the lowest position
+    E[40:60] = E[40] + 1e-3 * torch.randn(20, d, generator=g)  # a near-duplicate cluster
+    return E
+
+
+def test_fused_search_equals_float64_brute_force(interpret):
+    g = torch.Generator().manual_seed(0)
+    E = _space(g)
+    Q = _hard_queries(E, 240, g)
+    index = ExactIndex(E)
+    assert index._use_tensor_cores()
+    got = index.search(Q, 1)[:, 0]
+    assert torch.equal(got, _brute_force(Q, E))
+    assert index.fallback_queries >= 8  # the duplicate rows' queries cannot be certified: generic search
+
+
+def test_fused_kernels_unflagged_answers_are_exact(interpret):
+    g = torch.Generator().manual_seed(1)
+    E = _space(g, V=500, d=24)
+    Q = _hard_queries(E, 200, g)
+    sq64 = (E.double() ** 2).sum(1)
+    _, BN, BK, _, _, _ = gpu_nearest.tile_config()
+    ops = gpu_nearest.TensorCoreOperands.build(E, sq64, BN, BK)
+    res = gpu_nearest.fused_nearest(Q, E, math.sqrt(float(sq64.max())), ops)
+    assert res is not None
+    pos, flag = res
+    ok = ~flag
+    assert int(ok.sum()) >= 150
+    assert torch.equal(pos[ok], _brute_force(Q, E)[ok])
+
+
+def test_mutant_without_the_bound_is_caught(interpret, monkeypatch):
+    """β = 0 keeps only the best bf16 score: on near-ties that is often the wrong row, and the test sees it."""
+    g = torch.Generator().manual_seed(2)
+    E = _space(g, V=500, d=24)
+    Q = _hard_queries(E, 200, g)
+    monkeypatch.setattr(gpu_nearest, "tensor_core_bound", lambda qh, qr, ops, d: torch.zeros_like(qh))
+    got = ExactIndex(E).search(Q, 1)[:, 0]
+    assert int((got != _brute_force(Q, E)).sum()) >= 1
+
+
+def test_overflowing_candidate_lists_take_the_generic_search(interpret, monkeypatch):
+    monkeypatch.setattr(gpu_nearest, "CAP", 2)
+    g = torch.Generator().manual_seed(3)
+    E = _space(g)
+    Q = E[40:60] + 1e-4 * torch.randn(20, E.shape[1], generator=g)  # inside the cluster: many candidates
+    index = ExactIndex(E)
+    got = index.search(Q, 1)[:, 0]
+    assert torch.equal(got, _brute_force(Q, E))
+    assert index.fallback_queries >= 10
+
+
+def test_int_scores_equal_the_torch_form(interpret):
+    from hf_textdp.gpu.int_scores import IntOperands, int_scores
+
+    g = torch.Generator().manual_seed(5)
+    d, V, G = 40, 200, 37
+    IT = torch.randint(-127, 128, (d, V), generator=g, dtype=torch.int8)
+    NT = (IT.int() ** 2).sum(0).int()
+    A = torch.randint(-127, 128, (G, d), generator=g, dtype=torch.int8)
+    res = int_scores(A, IntOperands.build(IT, NT))
+    assert res is not None
+    key, kb = res
+    ref = 2 * (A.int() @ IT.int()) - NT
+    assert torch.equal(key, ref)
+    ref_kb = torch.nn.functional.pad(ref, (0, 256 - V), value=-(2**30)).view(G, 4, 64).amax(2)[:, : kb.shape[1]]
+    assert torch.equal(kb, ref_kb)
+
+
+@pytest.mark.parametrize("mechanism", ["tem", "santext"])
+def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, mechanism):
+    from hf_textdp.mechanisms.exponential import ExponentialSampler
+
+    g = torch.Generator().manual_seed(6)
+    E = torch.randn(300, 24, generator=g)
+    inputs = torch.randint(0, 300, (150,), generator=g)
+    streams = streams_for_rows([derive_row_seed(2**40 + 9, r) for r in range(3)], [50, 60, 40])
+    gamma = 3.0 if mechanism == "tem" else math.inf
+    got = ExponentialSampler(E).sample(inputs, streams, scale=2.0, gamma=gamma)
+    monkeypatch.setenv("HF_TEXTDP_TRITON", "0")
+    ref = ExponentialSampler(E).sample(inputs, streams, scale=2.0, gamma=gamma)
+    assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("mode", ["p", "l"])
+def test_both_filter_modes_are_exact(interpret, monkeypatch, mode):
+    """The preloaded queries' tile (K ≤ 4 BK) and the K loop (any K) give the same exact answers."""
+    monkeypatch.setenv("HF_TEXTDP_CUDA_TILES", f"16,64,16,1,1,{mode}")
+    g = torch.Generator().manual_seed(7)
+    E = _space(g, V=260, d=40 if mode == "p" else 70)  # K = 48 (3 tiles of 16) or 80 (5: the loop)
+    Q = _hard_queries(E, 120, g)
+    got = ExactIndex(E).search(Q, 1)[:, 0]
+    assert torch.equal(got, _brute_force(Q, E))
