@@ -47,7 +47,7 @@ import torch
 
 from .errors import InvalidParameterError, NumericalRangeError
 from .gpu import triton_ready
-from .gpu.nearest import TensorCoreOperands, fused_nearest, tile_config
+from .gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
 from .utils.threads import torch_threads
 
 
@@ -477,9 +477,10 @@ class ExactIndex:
 
     # ------------------------------------------------------------------ the GPU path
     def _use_tensor_cores(self) -> bool:
-        """Whether ``k = 1`` searches run the fused GPU kernels (:mod:`hf_textdp.gpu.nearest`): CUDA with Triton."""
+        """Whether ``k = 1`` searches run the fused GPU kernels (:mod:`hf_textdp.gpu.nearest`): CUDA with Triton,
+        and tensor cores that meet the bound's accumulation model (checked once per device)."""
         mode = self.filter if self.filter != "auto" else os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
-        return mode != "fp32" and triton_ready(self.device)
+        return mode != "fp32" and triton_ready(self.device) and tensor_core_model_holds(self.device)
 
     def _tensor_core_operands(self) -> TensorCoreOperands:
         _, BN, BK, _, _, _ = tile_config()

@@ -41,9 +41,11 @@ def _hard_case(V: int, d: int, n: int, seed: int) -> tuple[torch.Tensor, torch.T
 @pytest.mark.parametrize(("V", "d"), [(3000, 64), (30522, 384)])
 def test_fused_search_equals_float64_brute_force(V, d):
     from hf_textdp.gpu import triton_ready
+    from hf_textdp.gpu.nearest import tensor_core_model_holds
     from hf_textdp.search import ExactIndex
 
     assert triton_ready("cuda"), "the CUDA path needs Triton"
+    assert tensor_core_model_holds("cuda"), "the run-time check of the accumulation model failed on this GPU"
     E, Q = _hard_case(V, d, 4096, seed=V)
     index = ExactIndex(E, "cuda")
     got = index.search(Q, 1)[:, 0]

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("triton")
 
 CHECKS = Path(__file__).parent / "interpreted" / "check_gpu_kernels.py"
-EXPECTED = 15  # philox cases (6), the search checks (4 + 2 filter modes), the sampler kernel (3)
+EXPECTED = 16  # philox (6), search (4 + 2 filter modes + the model check), sampler kernel (3)
 
 
 @pytest.mark.slow

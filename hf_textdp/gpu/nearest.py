@@ -32,7 +32,7 @@ import torch
 from . import interpreting, triton_ready
 
 
-__all__ = ["TensorCoreOperands", "tensor_core_bound", "fused_nearest", "tile_config"]
+__all__ = ["TensorCoreOperands", "tensor_core_bound", "tensor_core_model_holds", "fused_nearest", "tile_config"]
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -132,6 +132,75 @@ def tensor_core_bound(
     beta_abs = 2.0**-100 * (1.0 + q_hat_norm + ops.e_hat)
     beta: torch.Tensor = (beta_in + beta_acc + beta_nu + beta_sub + beta_abs) * (1.0 + 2.0**-20)
     return beta
+
+
+def _build_probe() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit  # type: ignore[untyped-decorator]
+    def probe_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
+        a_ptr, b_ptr, c_ptr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+        BK: tl.constexpr, FP32_OPERANDS: tl.constexpr,
+    ):  # fmt: skip
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k0 in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None] * K + (k0 + rk)[None, :])
+            b = tl.load(b_ptr + (k0 + rk)[:, None] * N + rn[None, :])
+            if FP32_OPERANDS:
+                acc = tl.dot(a, b, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+    return probe_kernel
+
+
+_model_checked: dict[tuple[bool, str], bool] = {}
+
+
+def tensor_core_model_holds(device: torch.device | str) -> bool:
+    """Whether ``tl.dot`` on ``device`` meets the accumulation model of :func:`tensor_core_bound` (cached).
+
+    Checked once per device before the fused search is used, as the CPU's bf16 filter checks its library:
+    bf16 operands spanning 2¹⁶ in magnitude, sums of 384 products; every fp32 result must lie within
+    n·U_ACC·Σ|terms| of the exact sum. A GPU that fails (or a kernel that does not build) keeps the generic
+    exact search.
+    """
+    dev = torch.device(device)
+    key = (interpreting(), str(dev))
+    if key not in _model_checked:
+        _model_checked[key] = _probe(dev)
+    return _model_checked[key]
+
+
+def _probe(dev: torch.device) -> bool:
+    try:
+        kernel = _build_probe()
+        g = torch.Generator().manual_seed(9)
+        M, N, K = (16, 64, 384) if interpreting() else (128, 256, 384)
+        BM, BN, BK = (16, 64, 16) if interpreting() else (64, 64, 64)
+        ea = torch.exp2(torch.randint(-8, 9, (M, K), generator=g).double())
+        eb = torch.exp2(torch.randint(-8, 9, (K, N), generator=g).double())
+        a = (torch.randn(M, K, generator=g, dtype=torch.float64) * ea).to(torch.bfloat16)
+        b = (torch.randn(K, N, generator=g, dtype=torch.float64) * eb).to(torch.bfloat16)
+        dtype = torch.float32 if interpreting() else torch.bfloat16
+        c = torch.empty((M, N), dtype=torch.float32, device=dev)
+        kernel[(M // BM, N // BN)](
+            a.to(dtype).to(dev), b.to(dtype).to(dev), c, N=N, K=K, BM=BM, BN=BN, BK=BK,
+            FP32_OPERANDS=interpreting(),
+        )  # fmt: skip
+        exact = a.double() @ b.double()  # float64: its own error is far below the tolerance
+        terms = a.double().abs() @ b.double().abs()
+        n = K + K // 16
+        gamma = n * U_ACC / (1.0 - n * U_ACC)
+        err = (c.double().cpu() - exact).abs()
+        return bool((err <= gamma * terms + 1e-300).all()) and bool(torch.isfinite(c).all())
+    except Exception:  # noqa: BLE001 - no kernel, no fused search: the generic exact search runs
+        return False
 
 
 def _build() -> dict[str, Any]:

@@ -153,3 +153,18 @@ def test_both_filter_modes_are_exact(interpret, monkeypatch, mode):
     Q = _hard_queries(E, 120, g)
     got = ExactIndex(E).search(Q, 1)[:, 0]
     assert torch.equal(got, _brute_force(Q, E))
+
+
+def test_the_accumulation_model_is_checked_before_use(interpret, monkeypatch):
+    """A device whose products break the bound's model keeps the generic search (mutant: a model with no error)."""
+    monkeypatch.setattr(gpu_nearest, "_model_checked", {})
+    assert gpu_nearest.tensor_core_model_holds("cpu")
+    monkeypatch.setattr(gpu_nearest, "_model_checked", {})
+    monkeypatch.setattr(gpu_nearest, "U_ACC", 0.0)  # claims exact sums: fp32 accumulation refutes it
+    assert not gpu_nearest.tensor_core_model_holds("cpu")
+    g = torch.Generator().manual_seed(8)
+    E = _space(g, V=200, d=16)
+    Q = _hard_queries(E, 40, g)
+    index = ExactIndex(E)
+    assert not index._use_tensor_cores()
+    assert torch.equal(index.search(Q, 1)[:, 0], _brute_force(Q, E))
