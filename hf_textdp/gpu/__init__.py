@@ -8,13 +8,15 @@ the tests check them on machines without a GPU (docs/performance.md, "GPU").
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from typing import Any
 
 import torch
 
 
-__all__ = ["triton_ready", "interpreting"]
+__all__ = ["triton_ready", "interpreting", "on_device"]
 
 
 def interpreting() -> bool:
@@ -43,3 +45,9 @@ def triton_ready(device: torch.device | str) -> bool:
     kind = torch.device(device).type
     wanted = "cpu" if interpreting() else "cuda"
     return kind == wanted and _triton_importable()  # a CPU process never imports Triton
+
+
+def on_device(device: torch.device) -> Any:
+    """The context that makes ``device`` current for a launch: Triton launches on the current CUDA device,
+    which need not be the tensors' (``cuda:1`` while ``cuda:0`` is current)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import interpreting, triton_ready
+from . import interpreting, on_device, triton_ready
 
 
 __all__ = ["IntOperands", "int_scores"]
@@ -97,5 +97,6 @@ def int_scores(A: torch.Tensor, ops: IntOperands) -> tuple[torch.Tensor, torch.T
     kb = torch.empty((G, Vp // BLOCK), dtype=torch.int32, device=dev)
     grid = ((G + BM - 1) // BM, Vp // BN)
     extra = {} if interpreting() else {"num_warps": warps, "num_stages": stages}
-    kernel[grid](Ap, ops.IT, ops.NT, key, kb, G, Vp=Vp, K=ops.K, BM=BM, BN=BN, BK=BK, BLK=BLOCK, **extra)
+    with on_device(dev):
+        kernel[grid](Ap, ops.IT, ops.NT, key, kb, G, Vp=Vp, K=ops.K, BM=BM, BN=BN, BK=BK, BLK=BLOCK, **extra)
     return key[:, : ops.V], kb[:, : ops.V // BLOCK]

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import interpreting, triton_ready
+from . import interpreting, on_device, triton_ready
 
 
 __all__ = ["TensorCoreOperands", "tensor_core_bound", "tensor_core_model_holds", "fused_nearest", "tile_config"]
@@ -189,10 +189,11 @@ def _probe(dev: torch.device) -> bool:
         b = (torch.randn(K, N, generator=g, dtype=torch.float64) * eb).to(torch.bfloat16)
         dtype = torch.float32 if interpreting() else torch.bfloat16
         c = torch.empty((M, N), dtype=torch.float32, device=dev)
-        kernel[(M // BM, N // BN)](
-            a.to(dtype).to(dev), b.to(dtype).to(dev), c, N=N, K=K, BM=BM, BN=BN, BK=BK,
-            FP32_OPERANDS=interpreting(),
-        )  # fmt: skip
+        with on_device(dev):
+            kernel[(M // BM, N // BN)](
+                a.to(dtype).to(dev), b.to(dtype).to(dev), c, N=N, K=K, BM=BM, BN=BN, BK=BK,
+                FP32_OPERANDS=interpreting(),
+            )  # fmt: skip
         exact = a.double() @ b.double()  # float64: its own error is far below the tolerance
         terms = a.double().abs() @ b.double().abs()
         n = K + K // 16
@@ -339,14 +340,16 @@ def fused_nearest(
     cand_s = torch.empty((B, CAP), dtype=torch.float32, device=dev)
     best = torch.empty(B, dtype=torch.float32, device=dev)
     args = (Qa, ops.EhT, ops.nu32, b2, cnt, cand, cand_s, best, B)
-    _launch_filter(kernels["filter"], args, ops, (BM, BN, BK, warps, stages, preload and ops.K <= 4 * BK))
+    with on_device(dev):
+        _launch_filter(kernels["filter"], args, ops, (BM, BN, BK, warps, stages, preload and ops.K <= 4 * BK))
     out = torch.empty(B, dtype=torch.int64, device=dev)
     flag = torch.empty(B, dtype=torch.int8, device=dev)
     c_err = 2.0 * (d + 3) * U64
     BD = 1 << max(4, (d - 1).bit_length())
-    kernels["verify"][(B,)](
-        Q, E, cnt, cand, cand_s, best, b2, out, flag, d, c_err, CAP_=CAP, BD=BD, DCH=min(BD, 64)
-    )  # fmt: skip
+    with on_device(dev):
+        kernels["verify"][(B,)](
+            Q, E, cnt, cand, cand_s, best, b2, out, flag, d, c_err, CAP_=CAP, BD=BD, DCH=min(BD, 64)
+        )  # fmt: skip
     return out, flag.bool() | big
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from . import interpreting, triton_ready
+from . import interpreting, on_device, triton_ready
 
 
 __all__ = ["philox_uniforms"]
@@ -89,5 +89,6 @@ def philox_uniforms(
         ext, stride = torch.full((1,), int(extra), dtype=torch.int64, device=dev), 0
     k0c, k1c, pc = (t.to(torch.int64).contiguous() for t in (k0, k1, pos))
     grid = ((total + _BLOCK - 1) // _BLOCK,)
-    kernel[grid](k0c, k1c, pc, ext, stride, int(draw), int(start), int(blocks), total, out, BLOCK=_BLOCK)
+    with on_device(dev):
+        kernel[grid](k0c, k1c, pc, ext, stride, int(draw), int(start), int(blocks), total, out, BLOCK=_BLOCK)
     return out
