@@ -4,15 +4,16 @@
 of ``BN``: a tensor-core product of the bf16 queries q̂ with the bf16 rows ê_c (fp32 accumulation), minus
 ν32_c = fl32(‖e_c‖²/2), gives ``s_c ≈ t_c = q·e_c − ‖e_c‖²/2`` (the nearest row has the largest t). With
 the running maximum M of s over the tiles so far, every position with ``s_c ≥ M − 2β`` is appended to
-the query's candidate list (at most ``CAP``; the count goes on). No score matrix is ever written: per
-query the kernel stores a count and ``CAP`` positions.
+the query's candidate list (at most ``CAP``, with their scores; the count goes on). No score matrix is
+ever written: per query the kernel stores a count, ``CAP`` positions and scores, and the final maximum.
 
 **Why the candidates hold the answer.** With |t_c − s_c| ≤ β for every c (:func:`tensor_core_bound`) and
 M* the final maximum, reached at c′: the true nearest c* has t_c* ≥ t_c′ ≥ M* − β, so s_c* ≥ M* − 2β ≥
 M − 2β for every running M ≤ M*. The kernel's threshold is computed in fp32 with a margin that covers
 its own roundings, so it never exceeds M − 2β.
 
-**Verify** (one launch). Per query, float64 distances D = Σ(q_j − e_cj)² of its candidates (error ≤
+**Verify** (one launch). Per query, float64 distances D = Σ(q_j − e_cj)² of its candidates that pass the
+threshold at the final maximum (the others were kept under a lower running one) (error ≤
 (d + 2)u₆₄·D in any summation order); the smallest (D, position) wins when its interval
 [D ± 2(d+3)u₆₄D] lies strictly below every other candidate's. Queries whose list overflowed, or whose
 winner is not certified (a near-tie, duplicate rows), are flagged; the caller solves those few with the
