@@ -42,6 +42,7 @@ from .audit import apply_step
 from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
 from .io.models import load_space
+from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.madlib import Madlib
 from .postprocess import PostprocessStep
@@ -79,6 +80,7 @@ class CalibrationResult:
         median_rho1, diam (`float`): scale statistics of the space in the mechanism's metric.
         epsilon_median_rho1 (`float` or `None`): ``epsilon · median_rho1`` (dimensionless).
         V, d (`int`): candidate count and dimension.
+        options (`dict`): the mechanism's options as the calibration ran it (defaults filled in).
     """
 
     mechanism: str
@@ -97,6 +99,7 @@ class CalibrationResult:
     V: int
     d: int
     space_hash: str
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (the rates as a list of ``{epsilon, replacement_rate, stderr}``)."""
@@ -417,6 +420,7 @@ def calibrate(
     cls_of, local = space.position_class(), space.local_positions()
     by_class = [(part, local[w[cls_of[w] == part.index]]) for part in parts]
 
+    mech_options = {k: v for k, v in mech0.parameters().items() if k not in ("epsilon", "delta")}
     rao_blackwell = (
         type(mech0) is Madlib and mech0.options.get("bound", "none") == "none" and base.postprocess == "nearest"
     )
@@ -483,13 +487,17 @@ def calibrate(
         V=V,
         d=d,
         space_hash=space.space_hash,
+        options=mech_options,
     )
 
 
 def format_calibration(result: CalibrationResult) -> str:
     """A readable summary of a :class:`CalibrationResult` (``hf-textdp calibrate`` prints it)."""
+    defaults = get_mechanism_class(result.mechanism).OPTIONS
+    opts = ", ".join(f"{k}={v}" for k, v in sorted(result.options.items()) if defaults.get(k, object()) != v)
     lines = [
-        f"Calibration of {result.mechanism} + {result.postprocess} on the public embedding matrix "
+        f"Calibration of {result.mechanism}{f' ({opts})' if opts else ''} + {result.postprocess} on the public "
+        "embedding matrix "
         f"(V = {result.V}, d = {result.d}; no private data used)",
         f"  scale: median nearest-neighbour distance {result.median_rho1:.4g}, diameter {result.diam:.4g}",
         f"  estimator: {result.estimator}, {result.n} public draws (seed {result.calibration_seed}), "

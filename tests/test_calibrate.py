@@ -19,7 +19,7 @@ import torch
 
 from hf_textdp import postprocess as postprocess_mod
 from hf_textdp.accounting import Claim
-from hf_textdp.calibrate import CalibrationResult, calibrate, madlib_cell_radii
+from hf_textdp.calibrate import CalibrationResult, calibrate, format_calibration, madlib_cell_radii
 from hf_textdp.config import PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.mechanisms import register_mechanism, unregister_mechanism
@@ -290,3 +290,14 @@ def test_vector_release_has_no_replacement_rate(line_vocab: str, monkeypatch: py
         monkeypatch.setitem(postprocess_mod._REGISTRY, "vector", _Vector)
     with pytest.raises(InvalidParameterError, match="releases vectors"):
         calibrate(config=PrivatizerConfig(epsilon=1.0, model=line_vocab, postprocess="vector"), target_rate=0.5)
+
+
+def test_result_names_the_mechanism_options(line_vocab: str) -> None:
+    """The JSON result (``calibrate --json``) and the summary say which options were calibrated."""
+    plain = calibrate(target_rate=0.5, model=line_vocab)
+    assert plain.to_dict()["options"] == {"bound": "none"}
+    assert format_calibration(plain).startswith("Calibration of madlib + nearest")  # defaults are not repeated
+    clipped = calibrate(target_rate=0.5, model=line_vocab, options={"bound": "clip"})
+    d = clipped.to_dict()
+    assert d["options"] == {"bound": "clip"} and json.loads(json.dumps(d)) == d
+    assert format_calibration(clipped).startswith("Calibration of madlib (bound=clip) + nearest")
