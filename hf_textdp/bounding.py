@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
+from datasets.utils import tqdm as hf_tqdm
 
 from .errors import InvalidParameterError
 from .memo import Store, matrix_key, memoised
@@ -70,6 +71,8 @@ DEFAULT_JL_SEED = 0
 U32 = 2.0**-24
 U64 = 2.0**-53
 _PAIR_BATCH = 8192
+#: matrices with at least this many rows show a progress bar while their exact sensitivity is computed
+PROGRESS_ROWS = 4096
 _BLOCK_ENTRIES = 1 << 22  # entries of one block of pairwise values (32 MiB in float64)
 
 
@@ -372,12 +375,20 @@ def _max_pair(
     approx: Any,
     eta: float,
     exact: Any,
+    desc: str = "",
 ) -> float:
     """max over pairs i ≤ j of ``exact(X[i] − X[j])`` from approximate blocks with error below ``eta``.
 
     Every pair whose approximation is within 2η of the largest approximation is recomputed by
-    ``exact``; the true maximiser is always among them (its approximation is ≥ max − 2η).
+    ``exact``; the true maximiser is always among them (its approximation is ≥ max − 2η). A matrix of
+    :data:`PROGRESS_ROWS` rows or more shows a progress bar named ``desc`` (minutes for a 30k vocabulary).
     """
+    V = X.shape[0]
+    with hf_tqdm(total=V, desc=desc, unit=" rows", disable=V < PROGRESS_ROWS) as bar:
+        return _max_pair_blocks(X, c, approx, eta, exact, bar)
+
+
+def _max_pair_blocks(X: torch.Tensor, c: int, approx: Any, eta: float, exact: Any, bar: Any) -> float:
     V = X.shape[0]
     best = -math.inf
     kept_i: list[torch.Tensor] = []
@@ -389,6 +400,7 @@ def _max_pair(
         D = approx(s, e)  # [e − s, V − s]: pairs (s + a, s + b)
         best = max(best, float(D.max()))
         a, b = torch.nonzero(D >= best - 2.0 * eta, as_tuple=True)
+        bar.update(e - s)
         kept_i.append(a + s)
         kept_j.append(b + s)
         kept_v.append(D[a, b].to(torch.float64))
@@ -445,7 +457,7 @@ def exact_sensitivity(
     def gram(s: int, e: int) -> torch.Tensor:
         return sq[s:e, None] + sq[None, s:] - 2.0 * (X[s:e] @ X[s:].T)
 
-    l2 = math.sqrt(_max_pair(X, c, gram, eta2, lambda diff: (diff * diff).sum(dim=1)))
+    l2 = math.sqrt(_max_pair(X, c, gram, eta2, lambda diff: (diff * diff).sum(dim=1), "exact sensitivity (L2)"))
 
     # Δ₁: cdist(p = 1) blocks; float32 on CUDA (fast), float64 on CPU (faster there, tighter bound)
     lowp = (l1_dtype or (torch.float32 if X.device.type == "cuda" else torch.float64)) == torch.float32
@@ -456,7 +468,7 @@ def exact_sensitivity(
     def l1_block(s: int, e: int) -> torch.Tensor:
         return torch.cdist(Xc[s:e], Xc[s:], p=1.0)
 
-    l1 = _max_pair(X, c, l1_block, eta1, lambda diff: diff.abs().sum(dim=1))
+    l1 = _max_pair(X, c, l1_block, eta1, lambda diff: diff.abs().sum(dim=1), "exact sensitivity (L1)")
     return Sensitivity(l1=l1, l2=l2, linf=linf, exact=True)
 
 

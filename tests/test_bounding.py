@@ -387,3 +387,17 @@ def test_madlib_bound_invalid():
     with pytest.raises(InvalidParameterError, match="bound"):
         Madlib(epsilon=1.0, bound="l2")
     assert Madlib(epsilon=1.0).options["bound"] == "none"
+
+
+def test_exact_sensitivity_shows_progress_on_large_matrices(capsys):
+    """Minutes of work on a real vocabulary: a progress bar (stderr) from PROGRESS_ROWS rows, none below."""
+    from hf_textdp.bounding import PROGRESS_ROWS, exact_sensitivity
+
+    g = torch.Generator().manual_seed(3)
+    small = exact_sensitivity(torch.randn(200, 4, generator=g, dtype=torch.float64))
+    assert "exact sensitivity" not in capsys.readouterr().err
+    X = torch.randn(PROGRESS_ROWS, 4, generator=g, dtype=torch.float64)
+    big = exact_sensitivity(X)
+    err = capsys.readouterr().err
+    assert "exact sensitivity (L2)" in err and "exact sensitivity (L1)" in err
+    assert small.exact and big.l2 == pytest.approx(float(torch.pdist(X).max()), rel=1e-12)
