@@ -1,7 +1,8 @@
 """The GPU kernels' checks (tests/interpreted/check_gpu_kernels.py) under Triton's interpreter.
 
 Triton decides at import whether its kernels are interpreted, so the checks run in a fresh process with
-``TRITON_INTERPRET=1``; this test runs them and requires every one to pass (none skipped).
+``TRITON_INTERPRET=1`` (and ``HF_TEXTDP_TRITON=interpret``, the package's opt-in); this test runs them
+and requires every one to pass (none skipped).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ EXPECTED = 16  # philox (6), search (4 + 2 filter modes + the model check), samp
 
 @pytest.mark.slow
 def test_gpu_kernels_under_the_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_TEXTDP_TRITON": "interpret", "HF_HUB_OFFLINE": "1"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(CHECKS), "-q", "-p", "no:cacheprovider", "-W", "error"],
         capture_output=True,
@@ -35,3 +37,16 @@ def test_gpu_kernels_under_the_interpreter():
     assert proc.returncode == 0, tail
     m = re.search(r"(\d+) passed", proc.stdout)
     assert m and int(m.group(1)) == EXPECTED and "skipped" not in proc.stdout.splitlines()[-1], tail
+
+
+def test_the_interpreter_alone_does_not_reroute_the_cpu_path(monkeypatch):
+    """``TRITON_INTERPRET=1`` set for someone's own kernels leaves the package's CPU and GPU paths alone."""
+    from hf_textdp.gpu import triton_ready
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("HF_TEXTDP_TRITON", raising=False)
+    assert not triton_ready("cpu") and not triton_ready("cuda")
+    monkeypatch.setenv("HF_TEXTDP_TRITON", "interpret")
+    assert triton_ready("cpu") and not triton_ready("cuda")
+    monkeypatch.setenv("HF_TEXTDP_TRITON", "0")
+    assert not triton_ready("cpu")

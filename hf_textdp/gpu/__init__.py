@@ -2,8 +2,8 @@
 
 Triton is optional: it ships with CUDA builds of PyTorch, and :func:`triton_ready` says whether the
 kernels can run for a device. Every kernel has a torch or CPU twin that computes the same numbers, and
-the kernels also run under Triton's interpreter (``TRITON_INTERPRET=1``) on CPU tensors, which is how
-the tests check them on machines without a GPU (docs/performance.md, "GPU").
+the kernels also run under Triton's interpreter (``TRITON_INTERPRET=1`` with ``HF_TEXTDP_TRITON=interpret``)
+on CPU tensors, which is how the tests check them on machines without a GPU (docs/performance.md, "GPU").
 """
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def _triton_importable() -> bool:
 def triton_ready(device: torch.device | str) -> bool:
     """Whether the Triton kernels run for tensors on ``device``.
 
-    CUDA devices need Triton (``HF_TEXTDP_TRITON=0`` turns the kernels off, for comparisons); CPU tensors
-    only under Triton's interpreter.
+    CUDA devices need Triton (``HF_TEXTDP_TRITON=0`` turns the kernels off, for comparisons). CPU tensors
+    run them only under Triton's interpreter and when asked with ``HF_TEXTDP_TRITON=interpret`` (the
+    tests): someone debugging their own kernels with ``TRITON_INTERPRET=1`` keeps the package's fast CPU
+    path, and its GPU path falls back to torch operations.
     """
-    if os.environ.get("HF_TEXTDP_TRITON", "1") == "0":
+    mode = os.environ.get("HF_TEXTDP_TRITON", "1")
+    if mode == "0":
         return False
     kind = torch.device(device).type
-    wanted = "cpu" if interpreting() else "cuda"
-    return kind == wanted and _triton_importable()  # a CPU process never imports Triton
+    if interpreting():
+        return kind == "cpu" and mode == "interpret" and _triton_importable()
+    return kind == "cuda" and _triton_importable()  # a CPU process never imports Triton
 
 
 def on_device(device: torch.device) -> Any:
