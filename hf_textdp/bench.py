@@ -64,7 +64,7 @@ from .io.models import load_space
 from .mechanisms import AdditiveMechanism, get_mechanism_class
 from .postprocess import clear_neighbour_caches
 from .privatizer import Privatizer
-from .rng import derive_row_seed, streams_for_rows
+from .rng import Streams, derive_row_seed, streams_for_rows
 from .search import bf16_filter_available, exact_fp32_matmul
 from .space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace
 
@@ -123,6 +123,12 @@ def _ceil8(n: int) -> int:
     return -(-n // 8) * 8
 
 
+def _sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def bound_rows(device: str | torch.device) -> int:
     """Rows of the bound products on ``device`` (:data:`BOUND_ROWS`, or :data:`BOUND_ROWS_CUDA` on a GPU)."""
     return BOUND_ROWS_CUDA if torch.device(device).type == "cuda" else BOUND_ROWS
@@ -167,8 +173,7 @@ def gemm_bounds(
                 torch.mm(a, b, out=out)
         else:
             torch.mm(a, b, out=out)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        _sync(dev)
 
     best: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
     for arithmetic in list(operands):
@@ -179,9 +184,7 @@ def gemm_bounds(
         else:
             best[arithmetic] = math.inf
     for _ in range(max(1, repeats)):
-        for arithmetic in operands:
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
+        for arithmetic in operands:  # each product ends synchronised: the clock times that product alone
             t0 = time.perf_counter()
             product(arithmetic)
             best[arithmetic] = min(best[arithmetic] or math.inf, time.perf_counter() - t0)
@@ -540,9 +543,13 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
     }
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def device_inputs(priv: Privatizer, texts: Sequence[str]) -> tuple[torch.Tensor, Streams]:
+    """What :meth:`Privatizer.release_streams` takes for ``texts`` as rows 0 … n − 1: every privatized token's
+    candidate position (on CPU) and the rows' keyed streams (on the privatizer's device)."""
+    parts = _candidate_rows(priv, texts)
+    positions = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+    streams = streams_for_rows(priv.row_keys(range(len(texts))), [int(p.size) for p in parts], priv.space.device)
+    return positions, streams
 
 
 def _search_indexes(priv: Privatizer) -> list[Any]:
@@ -559,11 +566,8 @@ def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[s
     released positions are back on the host. ``fallback_queries`` counts the tokens the fused GPU search
     handed to the generic search in the timed passes (near-ties, overflowing candidate lists).
     """
-    parts = _candidate_rows(priv, texts)
-    sizes = [int(p.size) for p in parts]
-    positions = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+    positions, streams = device_inputs(priv, texts)
     dev = priv.space.device
-    streams = streams_for_rows(priv.row_keys(range(len(texts))), sizes, dev)
     priv.release_streams(positions, streams)  # warm-up: kernels compiled, operands prepared
     indexes = _search_indexes(priv)
     before = sum(getattr(ix, "fallback_queries", 0) for ix in indexes)

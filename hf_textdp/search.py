@@ -48,6 +48,7 @@ import torch
 from .errors import InvalidParameterError, NumericalRangeError
 from .gpu import triton_ready
 from .gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
+from .utils.rounding import round_up_fp32
 from .utils.threads import torch_threads
 
 
@@ -205,12 +206,6 @@ def _bf16_lo(x: torch.Tensor) -> torch.Tensor:
 def _bf16_hi_inverse(y: torch.Tensor) -> torch.Tensor:
     """Smallest x with hi(x) ≥ y, hi(x) = x/(1 − u) for x ≥ 0 and x/(1 + u) for x < 0."""
     return torch.where(y >= 0, y * (1.0 - UBF16), y * (1.0 + UBF16))
-
-
-def _round_up_fp32(x: torch.Tensor) -> torch.Tensor:
-    """The smallest fp32 number ≥ x (float64 in, fp32 out; −inf and +inf map to themselves)."""
-    y = x.float()
-    return torch.where(y.double() < x, torch.nextafter(y, torch.full_like(y, math.inf)), y)
 
 
 def _bf16_key_at_least(x: torch.Tensor) -> torch.Tensor:
@@ -434,14 +429,13 @@ class ExactIndex:
         if Q.shape[0] == 0:
             return torch.empty((0, k), dtype=torch.int64)
         Q = Q.contiguous()
+        if not bool(torch.isfinite(Q).all()):
+            raise NumericalRangeError(
+                "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
+                "for float32 (use a larger epsilon)."
+            )
         if k == 1 and exclude is None and self._use_tensor_cores():
-            with exact_fp32_matmul():
-                if not bool(torch.isfinite(Q).all()):
-                    raise NumericalRangeError(
-                        "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
-                        "for float32 (use a larger epsilon)."
-                    )
-                return self._search_fused(Q, chunk_size, query_block)
+            return self._search_fused(Q, chunk_size, query_block)
         return self._search_generic(Q, k, exclude, chunk_size, query_block)
 
     def _search_generic(
@@ -452,7 +446,7 @@ class ExactIndex:
         chunk_size: int | None,
         query_block: int | None,
     ) -> torch.Tensor:
-        """:meth:`search` by the chunked filter and verification (any k, any device), ``[B, k]`` on CPU."""
+        """:meth:`search` by the chunked filter and verification (any k, any device; Q finite), ``[B, k]`` on CPU."""
         use_bf16 = self._use_bf16(k)
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
         # The work around the products is many medium-sized passes; on a CPU whose cores are shared
@@ -463,11 +457,6 @@ class ExactIndex:
         gemm_threads = threads if serial else None
         out = []
         with exact_fp32_matmul(), torch_threads(1 if serial else None):
-            if not bool(torch.isfinite(Q).all()):
-                raise NumericalRangeError(
-                    "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
-                    "for float32 (use a larger epsilon)."
-                )
             for b0 in range(0, Q.shape[0], qb):
                 Qb = Q[b0 : b0 + qb]
                 ex = None if exclude is None else exclude[b0 : b0 + qb].to(self.device, torch.int64)
@@ -494,13 +483,15 @@ class ExactIndex:
         """k = 1 by the fused filter and float64 verification on the device; flagged queries (list overflow,
         a near-tie, a huge query) by the generic search. One host synchronisation: reading the flags."""
         ops = self._tensor_core_operands()
-        parts = [
-            fused_nearest(Q[s : s + FUSED_QUERIES], self.E, self.R, ops) for s in range(0, Q.shape[0], FUSED_QUERIES)
-        ]
-        if any(p is None for p in parts):  # Triton vanished between the check and the call
-            raise RuntimeError("the fused GPU search could not run")
-        pos = torch.cat([p[0] for p in parts if p is not None])
-        bad = torch.nonzero(torch.cat([p[1] for p in parts if p is not None])).squeeze(1)
+        positions, flags = [], []
+        for s in range(0, Q.shape[0], FUSED_QUERIES):
+            res = fused_nearest(Q[s : s + FUSED_QUERIES], self.E, self.R, ops)
+            if res is None:  # cannot happen after _use_tensor_cores(): Triton is there
+                raise RuntimeError("the fused GPU search could not run")
+            positions.append(res[0])
+            flags.append(res[1])
+        pos = torch.cat(positions)
+        bad = torch.nonzero(torch.cat(flags)).squeeze(1)
         if bad.numel():
             self.fallback_queries += int(bad.numel())
             pos[bad] = self._search_generic(Q[bad], 1, None, chunk_size, query_block)[:, 0].to(pos.device)
@@ -651,7 +642,7 @@ class ExactIndex:
             cand = -mins.double()
         best = self._top_k(best, cand, k)
         thr = self._threshold(best[:, k - 1], bound, False)
-        lim = _round_up_fp32(-thr)
+        lim = round_up_fp32(-thr)
         hr, hj = torch.nonzero(mins <= lim[:, None], as_tuple=True)
         if hr.numel():
             vals = X3[hr, :, hj]  # [H, G]: positions hj + i·nbc of the chunk

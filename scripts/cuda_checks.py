@@ -22,12 +22,10 @@ import os
 import time
 import traceback
 
-import numpy as np
 import torch
 
 from hf_textdp import Privatizer, PrivatizerConfig
-from hf_textdp.rng import streams_for_rows
-from hf_textdp.space import CANDIDATE
+from hf_textdp.bench import device_inputs
 
 
 def texts_of(path: str, rows: int | None) -> list[str]:
@@ -38,13 +36,7 @@ def texts_of(path: str, rows: int | None) -> list[str]:
 
 def class_queries(priv: Privatizer, texts: list[str]):
     """Per piece class: (index, noisy vectors on the GPU) for every privatized token of ``texts``."""
-    assert priv._tokens is not None
-    parts = []
-    for r in priv._tokens.encode(texts):
-        cls, p = priv.space.classify(r.ids)
-        parts.append(p[cls == CANDIDATE])
-    flat = torch.from_numpy(np.concatenate(parts))
-    streams = streams_for_rows(priv.row_keys(range(len(texts))), [p.size for p in parts], "cuda")
+    flat, streams = device_inputs(priv, texts)
     out = []
     if len(priv._releases) == 1:
         groups = [(priv._releases[0], flat, streams)]
@@ -171,13 +163,7 @@ def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:
     for mech in ("madlib", "tem"):
         priv = Privatizer(PrivatizerConfig(mechanism=mech, epsilon=10.0, model=model, device="cuda"), seed=2**40 + 7)
         priv.privatize(texts[:4])
-        assert priv._tokens is not None
-        parts = []
-        for r in priv._tokens.encode(texts):
-            cls, p = priv.space.classify(r.ids)
-            parts.append(p[cls == CANDIDATE])
-        positions = torch.from_numpy(np.concatenate(parts))
-        streams = streams_for_rows(priv.row_keys(range(len(texts))), [p.size for p in parts], "cuda")
+        positions, streams = device_inputs(priv, texts)
         priv.release_streams(positions, streams)
         torch.cuda.synchronize()
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

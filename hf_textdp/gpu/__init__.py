@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 
 
-__all__ = ["triton_ready", "interpreting", "on_device"]
+__all__ = ["triton_ready", "interpreting", "on_device", "built", "bf16_operands"]
+
+
+T = TypeVar("T")
 
 
 def interpreting() -> bool:
@@ -55,3 +59,17 @@ def on_device(device: torch.device) -> Any:
     """The context that makes ``device`` current for a launch: Triton launches on the current CUDA device,
     which need not be the tensors' (``cuda:1`` while ``cuda:0`` is current)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def built(cache: dict[bool, T], build: Callable[[], T]) -> T:
+    """``build()``'s kernels, made once per mode: the interpreter's kernels are other objects than compiled ones."""
+    mode = interpreting()
+    if mode not in cache:
+        cache[mode] = build()
+    return cache[mode]
+
+
+def bf16_operands() -> torch.dtype:
+    """The dtype of bf16 matrix operands handed to a kernel: bf16, or, under the interpreter (which cannot load
+    bf16), fp32 tensors holding bf16 values, whose products are as exact."""
+    return torch.float32 if interpreting() else torch.bfloat16

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import interpreting, on_device, triton_ready
+from . import built, interpreting, on_device, triton_ready
 
 
 __all__ = ["IntOperands", "int_scores"]
@@ -85,9 +85,7 @@ def int_scores(A: torch.Tensor, ops: IntOperands) -> tuple[torch.Tensor, torch.T
     dev = A.device
     if not triton_ready(dev):
         return None
-    kernel = _kernels.get(interpreting())
-    if kernel is None:
-        kernel = _kernels[interpreting()] = _build()
+    kernel = built(_kernels, _build)
     BM, BN, BK, warps, stages = _config()
     G, d = A.shape
     Ap = torch.zeros((G, ops.K), dtype=torch.int8, device=dev)

@@ -23,14 +23,14 @@ force's (docs/mechanisms/space.md §5.6).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from . import interpreting, on_device, triton_ready
+from ..utils.rounding import round_up_fp32
+from . import bf16_operands, built, interpreting, on_device, triton_ready
 
 
 __all__ = ["TensorCoreOperands", "tensor_core_bound", "tensor_core_model_holds", "fused_nearest", "tile_config"]
@@ -49,7 +49,7 @@ CAP = 64
 MAX_MAGNITUDE = 2.0**60
 _PAD_NU = 1.0e30  # ν of the padding columns: their score is −1e30, never a candidate
 
-_kernels: dict[bool, dict[str, Any]] = {}  # by interpreting(): the interpreter's kernels are other objects
+_kernels: dict[bool, dict[str, Any]] = {}  # see built()
 
 
 def tile_config() -> tuple[int, int, int, int, int, bool]:
@@ -89,7 +89,7 @@ class TensorCoreOperands:
         Vp = -(-V // BN) * BN
         e_hat = E.to(torch.bfloat16)
         res = E.double() - e_hat.double()  # exact
-        dtype = torch.float32 if interpreting() else torch.bfloat16
+        dtype = bf16_operands()
         EhT = torch.zeros((K, Vp), dtype=dtype, device=E.device)
         EhT[:d, :V] = e_hat.T.to(dtype)
         nu64 = sq64 / 2.0
@@ -188,7 +188,7 @@ def _probe(dev: torch.device) -> bool:
         eb = torch.exp2(torch.randint(-8, 9, (K, N), generator=g).double())
         a = (torch.randn(M, K, generator=g, dtype=torch.float64) * ea).to(torch.bfloat16)
         b = (torch.randn(K, N, generator=g, dtype=torch.float64) * eb).to(torch.bfloat16)
-        dtype = torch.float32 if interpreting() else torch.bfloat16
+        dtype = bf16_operands()
         c = torch.empty((M, N), dtype=torch.float32, device=dev)
         with on_device(dev):
             kernel[(M // BM, N // BN)](
@@ -320,20 +320,17 @@ def fused_nearest(
     dev = Q.device
     if not triton_ready(dev):
         return None
-    kernels = _kernels.get(interpreting())
-    if kernels is None:
-        kernels = _kernels[interpreting()] = _build()
+    kernels = built(_kernels, _build)
     B, d = Q.shape
     BM, BN, BK, warps, stages, preload = tile_config()
     Qh = Q.to(torch.bfloat16)
-    q_hat = Qh.double()
+    Q64, q_hat = Q.double(), Qh.double()
     qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
-    qr_norm = torch.linalg.vector_norm(Q.double() - q_hat, dim=1)
+    qr_norm = torch.linalg.vector_norm(Q64 - q_hat, dim=1)
     beta = tensor_core_bound(qh_norm, qr_norm, ops, d)
-    big = torch.linalg.vector_norm(Q.double(), dim=1) * R + R * R >= MAX_MAGNITUDE
-    b2 = (2.0 * beta).float()
-    b2 = torch.where(b2.double() < 2.0 * beta, torch.nextafter(b2, torch.full_like(b2, math.inf)), b2)
-    dtype = torch.float32 if interpreting() else torch.bfloat16
+    big = torch.linalg.vector_norm(Q64, dim=1) * R + R * R >= MAX_MAGNITUDE
+    b2 = round_up_fp32(2.0 * beta)
+    dtype = bf16_operands()
     Qa = torch.zeros((B, ops.K), dtype=dtype, device=dev)
     Qa[:, :d] = Qh.to(dtype)
     cnt = torch.empty(B, dtype=torch.int32, device=dev)

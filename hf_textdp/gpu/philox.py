@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from . import interpreting, on_device, triton_ready
+from . import built, on_device, triton_ready
 
 
 __all__ = ["philox_uniforms"]
 
-_kernels: dict[bool, Any] = {}  # by interpreting()
+_kernels: dict[bool, Any] = {}  # see built()
 _BLOCK = 256
 
 
@@ -80,9 +80,7 @@ def philox_uniforms(
     total = N * blocks
     if total == 0:
         return out
-    kernel = _kernels.get(interpreting())
-    if kernel is None:
-        kernel = _kernels[interpreting()] = _build()
+    kernel = built(_kernels, _build)
     if isinstance(extra, torch.Tensor):
         ext, stride = extra.to(dev, torch.int64).contiguous(), 1
     else:
