@@ -47,6 +47,8 @@ U_ACC = 2.0**-22
 CAP = 64
 #: queries whose ‖q‖R + R² exceed this take the generic search (fp32 scores far from overflow)
 MAX_MAGNITUDE = 2.0**60
+#: queries per program of the norms kernel
+_NORM_ROWS = 16
 _PAD_NU = 1.0e30  # ν of the padding columns: their score is −1e30, never a candidate
 
 _kernels: dict[bool, dict[str, Any]] = {}  # see built()
@@ -220,6 +222,7 @@ def _build() -> dict[str, Any]:
         rn = tl.arange(0, BN)
         rk = tl.arange(0, BK)
         b2 = tl.load(b2_ptr + rm, mask=live, other=0.0)
+        dead = tl.where(live, 0.0, float("inf"))  # rows past B: a threshold nothing reaches
         best = tl.full((BM,), float("-inf"), tl.float32)
         cnt = tl.zeros((BM,), tl.int32)
         if PRELOAD:  # the queries' K/BK ≤ 4 tiles, loaded once
@@ -263,8 +266,8 @@ def _build() -> dict[str, Any]:
             s = acc - tl.load(nu_ptr + n0 + rn)[None, :]
             best = tl.maximum(best, tl.max(s, axis=1))
             # ≤ best − 2β: b2 is 2β rounded up, and |best|·2⁻²² covers the two fp32 roundings
-            thr = best - (b2 + tl.abs(best) * 2.384185791015625e-07)
-            hit = (s >= thr[:, None]) & live[:, None]
+            thr = best - (b2 + tl.abs(best) * 2.384185791015625e-07) + dead
+            hit = s >= thr[:, None]
             nh = tl.sum(hit.to(tl.int32), axis=1)
             if tl.max(nh, axis=0) > 0:
                 slot = cnt[:, None] + tl.cumsum(hit.to(tl.int32), axis=1) - 1
@@ -277,36 +280,70 @@ def _build() -> dict[str, Any]:
 
     @triton.jit  # type: ignore[untyped-decorator]
     def verify_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
-        q_ptr, e_ptr, cnt_ptr, cand_ptr, cs_ptr, best_ptr, b2_ptr, out_ptr, flag_ptr, d, c_err,
-        CAP_: tl.constexpr, BD: tl.constexpr, DCH: tl.constexpr,
+        q_ptr, e_ptr, cnt_ptr, cand_ptr, cs_ptr, best_ptr, b2_ptr, out_ptr, flag_ptr, c_lo, c_hi,
+        d: tl.constexpr, CAP_: tl.constexpr, CH: tl.constexpr, DCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0).to(tl.int64)
         cnt = tl.load(cnt_ptr + b)
         best = tl.load(best_ptr + b)
         thr = best - (tl.load(b2_ptr + b) + tl.abs(best) * 2.384185791015625e-07)  # the filter's, at the final max
-        rj = tl.arange(0, CAP_)
-        # candidates kept under a lower running maximum that the final one rules out are not read
-        mj = (rj < cnt) & (tl.load(cs_ptr + b * CAP_ + rj, mask=rj < cnt, other=float("-inf")) >= thr)
-        p = tl.load(cand_ptr + b * CAP_ + rj, mask=mj, other=0)
-        row = p.to(tl.int64) * d
-        D = tl.zeros((CAP_,), tl.float64)
-        for d0 in tl.static_range(0, BD, DCH):  # float64 sums of squares, DCH coordinates at a time
-            rd = d0 + tl.arange(0, DCH)
-            md = rd < d
-            q = tl.load(q_ptr + b * d + rd, mask=md, other=0.0).to(tl.float64)
-            e = tl.load(e_ptr + row[:, None] + rd[None, :], mask=mj[:, None] & md[None, :], other=0.0)
-            x = q[None, :] - e.to(tl.float64)
-            D += tl.sum(x * x, axis=1)
-        lo = D - c_err * D
-        D = tl.where(mj, D, float("inf"))
-        best_d = tl.min(D, axis=0)
-        best_p = tl.min(tl.where(mj & (D == best_d), p, 2147483647), axis=0)
-        min_lo = tl.min(tl.where(mj & (p != best_p), lo, float("inf")), axis=0)
-        ok = (cnt > 0) & (cnt <= CAP_) & (best_d < float("inf")) & (best_d + c_err * best_d < min_lo)
+        n = tl.where(cnt <= CAP_, cnt, 0)  # an overflowed list is flagged unread
+        # the smallest (D, position) so far, and the smallest lower end D·c_lo among the other candidates
+        best_d = tl.full([], float("inf"), tl.float64)
+        best_p = tl.full([], 2147483647, tl.int32)
+        others = tl.full([], float("inf"), tl.float64)
+        for j0 in tl.static_range(0, CAP_, CH):  # CH candidates at a time: most lists need one round
+            if j0 < n:
+                rj = j0 + tl.arange(0, CH)
+                # candidates kept under a lower running maximum that the final one rules out are not read
+                mj = (rj < n) & (tl.load(cs_ptr + b * CAP_ + rj, mask=rj < n, other=float("-inf")) >= thr)
+                p = tl.load(cand_ptr + b * CAP_ + rj, mask=mj, other=0)
+                row = p.to(tl.int64) * d
+                D = tl.zeros((CH,), tl.float64)
+                for d0 in range(0, d, DCH):  # float64 sums of squares, DCH coordinates at a time
+                    rd = d0 + tl.arange(0, DCH)
+                    md = rd < d
+                    q = tl.load(q_ptr + b * d + rd, mask=md, other=0.0).to(tl.float64)
+                    e = tl.load(e_ptr + row[:, None] + rd[None, :], mask=mj[:, None] & md[None, :], other=0.0)
+                    x = q[None, :] - e.to(tl.float64)
+                    D += tl.sum(x * x, axis=1)
+                D = tl.where(mj, D, float("inf"))
+                cd = tl.min(D, axis=0)
+                cp = tl.min(tl.where(mj & (D == cd), p, 2147483647), axis=0)
+                rest = tl.min(tl.where(mj & (p != cp), D, float("inf")), axis=0)
+                # the loser of (best so far, this round's best) joins the others
+                wins = (cd < best_d) | ((cd == best_d) & (cp < best_p))
+                loser = tl.where(wins, best_d, cd)
+                others = tl.minimum(others, tl.minimum(rest, loser) * c_lo)
+                best_d = tl.where(wins, cd, best_d)
+                best_p = tl.where(wins, cp, best_p)
+        ok = (n > 0) & (best_d < float("inf")) & (best_d * c_hi < others)
         tl.store(out_ptr + b, best_p.to(tl.int64))
         tl.store(flag_ptr + b, tl.where(ok, 0, 1).to(tl.int8))
 
-    return {"filter": filter_kernel, "verify": verify_kernel}
+    @triton.jit  # type: ignore[untyped-decorator]
+    def norms_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
+        q_ptr, qa_ptr, out_ptr, B, d: tl.constexpr, K: tl.constexpr, BQ: tl.constexpr, DCH: tl.constexpr,
+    ):  # fmt: skip
+        rb = tl.program_id(0).to(tl.int64) * BQ + tl.arange(0, BQ)
+        live = rb < B
+        hh = tl.zeros((BQ,), tl.float64)
+        rr = tl.zeros((BQ,), tl.float64)
+        qq = tl.zeros((BQ,), tl.float64)
+        for d0 in range(0, d, DCH):
+            rd = d0 + tl.arange(0, DCH)
+            m = live[:, None] & (rd < d)[None, :]
+            q = tl.load(q_ptr + rb[:, None] * d + rd[None, :], mask=m, other=0.0).to(tl.float64)
+            h = tl.load(qa_ptr + rb[:, None] * K + rd[None, :], mask=m, other=0.0).to(tl.float64)
+            r = q - h  # exact: q̂ is q rounded to bf16
+            hh += tl.sum(h * h, axis=1)
+            rr += tl.sum(r * r, axis=1)
+            qq += tl.sum(q * q, axis=1)
+        tl.store(out_ptr + rb, tl.sqrt(hh), mask=live)
+        tl.store(out_ptr + B + rb, tl.sqrt(rr), mask=live)
+        tl.store(out_ptr + 2 * B + rb, tl.sqrt(qq), mask=live)
+
+    return {"filter": filter_kernel, "verify": verify_kernel, "norms": norms_kernel}
 
 
 def fused_nearest(
@@ -323,16 +360,21 @@ def fused_nearest(
     kernels = built(_kernels, _build)
     B, d = Q.shape
     BM, BN, BK, warps, stages, preload = tile_config()
-    Qh = Q.to(torch.bfloat16)
-    Q64, q_hat = Q.double(), Qh.double()
-    qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
-    qr_norm = torch.linalg.vector_norm(Q64 - q_hat, dim=1)
-    beta = tensor_core_bound(qh_norm, qr_norm, ops, d)
-    big = torch.linalg.vector_norm(Q64, dim=1) * R + R * R >= MAX_MAGNITUDE
-    b2 = round_up_fp32(2.0 * beta)
     dtype = bf16_operands()
-    Qa = torch.zeros((B, ops.K), dtype=dtype, device=dev)
-    Qa[:, :d] = Qh.to(dtype)
+    Qh = Q.to(torch.bfloat16).to(dtype)
+    if ops.K == d:
+        Qa = Qh
+    else:
+        Qa = torch.zeros((B, ops.K), dtype=dtype, device=dev)
+        Qa[:, :d] = Qh
+    # ‖q̂‖, ‖q − q̂‖ and ‖q‖ in float64 in one pass (any summation order: β carries a relative slack of 2⁻²⁰,
+    # far above the float64 sums' error of (d + 1)·2⁻⁵³)
+    norms = torch.empty((3, B), dtype=torch.float64, device=dev)
+    with on_device(dev):
+        kernels["norms"][(triton_cdiv(B, _NORM_ROWS),)](Q, Qa, norms, B, d=d, K=ops.K, BQ=_NORM_ROWS, DCH=64)
+    beta = tensor_core_bound(norms[0], norms[1], ops, d)
+    big = norms[2] * R + R * R >= MAX_MAGNITUDE
+    b2 = round_up_fp32(2.0 * beta)
     cnt = torch.empty(B, dtype=torch.int32, device=dev)
     cand = torch.empty((B, CAP), dtype=torch.int32, device=dev)
     cand_s = torch.empty((B, CAP), dtype=torch.float32, device=dev)
@@ -342,11 +384,12 @@ def fused_nearest(
         _launch_filter(kernels["filter"], args, ops, (BM, BN, BK, warps, stages, preload and ops.K <= 4 * BK))
     out = torch.empty(B, dtype=torch.int64, device=dev)
     flag = torch.empty(B, dtype=torch.int8, device=dev)
+    # D's interval [D·c_lo, D·c_hi]: c = 2(d + 3)u₆₄ is twice the sum's (d + 2)u₆₄, which covers the
+    # products' own roundings (and that of 1 ∓ c)
     c_err = 2.0 * (d + 3) * U64
-    BD = 1 << max(4, (d - 1).bit_length())
     with on_device(dev):
         kernels["verify"][(B,)](
-            Q, E, cnt, cand, cand_s, best, b2, out, flag, d, c_err, CAP_=CAP, BD=BD, DCH=min(BD, 64)
+            Q, E, cnt, cand, cand_s, best, b2, out, flag, 1.0 - c_err, 1.0 + c_err, d=d, CAP_=CAP, CH=16, DCH=64
         )  # fmt: skip
     return out, flag.bool() | big
 

@@ -22,42 +22,7 @@ _BLOCK = 256
 
 
 def _build() -> Any:
-    import triton
-    import triton.language as tl
-
-    @triton.jit  # type: ignore[untyped-decorator]
-    def philox_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
-        k0_ptr, k1_ptr, pos_ptr, extra_ptr, extra_stride, draw, start, blocks, total, out_ptr,
-        BLOCK: tl.constexpr,
-    ):  # fmt: skip
-        f = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        live = f < total
-        i = f // blocks
-        j = f - i * blocks
-        ka = tl.load(k0_ptr + i, mask=live, other=0).to(tl.uint32)
-        kb = tl.load(k1_ptr + i, mask=live, other=0).to(tl.uint32)
-        # scalar arguments may arrive as Python ints (Triton specialises the value 1): arithmetic only
-        c0 = (j + start).to(tl.uint32)
-        c1 = tl.load(pos_ptr + i, mask=live, other=0).to(tl.uint32)
-        c2 = (tl.zeros_like(j) + draw).to(tl.uint32)
-        c3 = tl.load(extra_ptr + i * extra_stride, mask=live, other=0).to(tl.uint32)
-        m0 = tl.full(c0.shape, 0xD2511F53, tl.uint32)
-        m1 = tl.full(c0.shape, 0xCD9E8D57, tl.uint32)
-        for _ in tl.static_range(10):
-            n0 = tl.umulhi(m1, c2) ^ c1 ^ ka
-            n2 = tl.umulhi(m0, c0) ^ c3 ^ kb
-            c1 = m1 * c2
-            c3 = m0 * c0
-            c0 = n0
-            c2 = n2
-            ka = ka + 0x9E3779B9
-            kb = kb + 0xBB67AE85
-        x01 = (c0.to(tl.uint64) << 32) | c1.to(tl.uint64)
-        x23 = (c2.to(tl.uint64) << 32) | c3.to(tl.uint64)
-        u0 = ((x01 >> 12).to(tl.float64) + 0.5) * 2.220446049250313e-16  # 2⁻⁵², exact
-        u1 = ((x23 >> 12).to(tl.float64) + 0.5) * 2.220446049250313e-16
-        tl.store(out_ptr + 2 * f, u0, mask=live)
-        tl.store(out_ptr + 2 * f + 1, u1, mask=live)
+    from ._philox_jit import philox_kernel
 
     return philox_kernel
 

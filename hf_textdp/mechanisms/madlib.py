@@ -23,6 +23,8 @@ import torch
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
 from ..errors import InvalidParameterError
+from ..gpu import triton_ready
+from ..gpu.noise import metric_laplace_shift
 from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import ExactIndex
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from ..space import EmbeddingSpace
 
 
-__all__ = ["Madlib", "sample_madlib_noise", "sample_metric_laplace"]
+__all__ = ["Madlib", "add_metric_laplace", "sample_madlib_noise", "sample_metric_laplace"]
 
 
 def sample_metric_laplace(
@@ -59,6 +61,22 @@ def sample_madlib_noise(
 ) -> torch.Tensor:
     """``[n, d]`` float64 draws of density ∝ exp(−ε‖z‖): :func:`sample_metric_laplace` with scale 1/ε."""
     return sample_metric_laplace(streams, n, d, 1.0 / epsilon, device)
+
+
+def add_metric_laplace(x: torch.Tensor, streams: Streams | torch.Generator, scale: float) -> torch.Tensor:
+    """``fl32(x + Z)`` ``[n, k]`` for x ``[n, k]`` (fp32 or float64), Z of :func:`sample_metric_laplace` per row.
+
+    On a GPU one fused kernel draws the normals, normalises them and adds them (:mod:`hf_textdp.gpu.noise`:
+    the same numbers up to an ulp of a float64 logarithm, cosine or sine); elsewhere the torch form.
+    """
+    n, k = x.shape
+    s = as_streams(streams, n, x.device)
+    if n and triton_ready(x.device):
+        r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
+        out = metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE))
+        if out is not None:
+            return out
+    return (x.double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
 
 
 class Madlib(AdditiveMechanism):
@@ -115,12 +133,10 @@ class Madlib(AdditiveMechanism):
         return self._bounded[1].apply(x).float().double()
 
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
-        xt = self.transform_input(x)
-        n, d = xt.shape
-        if math.isinf(self.epsilon) or n == 0:
+        xt = self.transform_input(x) if self.options["bound"] != "none" else x
+        if math.isinf(self.epsilon) or xt.shape[0] == 0:
             return xt.float()
-        z = sample_madlib_noise(streams, n, d, self.epsilon, x.device)
-        return (xt + z).float()
+        return add_metric_laplace(xt, streams, 1.0 / self.epsilon)
 
     def claim(self, space: EmbeddingSpace) -> Claim:
         index = self.search_index(space)

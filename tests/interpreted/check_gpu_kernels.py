@@ -169,3 +169,45 @@ def test_the_accumulation_model_is_checked_before_use(interpret, monkeypatch):
     index = ExactIndex(E)
     assert not index._use_tensor_cores()
     assert torch.equal(index.search(Q, 1)[:, 0], _brute_force(Q, E))
+
+
+@pytest.mark.parametrize("d", [7, 384])
+def test_fused_noise_equals_the_torch_form(interpret, d):
+    """fl32(x + r·G/‖G‖) of one kernel is the torch form's: float64 ulps of log/cos/sin/sum order only."""
+    from hf_textdp.gpu.noise import metric_laplace_shift
+    from hf_textdp.mechanisms.madlib import sample_metric_laplace
+
+    g = torch.Generator().manual_seed(10)
+    n = 400 if d == 7 else 60
+    streams = streams_for_rows([derive_row_seed(2**40 + 3, r) for r in range(4)], [n // 4] * 4)
+    x = torch.randn(n, d, generator=g)
+    r = streams.gamma(Draw.RADIUS, float(d)).mul_(0.5)
+    got = metric_laplace_shift(x, streams.k0, streams.k1, streams.position, r, int(Draw.NOISE))
+    assert got is not None and got.dtype == torch.float32
+    ref = (x.double() + sample_metric_laplace(streams, n, d, 0.5)).float()
+    same = got == ref
+    assert float(same.double().mean()) >= 0.999
+    # where an ulp of float64 crossed an fp32 rounding boundary, the results are adjacent floats
+    assert bool((got[~same] - ref[~same]).abs().le(torch.finfo(torch.float32).eps * ref[~same].abs() + 1e-45).all())
+    # a mutant that forgets to normalise G (r·G instead of r·G/‖G‖) is far off
+    G = streams.normals(Draw.NOISE, d)
+    bad = (x.double() + r[:, None] * G).float()
+    assert float((bad == got).double().mean()) < 0.5
+
+
+def test_madlib_on_the_kernels_equals_the_torch_form(interpret, monkeypatch):
+    """Madlib's release (noise kernel, then the fused search) gives the torch form's positions."""
+    from hf_textdp.mechanisms.madlib import Madlib
+
+    g = torch.Generator().manual_seed(11)
+    E = _space(g, V=300, d=24)
+    x = E[torch.randint(0, 300, (200,), generator=g)]
+    streams = streams_for_rows([derive_row_seed(2**40 + 4, r) for r in range(5)], [40] * 5)
+    mech = Madlib(epsilon=8.0)
+    z = mech.perturb(x, streams)
+    got = ExactIndex(E).search(z, 1)[:, 0]
+    monkeypatch.setenv("HF_TEXTDP_TRITON", "0")
+    z_ref = mech.perturb(x, streams)
+    ref = ExactIndex(E).search(z_ref, 1)[:, 0]
+    assert float((z == z_ref).double().mean()) >= 0.999
+    assert torch.equal(got, ref)
