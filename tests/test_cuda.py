@@ -112,3 +112,33 @@ def test_generic_and_fused_paths_agree_on_noisy_queries():
     generic = index._search_generic(Q.cuda(), 1, None, None, None)[:, 0]
     assert torch.equal(fused, generic)
     assert math.isfinite(float(fused.double().mean()))
+
+
+def test_fused_noise_on_cuda_equals_the_cpu_form():
+    """madlib's fused noise kernel on the GPU against the CPU torch form: ulps of log/cos/sin only."""
+    from hf_textdp.mechanisms.madlib import add_metric_laplace
+    from hf_textdp.rng import derive_row_seed, streams_for_rows
+
+    g = torch.Generator().manual_seed(12)
+    keys, sizes = [derive_row_seed(2**40 + 5, r) for r in range(8)], [500] * 8
+    x = torch.randn(4000, 384, generator=g)
+    cpu = add_metric_laplace(x, streams_for_rows(keys, sizes), 0.1)
+    gpu = add_metric_laplace(x.cuda(), streams_for_rows(keys, sizes, "cuda"), 0.1).cpu()
+    same = gpu == cpu
+    assert float(same.double().mean()) >= 0.999
+    assert bool((gpu[~same] - cpu[~same]).abs().le(torch.finfo(torch.float32).eps * cpu[~same].abs()).all())
+
+
+@pytest.mark.parametrize("gamma", [3.0, math.inf])
+def test_sampler_kernels_on_cuda_equal_the_cpu_form(gamma):
+    """TEM/SanText's exact sampler (int8 bounds, hot columns, the tries kernel) on the GPU gives the CPU's ids."""
+    from hf_textdp.mechanisms.exponential import ExponentialSampler
+    from hf_textdp.rng import derive_row_seed, streams_for_rows
+
+    g = torch.Generator().manual_seed(13)
+    E = torch.randn(5000, 64, generator=g)
+    inputs = torch.randint(0, 5000, (6000,), generator=g)
+    keys, sizes = [derive_row_seed(2**40 + 6, r) for r in range(6)], [1000] * 6
+    cpu = ExponentialSampler(E).sample(inputs, streams_for_rows(keys, sizes), scale=1.5, gamma=gamma)
+    gpu = ExponentialSampler(E.cuda()).sample(inputs, streams_for_rows(keys, sizes, "cuda"), scale=1.5, gamma=gamma)
+    assert float((gpu.cpu() == cpu).double().mean()) >= 0.999

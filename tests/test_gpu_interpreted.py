@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("triton")
 
 CHECKS = Path(__file__).parent / "interpreted" / "check_gpu_kernels.py"
-EXPECTED = 19  # philox (6), search (4 + 2 filter modes + the model check), sampler kernel (3), noise (3)
+EXPECTED = 21  # philox (6), search (4 + 2 filter modes + the model check), sampler kernels (5), noise (3)
 
 
 @pytest.mark.slow

@@ -82,3 +82,58 @@ def shift_kernel(  # pragma: no cover - GPU or interpreter
     dst = out_ptr + i * d + 2 * j
     tl.store(dst, (x0 + z0 * s).to(tl.float32), mask=live)
     tl.store(dst + 1, (x1 + z1 * s).to(tl.float32), mask=live & odd)
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def sampler_kernel(  # pragma: no cover - GPU or interpreter
+    cum_ptr, cols_ptr, dlo_c_ptr, dlo_b_ptr, size_ptr, e_ptr, x_pos_ptr, tg_ptr, k0_ptr, k1_ptr, pos_ptr,
+    par_ptr, out_ptr, tries_ptr, Vt, draw, max_tries,
+    W: tl.constexpr, NH: tl.constexpr, NB: tl.constexpr, d: tl.constexpr, BW: tl.constexpr, BD: tl.constexpr,
+    BLK: tl.constexpr,
+):  # fmt: skip
+    """One token per program: the exponential sampler's tries until one is accepted (mechanisms/exponential.py).
+
+    Try t reads blocks 0 and 1 of ``draw`` with extra = t: u₁ picks the bound's entry by the inverse CDF
+    over ``cum`` (hot columns, then cold blocks), u₂ the column in a cold block, and log u₃ < −a·gap accepts.
+    A token that has not accepted after ``max_tries`` tries writes −1 and its count, for the host to go on.
+    """
+    g = tl.program_id(0).to(tl.int64)
+    rw = tl.arange(0, BW)
+    cum = tl.load(cum_ptr + g * W + rw, mask=rw < W, other=float("inf"))
+    total = tl.max(tl.where(rw == W - 1, cum, float("-inf")), axis=0)
+    rd = tl.arange(0, BD)
+    md = rd < d
+    x = tl.load(e_ptr + tl.load(x_pos_ptr + g) * d + rd, mask=md, other=0.0).to(tl.float64)
+    scale = tl.load(par_ptr)
+    gamma = tl.load(par_ptr + 1)
+    two = tl.arange(0, 2)
+    zero = tl.zeros((2,), tl.int64)
+    ka = (tl.load(k0_ptr + g) + zero).to(tl.uint32)
+    kb = (tl.load(k1_ptr + g) + zero).to(tl.uint32)
+    c1 = (tl.load(pos_ptr + g) + zero).to(tl.uint32)
+    c2 = (zero + draw).to(tl.uint32)
+    res = tl.full([], -1, tl.int64)
+    t = tl.full([], 0, tl.int64)
+    while (res < 0) & (t < max_tries):
+        w01, w23 = philox_uniform_pair(two.to(tl.uint32), c1, c2, (zero + t).to(tl.uint32), ka, kb)
+        u1 = tl.sum(tl.where(two == 0, w01, 0.0), axis=0)  # uniform 0: block 0, words 0–1
+        u2 = tl.sum(tl.where(two == 0, w23, 0.0), axis=0)  # uniform 1: block 0, words 2–3
+        u3 = tl.sum(tl.where(two == 1, w01, 0.0), axis=0)  # uniform 2: block 1, words 0–1
+        target = u1 * total
+        k = tl.minimum(tl.sum((cum <= target).to(tl.int64), axis=0), W - 1)  # searchsorted(right=True)
+        hot = k < NH
+        kh = tl.minimum(k, NH - 1)
+        b = tl.maximum(k - NH, 0)
+        size = tl.load(size_ptr + b)
+        within = tl.minimum((u2 * size).to(tl.int64), BLK - 1)
+        col = tl.where(hot, tl.load(cols_ptr + g * NH + kh), b * BLK + within)
+        col = tl.minimum(col, Vt - 1)
+        dlo = tl.where(hot, tl.load(dlo_c_ptr + g * NH + kh), tl.load(dlo_b_ptr + g * NB + b))
+        e = tl.load(e_ptr + tl.load(tg_ptr + col) * d + rd, mask=md, other=0.0).to(tl.float64)
+        dist = tl.sqrt(tl.sum((x - e) * (x - e), axis=0))
+        gap = tl.maximum(tl.minimum(dist, gamma) - dlo, 0.0)
+        ok = tl.log(u3) < -scale * gap
+        res = tl.where(ok, col, res)
+        t += 1
+    tl.store(out_ptr + g, res)
+    tl.store(tries_ptr + g, t)

@@ -280,7 +280,7 @@ def _build() -> dict[str, Any]:
 
     @triton.jit  # type: ignore[untyped-decorator]
     def verify_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
-        q_ptr, e_ptr, cnt_ptr, cand_ptr, cs_ptr, best_ptr, b2_ptr, out_ptr, flag_ptr, c_lo, c_hi,
+        q_ptr, e_ptr, cnt_ptr, cand_ptr, cs_ptr, best_ptr, b2_ptr, out_ptr, flag_ptr, c_err,
         d: tl.constexpr, CAP_: tl.constexpr, CH: tl.constexpr, DCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0).to(tl.int64)
@@ -288,6 +288,10 @@ def _build() -> dict[str, Any]:
         best = tl.load(best_ptr + b)
         thr = best - (tl.load(b2_ptr + b) + tl.abs(best) * 2.384185791015625e-07)  # the filter's, at the final max
         n = tl.where(cnt <= CAP_, cnt, 0)  # an overflowed list is flagged unread
+        # D's interval [D·c_lo, D·c_hi] (a Python float arrives as fp32: c is a tiny number, 1 ∓ c is not)
+        c64 = tl.full([], 1.0, tl.float64) * c_err
+        c_lo = 1.0 - c64
+        c_hi = 1.0 + c64
         # the smallest (D, position) so far, and the smallest lower end D·c_lo among the other candidates
         best_d = tl.full([], float("inf"), tl.float64)
         best_p = tl.full([], 2147483647, tl.int32)
@@ -384,13 +388,11 @@ def fused_nearest(
         _launch_filter(kernels["filter"], args, ops, (BM, BN, BK, warps, stages, preload and ops.K <= 4 * BK))
     out = torch.empty(B, dtype=torch.int64, device=dev)
     flag = torch.empty(B, dtype=torch.int8, device=dev)
-    # D's interval [D·c_lo, D·c_hi]: c = 2(d + 3)u₆₄ is twice the sum's (d + 2)u₆₄, which covers the
-    # products' own roundings (and that of 1 ∓ c)
+    # D's interval [D(1 − c), D(1 + c)]: c = 2(d + 3)u₆₄ is twice the sum's (d + 2)u₆₄, which covers the
+    # products' own roundings and c's to fp32
     c_err = 2.0 * (d + 3) * U64
     with on_device(dev):
-        kernels["verify"][(B,)](
-            Q, E, cnt, cand, cand_s, best, b2, out, flag, 1.0 - c_err, 1.0 + c_err, d=d, CAP_=CAP, CH=16, DCH=64
-        )  # fmt: skip
+        kernels["verify"][(B,)](Q, E, cnt, cand, cand_s, best, b2, out, flag, c_err, d=d, CAP_=CAP, CH=16, DCH=64)
     return out, flag.bool() | big
 
 

@@ -34,8 +34,9 @@ import math
 import torch
 
 from ..errors import InvalidParameterError
+from ..gpu import sampler as gpu_sampler
 from ..gpu import triton_ready
-from ..gpu.int_scores import IntOperands, int_scores
+from ..gpu.int_scores import IntOperands, hot_scores, int_scores
 from ..rng import Draw, Streams
 
 
@@ -48,7 +49,7 @@ HOT = 4
 #: tokens per integer product (CPU: the [G, V′] int32 scores stay near the cache; a GPU takes many more at
 #: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
-GROUP_CUDA = 32768
+GROUP_CUDA = 65536
 #: tries drawn at once for every token in the first round, then for the tokens still pending (one
 #: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
 FIRST_TRIES = 2
@@ -144,9 +145,16 @@ class ExponentialSampler:
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
         """Per token: hot columns ``[G, HOT·BLOCK]`` with their bounds, cold blocks with theirs."""
         G = int(x_pos.numel())
-        fused = int_scores(self.I[x_pos], self._int_operands()) if triton_ready(self.device) else None
-        if fused is not None:  # the same integers in one GPU kernel (gpu/int_scores.py)
-            key, kb = fused
+        hot_n = min(HOT, self.nb)
+        arange = torch.arange(BLOCK, device=self.device)
+        # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
+        if triton_ready(self.device):  # the same integers in GPU kernels (gpu/int_scores.py), no [G, V′] matrix
+            A, ops = self.I[x_pos], self._int_operands()
+            fused = int_scores(A, ops, keys=False)
+            assert fused is not None
+            kb = fused[1]
+            hot, hot_key = hot_scores(A, ops, kb, hot_n)
+            cols = (hot[:, :, None] * BLOCK + arange).reshape(G, -1)
         else:
             Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
             A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
@@ -154,14 +162,12 @@ class ExponentialSampler:
             S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
             key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
             kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
+            unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
+            hot = unique.topk(hot_n, 1, sorted=True).indices
+            cols = (hot[:, :, None] * BLOCK + arange).reshape(G, -1)
+            hot_key = key.gather(1, cols)
         Nx = self.N[x_pos]
         rx = self.r[x_pos]
-        hot_n = min(HOT, self.nb)
-        # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
-        unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
-        hot = unique.topk(hot_n, 1, sorted=True).indices
-        cols = (hot[:, :, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(G, -1)
-        hot_key = key.gather(1, cols)
         dlo_c = self._dlo(Nx[:, None] - hot_key, rx[:, None] + self.rT[cols]).clamp_(max=gamma)
         dlo_b = self._dlo(Nx[:, None] - kb, rx[:, None] + self.block_r[None, :]).clamp_(max=gamma)
         # bounds relative to the largest one, so that they never all underflow (the ratios are unchanged)
@@ -183,10 +189,19 @@ class ExponentialSampler:
         cum = torch.cumsum(weights, 1)
         total = cum[:, -1]
         n_hot = tau_c.shape[1]
-        x = self.E[x_pos].double()
         out = torch.full((G,), -1, dtype=torch.int64, device=self.device)
         todo = torch.arange(G, device=self.device)
         t = 0
+        cap = gpu_sampler.MAX_KERNEL_TRIES
+        fused = gpu_sampler.sample_tries(
+            cum, cols, dlo_c, dlo_b, self.block_size, self.E, x_pos, self.targets, streams.k0, streams.k1,
+            streams.position, scale, gamma, int(Draw.SAMPLER), cap,
+        )  # fmt: skip
+        if fused is not None:  # one GPU kernel ran every token's tries up to a cap; the rare rest go on below
+            out = fused
+            todo = torch.nonzero(out < 0).squeeze(1)
+            t = cap
+        x = self.E[x_pos].double() if todo.numel() else self.E[:0].double()
         while todo.numel():
             # tries t … t + T − 1 of every pending token at once; the first accepted one wins, so the
             # output is that of trying one at a time (each try reads its own counter, extra = t)

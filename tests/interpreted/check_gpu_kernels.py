@@ -130,18 +130,35 @@ def test_int_scores_equal_the_torch_form(interpret):
     assert torch.equal(kb, ref_kb)
 
 
+@pytest.mark.parametrize("cap", [4096, 1])
 @pytest.mark.parametrize("mechanism", ["tem", "santext"])
-def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, mechanism):
+def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, mechanism, cap):
+    """The kernels (block maxima, hot columns, the tries) give the torch form's outputs; with a cap of one
+    try in the kernel, the rejected tokens go on in the torch loop from try 1 and still give them."""
+    from hf_textdp.gpu import sampler as gpu_sampler
     from hf_textdp.mechanisms.exponential import ExponentialSampler
 
+    pending = []
+    kernel = gpu_sampler.sample_tries
+
+    def spy(*args, **kwargs):
+        out = kernel(*args, **kwargs)
+        if out is not None:
+            pending.append(int((out < 0).sum()))
+        return out
+
+    monkeypatch.setattr(gpu_sampler, "MAX_KERNEL_TRIES", cap)
+    monkeypatch.setattr(gpu_sampler, "sample_tries", spy)
     g = torch.Generator().manual_seed(6)
     E = torch.randn(300, 24, generator=g)
     inputs = torch.randint(0, 300, (150,), generator=g)
     streams = streams_for_rows([derive_row_seed(2**40 + 9, r) for r in range(3)], [50, 60, 40])
     gamma = 3.0 if mechanism == "tem" else math.inf
-    got = ExponentialSampler(E).sample(inputs, streams, scale=2.0, gamma=gamma)
+    scale = 2.0 if mechanism == "tem" else 0.3  # santext at a small scale: many first tries rejected
+    got = ExponentialSampler(E).sample(inputs, streams, scale=scale, gamma=gamma)
+    assert pending and (pending[0] > 0) == (cap == 1 and mechanism == "santext")
     monkeypatch.setenv("HF_TEXTDP_TRITON", "0")
-    ref = ExponentialSampler(E).sample(inputs, streams, scale=2.0, gamma=gamma)
+    ref = ExponentialSampler(E).sample(inputs, streams, scale=scale, gamma=gamma)
     assert torch.equal(got, ref)
 
 
