@@ -7,7 +7,7 @@ Usage (on a machine with a GPU; MODEL a model folder or hub id, MR the SentEval 
 * **exactness** — madlib's noisy vectors of every privatized token of the text (both piece classes) at
   ε = 5 and ε = 20, searched on the GPU by the fused kernels, against float64 brute force: the 8 nearest
   by a float64 product, then the direct float64 sums Σ(q − e)² of those 8, ties to the lowest position.
-* **agreement** — the same seeded rows privatized on CPU and on CUDA by madlib, tem and privemb: the
+* **agreement** — the same seeded rows privatized on CPU and on CUDA by madlib, tem, santext and privemb: the
   share of tokens (and rows) with the same ids.
 * **sweep** — the fused search's time on the ε = 20 queries for a few tile shapes (HF_TEXTDP_CUDA_TILES);
   the later steps run with the fastest.
@@ -86,7 +86,7 @@ def exactness(model: str, texts: list[str], report: dict) -> None:
 
 
 def agreement(model: str, texts: list[str], report: dict) -> None:
-    for mech, opts in (("madlib", {}), ("tem", {}), ("privemb", {})):
+    for mech, opts in (("madlib", {}), ("tem", {}), ("santext", {}), ("privemb", {})):
         ids = {}
         for dev in ("cpu", "cuda"):
             cfg = PrivatizerConfig(mechanism=mech, epsilon=10.0, model=model, device=dev, options=opts)
@@ -118,12 +118,13 @@ def sweep(model: str, texts: list[str], report: dict) -> None:
     groups = class_queries(priv, texts)
     n = sum(int(z.shape[0]) for _, z in groups)
     configs = [
-        "128,128,64,8,3,l",
-        "64,128,64,4,3,l",
-        "64,64,128,4,3,p",
-        "64,128,128,4,2,p",
-        "128,64,128,8,3,p",
-        "128,128,128,8,2,p",
+        "128,64,128,8,3,p",  # the default (the fastest of the first sweep)
+        "128,64,128,8,4,p",
+        "128,64,128,4,3,p",
+        "128,32,128,4,3,p",
+        "128,64,128,8,2,p",
+        "64,64,128,4,4,p",
+        "128,128,128,8,3,p",
     ]
     out = {}
     for cfg in configs:

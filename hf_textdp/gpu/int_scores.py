@@ -96,7 +96,7 @@ def _build() -> Any:
             tl.store(hot_ptr + g * HOT + h, idx.to(tl.int64))
             rc = idx * BLK + rc0
             acc = tl.zeros((BLK,), tl.int32)
-            for k0 in tl.static_range(0, K, KC):
+            for k0 in range(0, K, KC):
                 rk = k0 + tl.arange(0, KC)
                 a = tl.load(a_ptr + g * K + rk).to(tl.int32)
                 b = tl.load(b_ptr + rk[:, None] * Vp + rc[None, :]).to(tl.int32)
