@@ -329,10 +329,16 @@ class Streams:
             lu = u[:, 1::2].log()
             v = (1.0 + c * x) ** 3
             ok = (v > 0) & (lu < 0.5 * x * x + a - a * v + a * torch.log(v.clamp(min=1e-300)))
-            first = torch.where(ok.any(1), ok.to(torch.int8).argmax(1), -1)
-            done = first >= 0
-            rows = torch.nonzero(done, as_tuple=True)[0]
-            out[todo[rows]] = a * v[rows, first[rows]]
+            done = ok.any(1)
+            first = ok.to(torch.int8).argmax(1)
+            value = a * v.gather(1, first[:, None])[:, 0]
+            if sub is self:  # every token at once: one host synchronisation when (nearly always) all accepted
+                out.copy_(value)
+                if bool(done.all()):
+                    return out
+            else:
+                rows = torch.nonzero(done, as_tuple=True)[0]
+                out[todo[rows]] = value[rows]
             todo = todo[~done]
             start += 4
         return out

@@ -285,6 +285,14 @@ def _bf16_is_fast() -> bool:
 
 
 # --------------------------------------------------------------------------- the index
+def _check_finite(Q: torch.Tensor) -> None:
+    if not bool(torch.isfinite(Q).all()):
+        raise NumericalRangeError(
+            "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
+            "for float32 (use a larger epsilon)."
+        )
+
+
 class ExactIndex:
     """An fp32 matrix prepared for exact nearest-neighbour search (space.md §5).
 
@@ -429,13 +437,9 @@ class ExactIndex:
         if Q.shape[0] == 0:
             return torch.empty((0, k), dtype=torch.int64)
         Q = Q.contiguous()
-        if not bool(torch.isfinite(Q).all()):
-            raise NumericalRangeError(
-                "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
-                "for float32 (use a larger epsilon)."
-            )
         if k == 1 and exclude is None and self._use_tensor_cores():
-            return self._search_fused(Q, chunk_size, query_block)
+            return self._search_fused(Q, chunk_size, query_block)  # flags non-finite queries, checked with the rest
+        _check_finite(Q)
         return self._search_generic(Q, k, exclude, chunk_size, query_block)
 
     def _search_generic(
@@ -493,8 +497,10 @@ class ExactIndex:
         pos = torch.cat(positions)
         bad = torch.nonzero(torch.cat(flags)).squeeze(1)
         if bad.numel():
+            Qb = Q[bad]
+            _check_finite(Qb)
             self.fallback_queries += int(bad.numel())
-            pos[bad] = self._search_generic(Q[bad], 1, None, chunk_size, query_block)[:, 0].to(pos.device)
+            pos[bad] = self._search_generic(Qb, 1, None, chunk_size, query_block)[:, 0].to(pos.device)
         return pos[:, None].cpu()
 
     # ------------------------------------------------------------------ internals

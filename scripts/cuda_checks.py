@@ -11,6 +11,7 @@ Usage (on a machine with a GPU; MODEL a model folder or hub id, MR the SentEval 
   share of tokens (and rows) with the same ids.
 * **sweep** — the fused search's time on the ε = 20 queries for a few tile shapes (HF_TEXTDP_CUDA_TILES);
   the later steps run with the fastest.
+* **int_sweep** — tem's device pass for a few tile shapes of the int8 kernel (HF_TEXTDP_CUDA_INT_TILES).
 * **profile** — torch.profiler tables of one device pass of madlib and of tem (``profile_*.txt``).
 """
 
@@ -125,6 +126,8 @@ def sweep(model: str, texts: list[str], report: dict) -> None:
         "128,64,128,8,2,p",
         "64,64,128,4,4,p",
         "128,128,128,8,3,p",
+        "256,64,64,8,3,l",
+        "256,64,128,8,3,l",
     ]
     out = {}
     for cfg in configs:
@@ -154,6 +157,40 @@ def sweep(model: str, texts: list[str], report: dict) -> None:
         print(f"sweep best: {best}", flush=True)
     else:
         os.environ.pop("HF_TEXTDP_CUDA_TILES", None)
+
+
+def int_sweep(model: str, texts: list[str], report: dict) -> None:
+    """tem's device pass for a few tile shapes of the int8 kernel (HF_TEXTDP_CUDA_INT_TILES); the fastest stays set."""
+    priv = Privatizer(PrivatizerConfig(mechanism="tem", epsilon=10.0, model=model, device="cuda"), seed=2**40 + 7)
+    priv.privatize(texts[:4])
+    positions, streams = device_inputs(priv, texts)
+    n = int(positions.numel())
+    out = {}
+    for cfg in ("128,128,64,8,3", "128,128,128,8,3", "128,256,64,8,3", "256,128,64,8,3", "64,128,128,4,3"):
+        os.environ["HF_TEXTDP_CUDA_INT_TILES"] = cfg
+        try:
+            priv.release_streams(positions, streams)  # compile, operands
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                priv.release_streams(positions, streams)
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t0)
+            out[cfg] = n / best
+            print(f"int sweep {cfg}: {n / best:,.0f} tokens/s (tem, device pass)", flush=True)
+        except Exception as err:  # noqa: BLE001 - a shape that does not compile is a result too
+            out[cfg] = f"{type(err).__name__}: {str(err)[:200]}"
+            print(f"int sweep {cfg}: failed {out[cfg]}", flush=True)
+    report["int_sweep_tokens_per_s"] = out
+    rates = {c: r for c, r in out.items() if isinstance(r, float)}
+    if rates:
+        best = max(rates, key=lambda c: rates[c])
+        os.environ["HF_TEXTDP_CUDA_INT_TILES"] = best
+        report["int_sweep_best"] = best
+        print(f"int sweep best: {best}", flush=True)
+    else:
+        os.environ.pop("HF_TEXTDP_CUDA_INT_TILES", None)
 
 
 def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:
@@ -193,6 +230,7 @@ def main() -> None:
     out_dir = os.path.dirname(os.path.abspath(args.out))
     known = {
         "sweep": lambda: sweep(args.model, texts, report),
+        "int_sweep": lambda: int_sweep(args.model, texts, report),
         "exactness": lambda: exactness(args.model, texts, report),
         "agreement": lambda: agreement(args.model, texts[: args.agreement_rows], report),
         "profile": lambda: profile(args.model, texts, report, out_dir),
@@ -211,6 +249,9 @@ def main() -> None:
         if name == "sweep" and args.tiles_out and "sweep_best" in report:
             with open(args.tiles_out, "w", encoding="utf-8") as fh:
                 fh.write(report["sweep_best"])
+        if name == "int_sweep" and args.tiles_out and "int_sweep_best" in report:
+            with open(args.tiles_out + ".int", "w", encoding="utf-8") as fh:
+                fh.write(report["int_sweep_best"])
 
 
 if __name__ == "__main__":

@@ -250,9 +250,9 @@ class AcceptAllSampler(ExponentialSampler):
     is off by a few percent on the inputs that do not lie on the integer grid (x1, x3)."""
 
     def _bounds(self, x_pos, scale, gamma):
-        cols, dlo_c, tau_c, dlo_b, Hb = super()._bounds(x_pos, scale, gamma)
-        # a lower bound of +∞: the gap min(d, γ) − dlo clamps to 0, so log u < 0 always accepts
-        return cols, torch.full_like(dlo_c, math.inf), tau_c, torch.full_like(dlo_b, math.inf), Hb
+        cols, dlo_c, dlo_b, cum = super()._bounds(x_pos, scale, gamma)
+        # a lower bound of +∞, the proposal unchanged: the gap min(d, γ) − dlo clamps to 0, log u < 0 accepts
+        return cols, torch.full_like(dlo_c, math.inf), torch.full_like(dlo_b, math.inf), cum
 
 
 class DoubledScaleSampler(ExponentialSampler):

@@ -9,6 +9,7 @@ The numbers are the torch form's, bit for bit (tests compare them).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,15 +18,19 @@ import torch
 from . import built, interpreting, on_device, triton_ready
 
 
-__all__ = ["IntOperands", "hot_scores", "int_scores"]
+__all__ = ["IntOperands", "int_scores"]
 
 #: targets per block of the sampler's proposal (mechanisms/exponential.py's BLOCK)
 BLOCK = 64
-_kernels: dict[bool, dict[str, Any]] = {}
+_kernels: dict[bool, Any] = {}
 
 
 def _config() -> tuple[int, int, int, int, int]:
-    """(BM, BN, BK, warps, stages): BN a multiple of BLOCK."""
+    """(BM, BN, BK, warps, stages): BN a multiple of BLOCK; ``HF_TEXTDP_CUDA_INT_TILES="128,128,64,8,3"`` overrides."""
+    env = os.environ.get("HF_TEXTDP_CUDA_INT_TILES")
+    if env:
+        bm, bn, bk, w, st = (int(v) for v in env.split(",")[:5])
+        return bm, bn, bk, w, st
     return (16, 64, 16, 1, 1) if interpreting() else (128, 128, 64, 8, 3)
 
 
@@ -50,6 +55,11 @@ class IntOperands:
         NTp[:V] = NT
         return cls(ITp.contiguous(), NTp, K, V)
 
+    def fits(self) -> bool:
+        """Whether the padding suits the current tile shape (a sweep may change it between calls)."""
+        _, BN, BK, _, _ = _config()
+        return self.K % BK == 0 and self.IT.shape[1] % BN == 0
+
 
 def _build() -> Any:
     import triton
@@ -59,7 +69,7 @@ def _build() -> Any:
     def int_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
         a_ptr, b_ptr, n_ptr, key_ptr, kb_ptr, G,
         Vp: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-        BLK: tl.constexpr, KEYS: tl.constexpr,
+        BLK: tl.constexpr,
     ):  # fmt: skip
         rm = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
         n0 = tl.program_id(1) * BN
@@ -72,88 +82,29 @@ def _build() -> Any:
             b = tl.load(b_ptr + (k0 + rk)[:, None] * Vp + rn[None, :])
             acc = tl.dot(a, b, acc, out_dtype=tl.int32)
         key = 2 * acc - tl.load(n_ptr + rn)[None, :]
-        if KEYS:
-            tl.store(key_ptr + rm[:, None] * Vp + rn[None, :], key, mask=live[:, None])
+        tl.store(key_ptr + rm[:, None] * Vp + rn[None, :], key, mask=live[:, None])
         kb = tl.max(tl.reshape(key, (BM, BN // BLK, BLK)), axis=2)
         rb = n0 // BLK + tl.arange(0, BN // BLK)
         tl.store(kb_ptr + rm[:, None] * (Vp // BLK) + rb[None, :], kb, mask=live[:, None])
 
-    @triton.jit  # type: ignore[untyped-decorator]
-    def hot_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
-        a_ptr, b_ptr, n_ptr, kb_ptr, hot_ptr, key_ptr, nb, kb_stride,
-        Vp: tl.constexpr, K: tl.constexpr, HOT: tl.constexpr, BNB: tl.constexpr, BLK: tl.constexpr,
-        KC: tl.constexpr,
-    ):  # fmt: skip
-        g = tl.program_id(0).to(tl.int64)
-        rb = tl.arange(0, BNB)
-        kb = tl.load(kb_ptr + g * kb_stride + rb, mask=rb < nb, other=0).to(tl.int64)
-        # the blocks with the largest key first, ties by the lower index: the key·nb − index order is strict
-        u = tl.where(rb < nb, kb * nb - rb, -(2**62))
-        rc0 = tl.arange(0, BLK)
-        for h in tl.static_range(HOT):
-            idx = tl.min(tl.where(u == tl.max(u, axis=0), rb, BNB), axis=0)
-            u = tl.where(rb == idx, -(2**62), u)
-            tl.store(hot_ptr + g * HOT + h, idx.to(tl.int64))
-            rc = idx * BLK + rc0
-            acc = tl.zeros((BLK,), tl.int32)
-            for k0 in range(0, K, KC):
-                rk = k0 + tl.arange(0, KC)
-                a = tl.load(a_ptr + g * K + rk).to(tl.int32)
-                b = tl.load(b_ptr + rk[:, None] * Vp + rc[None, :]).to(tl.int32)
-                acc += tl.sum(a[:, None] * b, axis=0)
-            tl.store(key_ptr + g * (HOT * BLK) + h * BLK + rc0, 2 * acc - tl.load(n_ptr + rc))
-
-    return {"int": int_kernel, "hot": hot_kernel}
+    return int_kernel
 
 
-def _padded(A: torch.Tensor, ops: IntOperands) -> torch.Tensor:
-    Ap = torch.zeros((A.shape[0], ops.K), dtype=torch.int8, device=A.device)
-    Ap[:, : A.shape[1]] = A
-    return Ap
-
-
-def int_scores(
-    A: torch.Tensor, ops: IntOperands, *, keys: bool = True
-) -> tuple[torch.Tensor | None, torch.Tensor] | None:
-    """(key ``[G, V]``, block maxima ``[G, V/64]``), int32, for int8 rows ``A`` ``[G, d′]``; None without Triton.
-
-    ``keys=False`` writes the block maxima only (the key is ``None``): :func:`hot_scores` recomputes the few
-    columns the sampler reads, where the full ``[G, V]`` matrix would cost 4 bytes a score in memory traffic.
-    """
+def int_scores(A: torch.Tensor, ops: IntOperands) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(key ``[G, V]``, block maxima ``[G, V/64]``), int32, for int8 rows ``A`` ``[G, d′]``; None without Triton."""
     dev = A.device
     if not triton_ready(dev):
         return None
-    kernel = built(_kernels, _build)["int"]
+    kernel = built(_kernels, _build)
     BM, BN, BK, warps, stages = _config()
-    G = A.shape[0]
-    Ap = _padded(A, ops)
+    G, d = A.shape
+    Ap = torch.zeros((G, ops.K), dtype=torch.int8, device=dev)
+    Ap[:, :d] = A
     Vp = int(ops.IT.shape[1])
-    key = torch.empty((G, Vp) if keys else (1, 1), dtype=torch.int32, device=dev)
+    key = torch.empty((G, Vp), dtype=torch.int32, device=dev)
     kb = torch.empty((G, Vp // BLOCK), dtype=torch.int32, device=dev)
     grid = ((G + BM - 1) // BM, Vp // BN)
     extra = {} if interpreting() else {"num_warps": warps, "num_stages": stages}
     with on_device(dev):
-        kernel[grid](
-            Ap, ops.IT, ops.NT, key, kb, G, Vp=Vp, K=ops.K, BM=BM, BN=BN, BK=BK, BLK=BLOCK, KEYS=keys, **extra
-        )  # fmt: skip
-    return (key[:, : ops.V] if keys else None), kb[:, : ops.V // BLOCK]
-
-
-def hot_scores(A: torch.Tensor, ops: IntOperands, kb: torch.Tensor, hot: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``hot`` blocks with the largest block maximum per row (ties: lower index first), ``[G, hot]`` int64,
-    and their columns' keys ``[G, hot·64]`` int32: torch's ``topk`` of key·nb − index and a gather of the key."""
-    dev = A.device
-    kernel = built(_kernels, _build)["hot"]
-    G, nb = kb.shape
-    Ap = _padded(A, ops)
-    hot_idx = torch.empty((G, hot), dtype=torch.int64, device=dev)
-    key = torch.empty((G, hot * BLOCK), dtype=torch.int32, device=dev)
-    if G == 0:
-        return hot_idx, key
-    BNB = 1 << max(4, (nb - 1).bit_length())
-    with on_device(dev):
-        kernel[(G,)](
-            Ap, ops.IT, ops.NT, kb, hot_idx, key, nb, kb.stride(0), Vp=int(ops.IT.shape[1]), K=ops.K, HOT=hot,
-            BNB=BNB, BLK=BLOCK, KC=16,
-        )  # fmt: skip
-    return hot_idx, key
+        kernel[grid](Ap, ops.IT, ops.NT, key, kb, G, Vp=Vp, K=ops.K, BM=BM, BN=BN, BK=BK, BLK=BLOCK, **extra)
+    return key[:, : ops.V], kb[:, : ops.V // BLOCK]

@@ -377,7 +377,7 @@ def fused_nearest(
     with on_device(dev):
         kernels["norms"][(triton_cdiv(B, _NORM_ROWS),)](Q, Qa, norms, B, d=d, K=ops.K, BQ=_NORM_ROWS, DCH=64)
     beta = tensor_core_bound(norms[0], norms[1], ops, d)
-    big = norms[2] * R + R * R >= MAX_MAGNITUDE
+    big = ~(norms[2] * R + R * R < MAX_MAGNITUDE)  # a non-finite query too: the caller's check reports it
     b2 = round_up_fp32(2.0 * beta)
     cnt = torch.empty(B, dtype=torch.int32, device=dev)
     cand = torch.empty((B, CAP), dtype=torch.int32, device=dev)

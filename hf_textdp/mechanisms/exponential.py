@@ -36,7 +36,7 @@ import torch
 from ..errors import InvalidParameterError
 from ..gpu import sampler as gpu_sampler
 from ..gpu import triton_ready
-from ..gpu.int_scores import IntOperands, hot_scores, int_scores
+from ..gpu.int_scores import IntOperands, int_scores
 from ..rng import Draw, Streams
 
 
@@ -49,7 +49,7 @@ HOT = 4
 #: tokens per integer product (CPU: the [G, V′] int32 scores stay near the cache; a GPU takes many more at
 #: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
-GROUP_CUDA = 65536
+GROUP_CUDA = 32768
 #: tries drawn at once for every token in the first round, then for the tokens still pending (one
 #: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
 FIRST_TRIES = 2
@@ -124,7 +124,7 @@ class ExponentialSampler:
         self._int_ops: IntOperands | None = None
 
     def _int_operands(self) -> IntOperands:
-        if self._int_ops is None:
+        if self._int_ops is None or not self._int_ops.fits():
             self._int_ops = IntOperands.build(self.IT[: self.d], self.NT)
         return self._int_ops
 
@@ -143,29 +143,29 @@ class ExponentialSampler:
         return out
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
-        """Per token: hot columns ``[G, HOT·BLOCK]`` with their bounds, cold blocks with theirs."""
+        """Per token: hot columns ``[G, HOT·BLOCK]`` and their lower bounds, the cold blocks' lower bounds, and
+        the cumulative weights of the proposal ``[G, HOT·BLOCK + nb]`` (hot columns first)."""
         G = int(x_pos.numel())
         hot_n = min(HOT, self.nb)
-        arange = torch.arange(BLOCK, device=self.device)
+        fused = int_scores(self.I[x_pos], self._int_operands()) if triton_ready(self.device) else None
+        if fused is not None:  # the same integers and bounds in GPU kernels (gpu/int_scores.py, gpu/sampler.py)
+            key, kb = fused
+            cols, dlo_c, dlo_b, cum = gpu_sampler.sampler_bounds(
+                key, kb, x_pos, self.N, self.r, self.rT, self.block_r, self.block_size, self.s * (1.0 - _SLACK),
+                scale, gamma, self.Vt, hot_n,
+            )  # fmt: skip
+            return cols, dlo_c, dlo_b, cum
+        Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
+        A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
+        A[:G, : self.d] = self.I[x_pos]
+        S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
+        key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
+        kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
         # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
-        if triton_ready(self.device):  # the same integers in GPU kernels (gpu/int_scores.py), no [G, V′] matrix
-            A, ops = self.I[x_pos], self._int_operands()
-            fused = int_scores(A, ops, keys=False)
-            assert fused is not None
-            kb = fused[1]
-            hot, hot_key = hot_scores(A, ops, kb, hot_n)
-            cols = (hot[:, :, None] * BLOCK + arange).reshape(G, -1)
-        else:
-            Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
-            A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
-            A[:G, : self.d] = self.I[x_pos]
-            S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
-            key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
-            kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
-            unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
-            hot = unique.topk(hot_n, 1, sorted=True).indices
-            cols = (hot[:, :, None] * BLOCK + arange).reshape(G, -1)
-            hot_key = key.gather(1, cols)
+        unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
+        hot = unique.topk(hot_n, 1, sorted=True).indices
+        cols = (hot[:, :, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(G, -1)
+        hot_key = key.gather(1, cols)
         Nx = self.N[x_pos]
         rx = self.r[x_pos]
         dlo_c = self._dlo(Nx[:, None] - hot_key, rx[:, None] + self.rT[cols]).clamp_(max=gamma)
@@ -175,7 +175,8 @@ class ExponentialSampler:
         tau_c = torch.where(cols < self.Vt, torch.exp(-scale * (dlo_c - m)), 0.0)
         Hb = torch.exp(-scale * (dlo_b - m)).mul_(self.block_size[None, :])
         Hb.scatter_(1, hot, 0.0)
-        return cols, dlo_c, tau_c, dlo_b, Hb
+        cum = torch.cumsum(torch.cat([tau_c, Hb], 1), 1)
+        return cols, dlo_c, dlo_b, cum
 
     def _dlo(self, dist2: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         """A lower bound of d_c from the exact integer ‖I_x − I_c‖² and r_x + r_c (float64)."""
@@ -184,11 +185,9 @@ class ExponentialSampler:
 
     def _group(self, x_pos: torch.Tensor, streams: Streams, scale: float, gamma: float) -> torch.Tensor:
         G = int(x_pos.numel())
-        cols, dlo_c, tau_c, dlo_b, Hb = self._bounds(x_pos, scale, gamma)
-        weights = torch.cat([tau_c, Hb], 1)  # [G, HOT·BLOCK + nb]
-        cum = torch.cumsum(weights, 1)
+        cols, dlo_c, dlo_b, cum = self._bounds(x_pos, scale, gamma)
         total = cum[:, -1]
-        n_hot = tau_c.shape[1]
+        n_hot = cols.shape[1]
         out = torch.full((G,), -1, dtype=torch.int64, device=self.device)
         todo = torch.arange(G, device=self.device)
         t = 0
@@ -210,7 +209,7 @@ class ExponentialSampler:
             u = streams.select(todo.repeat_interleave(T)).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n))
             u = u.view(n, T, 3)
             target = u[:, :, 0] * total[todo][:, None]
-            k = torch.searchsorted(cum[todo], target.contiguous(), right=True).clamp_(max=weights.shape[1] - 1)
+            k = torch.searchsorted(cum[todo], target.contiguous(), right=True).clamp_(max=cum.shape[1] - 1)
             is_hot = k < n_hot
             kh = k.clamp(max=n_hot - 1)
             b = (k - n_hot).clamp(min=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -130,6 +131,26 @@ def test_int_scores_equal_the_torch_form(interpret):
     assert torch.equal(kb, ref_kb)
 
 
+@pytest.mark.parametrize("gamma", [0.5, math.inf])
+def test_sampler_bounds_equal_the_torch_form(interpret, monkeypatch, gamma):
+    """The bound kernel's hot columns are the torch form's exactly; its lower bounds and cumulative weights
+    differ only by ulps (torch's float64 square root on this CPU is not NumPy's everywhere; the sums' order)."""
+    from hf_textdp.mechanisms.exponential import ExponentialSampler
+
+    g = torch.Generator().manual_seed(14)
+    E = torch.randn(700, 24, generator=g)  # 11 blocks of 64 targets, the last one partial
+    E[300:340] = E[300]  # equal block maxima: the ties go to the lower block
+    x_pos = torch.randint(0, 700, (40,), generator=g)
+    got = ExponentialSampler(E)._bounds(x_pos, 1.5, gamma)
+    monkeypatch.setenv("HF_TEXTDP_TRITON", "0")
+    ref = ExponentialSampler(E)._bounds(x_pos, 1.5, gamma)
+    assert torch.equal(got[0], ref[0])
+    for a, b in zip(got[1:3], ref[1:3], strict=True):
+        assert torch.allclose(a, b, rtol=1e-15, atol=1e-15)
+    assert torch.allclose(got[3], ref[3], rtol=1e-13, atol=0.0)
+    assert got[3].shape == (40, 4 * 64 + 11)
+
+
 @pytest.mark.parametrize("cap", [4096, 1])
 @pytest.mark.parametrize("mechanism", ["tem", "santext"])
 def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, mechanism, cap):
@@ -228,3 +249,17 @@ def test_madlib_on_the_kernels_equals_the_torch_form(interpret, monkeypatch):
     ref = ExactIndex(E).search(z_ref, 1)[:, 0]
     assert float((z == z_ref).double().mean()) >= 0.999
     assert torch.equal(got, ref)
+
+
+def test_fused_search_reports_non_finite_queries(interpret):
+    """The fused path flags a non-finite query (no up-front pass over the batch) and reports it as the generic does."""
+    from hf_textdp.errors import NumericalRangeError
+
+    g = torch.Generator().manual_seed(15)
+    E = _space(g, V=200, d=16)
+    Q = _hard_queries(E, 40, g)
+    Q[3, 2] = float("inf")
+    index = ExactIndex(E)
+    assert index._use_tensor_cores()
+    with pytest.raises(NumericalRangeError, match="epsilon"), np.errstate(invalid="ignore", over="ignore"):
+        index.search(Q, 1)  # (NumPy warns of the inf − inf the kernels compute for that query: a GPU does not)
