@@ -89,7 +89,9 @@ _TILE_BYTES = 32 * 2**20
 #: −1e30 and from fp32 overflow); the fp32 filter takes them
 _BF16_MAX_MAGNITUDE = 2.0**60
 #: queries per launch of the fused GPU search (its buffers are O(queries · d))
-FUSED_QUERIES = 1 << 16
+FUSED_QUERIES = 1 << 18
+#: flagged queries at most that the direct float64 distances resolve (each reads all rows once)
+_FEW_QUERIES = 64
 _PAD_NU = 1.0e30  # half squared norm of the padding rows: their bf16 score is −1e30, never a candidate
 #: candidates a filter pass collects: (query rows, positions, oriented scores), one triple per chunk
 _Found = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -485,7 +487,8 @@ class ExactIndex:
 
     def _search_fused(self, Q: torch.Tensor, chunk_size: int | None, query_block: int | None) -> torch.Tensor:
         """k = 1 by the fused filter and float64 verification on the device; flagged queries (list overflow,
-        a near-tie, a huge query) by the generic search. One host synchronisation: reading the flags."""
+        a near-tie, a huge query) by :meth:`_resolve_few`, or the generic search. One host synchronisation
+        (reading the flags) where none is flagged."""
         ops = self._tensor_core_operands()
         positions, flags = [], []
         for s in range(0, Q.shape[0], FUSED_QUERIES):
@@ -500,8 +503,38 @@ class ExactIndex:
             Qb = Q[bad]
             _check_finite(Qb)
             self.fallback_queries += int(bad.numel())
-            pos[bad] = self._search_generic(Qb, 1, None, chunk_size, query_block)[:, 0].to(pos.device)
+            found, done = self._resolve_few(Qb)
+            rest = torch.nonzero(~done).squeeze(1)
+            if rest.numel():
+                found[rest] = self._search_generic(Qb[rest], 1, None, chunk_size, query_block)[:, 0].to(found.device)
+            pos[bad] = found
         return pos[:, None].cpu()
+
+    def _resolve_few(self, Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The nearest row of a few flagged queries by direct float64 distances to every row, without the
+        generic search's many small passes: (positions, resolved) on the device.
+
+        D_c = Σ(q − e_c)² errs by at most (d + 2)u₆₄·D_c, so the smallest (D, position) is the answer when every
+        other row's D(1 − c) exceeds its D(1 + c), c = 2(d + 3)u₆₄ (as the fused verification); or when every
+        row within that band is bit for bit its row (duplicates: equal distances, the lowest position wins).
+        Other queries (a genuine near-tie of distinct rows) are not resolved: the generic search takes them.
+        """
+        n = Q.shape[0]
+        if n > _FEW_QUERIES:
+            none = torch.zeros(n, dtype=torch.int64, device=Q.device)
+            return none, none.bool()
+        E64 = self.E.double()
+        D = torch.stack([((E64 - q) ** 2).sum(1) for q in Q.double()])  # [n, V], a [V, d] temporary at a time
+        ar = torch.arange(self.V, device=Q.device)
+        c = 2.0 * (self.d + 3) * 2.0**-53
+        dmin = D.min(1, keepdim=True).values
+        best = torch.where(D == dmin, ar, self.V).min(1).values
+        band = D * (1.0 - c) <= dmin * (1.0 + c)
+        alone = band.sum(1) == 1
+        # rows at distance 0 from the best row are that row (fp32 coordinates: a difference squares to > 0)
+        twin = torch.stack([((E64 - e) ** 2).sum(1) == 0 for e in E64[best]])
+        same = (~band | twin).all(1)
+        return best, alone | same
 
     # ------------------------------------------------------------------ internals
     def _tiling(self, chunk_size: int | None, query_block: int | None, nbytes: int) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("triton")
 
 CHECKS = Path(__file__).parent / "interpreted" / "check_gpu_kernels.py"
-EXPECTED = 24  # philox (6), search (5 + 2 filter modes + the model check), sampler kernels (7), noise (3)
+EXPECTED = 25  # philox (6), search (6 + 2 filter modes + the model check), sampler kernels (7), noise (3)
 
 
 @pytest.mark.slow

@@ -263,3 +263,25 @@ def test_fused_search_reports_non_finite_queries(interpret):
     assert index._use_tensor_cores()
     with pytest.raises(NumericalRangeError, match="epsilon"), np.errstate(invalid="ignore", over="ignore"):
         index.search(Q, 1)  # (NumPy warns of the inf − inf the kernels compute for that query: a GPU does not)
+
+
+def test_flagged_queries_resolved_by_direct_distances_or_the_generic_search(interpret):
+    """Flagged queries: separated answers and duplicate rows are resolved by float64 distances to every row;
+    a near-tie of distinct rows within float64's error is left to the generic search."""
+    g = torch.Generator().manual_seed(16)
+    d = 8
+    E = torch.randn(100, d, generator=g)
+    E[:, 0] -= 100.0  # far from the near-tie below
+    E[7] = E[5]  # duplicates: equal distances, the lower position
+    E[20] = 0.0
+    E[21] = 0.0
+    E[21, 1] = 2.0**-20  # ‖q − e₂₁‖² = 2⁴⁰ + (1 − 2⁻²⁰)², ‖q − e₂₀‖² = 2⁴⁰ + 1: 2⁻¹⁹ apart, under float64's ulp
+    Q = torch.stack([E[5] + 1e-3 * torch.randn(d, generator=g), E[50] + torch.randn(d, generator=g), torch.zeros(d)])
+    Q[2, 0], Q[2, 1] = 2.0**20, 1.0
+    index = ExactIndex(E)
+    pos, done = index._resolve_few(Q)
+    assert done.tolist() == [True, True, False]
+    assert pos[:2].tolist() == _brute_force(Q[:2], E).tolist() and int(pos[0]) == 5
+    # through the search, the unresolved one takes the generic search's answer
+    assert index.search(Q, 1)[2, 0] == index._search_generic(Q[2:], 1, None, None, None)[0, 0]
+    assert index.fallback_queries >= 2  # the fused verification flagged the twins' query and the near-tie
