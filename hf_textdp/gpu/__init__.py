@@ -1,4 +1,5 @@
-"""GPU kernels (Triton): the keyed Philox uniforms and the fused exact nearest-neighbour filter.
+"""GPU kernels (Triton): the keyed Philox uniforms, madlib's noise, the fused exact nearest-neighbour
+search and the exponential sampler's scores, bound and tries.
 
 Triton is optional: it ships with CUDA builds of PyTorch, and :func:`triton_ready` says whether the
 kernels can run for a device. Every kernel has a torch or CPU twin that computes the same numbers, and
