@@ -113,14 +113,45 @@ def agreement(model: str, texts: list[str], report: dict) -> None:
         )
 
 
+def _sweep(env: str, configs: list[str], run, n: int, key: str, unit: str, report: dict) -> None:
+    """Time ``run()`` (n items) with ``env`` set to each config (best of 3 after a warm-up); the fastest stays set."""
+    out: dict = {}
+    for cfg in configs:
+        os.environ[env] = cfg
+        try:
+            run()  # compile, operands
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run()
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t0)
+            out[cfg] = n / best
+            print(f"{key} {cfg}: {n / best:,.0f} {unit}", flush=True)
+        except Exception as err:  # noqa: BLE001 - a shape that does not compile is a result too
+            out[cfg] = f"{type(err).__name__}: {str(err)[:200]}"
+            print(f"{key} {cfg}: failed {out[cfg]}", flush=True)
+    report[f"{key}_rates"] = out
+    rates = {c: r for c, r in out.items() if isinstance(r, float)}
+    if rates:  # the later steps run with the fastest shape (the answers are the same for every shape)
+        best_cfg = max(rates, key=lambda c: rates[c])
+        os.environ[env] = best_cfg
+        report[f"{key}_best"] = best_cfg
+        print(f"{key} best: {best_cfg}", flush=True)
+    else:
+        os.environ.pop(env, None)
+
+
 def sweep(model: str, texts: list[str], report: dict) -> None:
+    """The fused search alone on the ε = 20 queries of all the text, for a few tile shapes (HF_TEXTDP_CUDA_TILES)."""
     priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=20.0, model=model, device="cuda"), seed=2**40 + 7)
     priv.privatize(texts[:4])
     groups = class_queries(priv, texts)
     n = sum(int(z.shape[0]) for _, z in groups)
     configs = [
-        "128,64,128,8,3,p",  # the default (the fastest of the first sweep)
-        "128,64,128,8,4,p",
+        "128,64,128,8,4,p",  # the default
+        "128,64,128,8,3,p",
         "128,64,128,4,3,p",
         "128,32,128,4,3,p",
         "128,64,128,8,2,p",
@@ -129,68 +160,25 @@ def sweep(model: str, texts: list[str], report: dict) -> None:
         "256,64,64,8,3,l",
         "256,64,128,8,3,l",
     ]
-    out = {}
-    for cfg in configs:
-        os.environ["HF_TEXTDP_CUDA_TILES"] = cfg
-        try:
-            for index, z in groups:
-                index.search(z, 1)  # compile, operands
-            torch.cuda.synchronize()
-            best = float("inf")
-            for _ in range(3):
-                t0 = time.perf_counter()
-                for index, z in groups:
-                    index.search(z, 1)
-                torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t0)
-            out[cfg] = n / best
-            print(f"sweep {cfg}: {n / best:,.0f} queries/s (search only, {n:,} queries)", flush=True)
-        except Exception as err:  # noqa: BLE001 - a shape that does not compile is a result too
-            out[cfg] = f"{type(err).__name__}: {str(err)[:200]}"
-            print(f"sweep {cfg}: failed {out[cfg]}", flush=True)
-    report["sweep_search_queries_per_s"] = out
-    rates = {c: r for c, r in out.items() if isinstance(r, float)}
-    if rates:  # the later steps run with the fastest shape (the answers are the same for every shape)
-        best = max(rates, key=lambda c: rates[c])
-        os.environ["HF_TEXTDP_CUDA_TILES"] = best
-        report["sweep_best"] = best
-        print(f"sweep best: {best}", flush=True)
-    else:
-        os.environ.pop("HF_TEXTDP_CUDA_TILES", None)
+
+    def run() -> None:
+        for index, z in groups:
+            index.search(z, 1)
+
+    _sweep("HF_TEXTDP_CUDA_TILES", configs, run, n, "sweep", f"queries/s (search only, {n:,} queries)", report)
 
 
 def int_sweep(model: str, texts: list[str], report: dict) -> None:
-    """tem's device pass for a few tile shapes of the int8 kernel (HF_TEXTDP_CUDA_INT_TILES); the fastest stays set."""
+    """tem's device pass for a few tile shapes of the int8 kernel (HF_TEXTDP_CUDA_INT_TILES)."""
     priv = Privatizer(PrivatizerConfig(mechanism="tem", epsilon=10.0, model=model, device="cuda"), seed=2**40 + 7)
     priv.privatize(texts[:4])
     positions, streams = device_inputs(priv, texts)
+    configs = ["256,128,64,8,3", "128,128,64,8,3", "128,128,128,8,3", "128,256,64,8,3", "64,128,128,4,3"]
     n = int(positions.numel())
-    out = {}
-    for cfg in ("128,128,64,8,3", "128,128,128,8,3", "128,256,64,8,3", "256,128,64,8,3", "64,128,128,4,3"):
-        os.environ["HF_TEXTDP_CUDA_INT_TILES"] = cfg
-        try:
-            priv.release_streams(positions, streams)  # compile, operands
-            torch.cuda.synchronize()
-            best = float("inf")
-            for _ in range(3):
-                t0 = time.perf_counter()
-                priv.release_streams(positions, streams)
-                torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t0)
-            out[cfg] = n / best
-            print(f"int sweep {cfg}: {n / best:,.0f} tokens/s (tem, device pass)", flush=True)
-        except Exception as err:  # noqa: BLE001 - a shape that does not compile is a result too
-            out[cfg] = f"{type(err).__name__}: {str(err)[:200]}"
-            print(f"int sweep {cfg}: failed {out[cfg]}", flush=True)
-    report["int_sweep_tokens_per_s"] = out
-    rates = {c: r for c, r in out.items() if isinstance(r, float)}
-    if rates:
-        best = max(rates, key=lambda c: rates[c])
-        os.environ["HF_TEXTDP_CUDA_INT_TILES"] = best
-        report["int_sweep_best"] = best
-        print(f"int sweep best: {best}", flush=True)
-    else:
-        os.environ.pop("HF_TEXTDP_CUDA_INT_TILES", None)
+    _sweep(
+        "HF_TEXTDP_CUDA_INT_TILES", configs, lambda: priv.release_streams(positions, streams), n, "int_sweep",
+        "tokens/s (tem, device pass)", report,
+    )  # fmt: skip
 
 
 def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 
 
-__all__ = ["triton_ready", "interpreting", "on_device", "built", "bf16_operands"]
+__all__ = ["triton_ready", "interpreting", "on_device", "built", "bf16_operands", "lanes"]
 
 
 T = TypeVar("T")
@@ -74,3 +74,8 @@ def bf16_operands() -> torch.dtype:
     """The dtype of bf16 matrix operands handed to a kernel: bf16, or, under the interpreter (which cannot load
     bf16), fp32 tensors holding bf16 values, whose products are as exact."""
     return torch.float32 if interpreting() else torch.bfloat16
+
+
+def lanes(n: int) -> int:
+    """The block width a kernel needs for ``n`` elements: the power of two ≥ n, at least 16."""
+    return 1 << max(4, (n - 1).bit_length())

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import built, on_device, triton_ready
+from . import built, lanes, on_device, triton_ready
 
 
 __all__ = ["metric_laplace_shift"]
@@ -47,9 +47,8 @@ def metric_laplace_shift(
         return out
     kernel = built(_kernels, _build)
     blocks = (d + 1) // 2
-    BLK = 1 << max(4, (blocks - 1).bit_length())
     args = [t.to(dev).contiguous() for t in (x, k0.to(torch.int64), k1.to(torch.int64), position.to(torch.int64))]
     r = radius.to(dev, torch.float64).contiguous()
     with on_device(dev):
-        kernel[(n,)](*args, r, out, d, blocks, int(draw), BLK=BLK)
+        kernel[(n,)](*args, r, out, d, blocks, int(draw), BLK=lanes(blocks))
     return out

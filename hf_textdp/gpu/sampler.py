@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import built, on_device, triton_ready
+from . import built, lanes, on_device, triton_ready
 
 
 __all__ = ["MAX_KERNEL_TRIES", "sample_tries", "sampler_bounds"]
@@ -123,7 +123,7 @@ def sampler_bounds(
     with on_device(dev):
         kernel[(G,)](
             key, key.stride(0), kb, kb.stride(0), x_pos.to(dev, torch.int64).contiguous(), N, r, rT, block_r,
-            block_size, par, cum, cols, dlo_c, dlo_b, int(Vt), NB=nb, HOT=hot, BNB=_pow2(nb), BLK=BLOCK,
+            block_size, par, cum, cols, dlo_c, dlo_b, int(Vt), NB=nb, HOT=hot, BNB=lanes(nb), BLK=BLOCK,
         )  # fmt: skip
     return cols, dlo_c, dlo_b, cum
 
@@ -172,10 +172,6 @@ def sample_tries(
     with on_device(dev):
         kernel[(G,)](
             *args, *keys, par, out, tries, int(targets.numel()), int(draw), int(max_tries),
-            W=W, NH=NH, NB=NB, d=d, BW=_pow2(W), BD=_pow2(d), BLK=64,
+            W=W, NH=NH, NB=NB, d=d, BW=lanes(W), BD=lanes(d), BLK=64,
         )  # fmt: skip
     return out
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(4, (n - 1).bit_length())
