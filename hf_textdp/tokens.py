@@ -74,6 +74,7 @@ class HFTokens:
         # (a WordPiece "##" piece glued, a "▁"/"Ġ" piece with its space) instead of as a text start
         self._anchor: list[int] = list(tok.encode("a", add_special_tokens=False).ids)
         self._anchor_text: str = self._decoder.decode(self._anchor, skip_special_tokens=False) if self._anchor else ""
+        self._single_text: dict[int, str] = {}  # 2·id + at_start -> the text of a word of that one id
 
     def _encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         batch = texts if isinstance(texts, list) else list(texts)
@@ -115,32 +116,55 @@ class HFTokens:
             drop (`np.ndarray`): bool per position; ``True`` positions (structural) are not decoded.
             rows (`Sequence[TokenizedRow]`): the layouts from :meth:`encode_flat` for the same rows.
         """
+        counts = [len(row.words or ()) for row in rows]
+        n_words = sum(counts)
+        if n_words == 0:
+            return [_join_words([], row.seps, spacing_in_tokens=self._spacing_in_tokens) for row in rows]
+        # every word's global [start, stop), and whether it opens its row
+        row_start = np.zeros(len(rows), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=row_start[1:])
+        flat_words = itertools.chain.from_iterable(itertools.chain.from_iterable(r.words or () for r in rows))
+        pairs = np.fromiter(flat_words, dtype=np.int64, count=2 * n_words).reshape(n_words, 2)
+        pairs += np.repeat(row_start, counts)[:, None]
+        first = np.zeros(n_words, dtype=bool)
+        opens = np.cumsum(counts) - counts
+        first[opens[np.asarray(counts) > 0]] = True
+        at_start = first & self._spacing_in_tokens
+        # a word of one kept id reads the same wherever it stands: its text comes from a per-id cache
+        ws, we = pairs[:, 0], pairs[:, 1]
+        single = (we - ws == 1) & ~drop[ws]
+        texts: list[str] = [""] * n_words
+        idx_single = np.nonzero(single)[0]
+        keys = (ids[ws[idx_single]] * 2 + at_start[idx_single]).tolist()
+        cache = self._single_text
+        missing = sorted({k for k in keys if k not in cache})
+        if missing:
+            fresh = self._decode_words([[k >> 1] for k in missing], [bool(k & 1) for k in missing])
+            cache.update(zip(missing, fresh, strict=True))
+        for i, k in zip(idx_single.tolist(), keys, strict=True):
+            texts[i] = cache[k]
+        # the other words (several pieces, or a dropped position) decode together in one batch
         ids_l = ids.tolist()
         drop_l = drop.tolist()
-        seqs: list[list[int]] = []
-        starts: list[bool] = []  # whether the sequence is decoded as a text start (no anchor)
-        start = 0
-        for row, n in zip(rows, lengths.tolist(), strict=True):
-            first = True
-            for a, b in row.words or ():
-                word = [ids_l[j] for j in range(start + a, start + b) if not drop_l[j]]
-                at_start = first and self._spacing_in_tokens
-                seqs.append(word if at_start or not word else self._anchor + word)
-                starts.append(at_start or not word)
-                first = False
-            start += n
-        decoded: list[str] = self._decoder.decode_batch(seqs, skip_special_tokens=False) if seqs else []
-        cut = len(self._anchor_text)
-        texts = [
-            d if s or not d.startswith(self._anchor_text) else d[cut:] for d, s in zip(decoded, starts, strict=True)
-        ]
+        rest = np.nonzero(~single)[0].tolist()
+        seqs = [[ids_l[j] for j in range(a, b) if not drop_l[j]] for a, b in pairs[rest].tolist()]
+        for i, t in zip(rest, self._decode_words(seqs, at_start[rest].tolist()), strict=True):
+            texts[i] = t
         out = []
         k = 0
-        for row in rows:
-            m = len(row.words or ())
+        for row, m in zip(rows, counts, strict=True):
             out.append(_join_words(texts[k : k + m], row.seps, spacing_in_tokens=self._spacing_in_tokens))
             k += m
         return out
+
+    def _decode_words(self, words: list[list[int]], at_start: list[bool]) -> list[str]:
+        """Each word's ids decoded as they read after earlier text (behind the anchor, cut off again), or as a
+        text start where ``at_start`` (the row's first word when the tokens hold the spacing) or empty."""
+        starts = [s or not w for w, s in zip(words, at_start, strict=True)]
+        seqs = [w if s else self._anchor + w for w, s in zip(words, starts, strict=True)]
+        decoded: list[str] = self._decoder.decode_batch(seqs, skip_special_tokens=False) if seqs else []
+        anchor, cut = self._anchor_text, len(self._anchor_text)
+        return [d if s or not d.startswith(anchor) else d[cut:] for d, s in zip(decoded, starts, strict=True)]
 
     def decode(self, rows: Sequence[np.ndarray]) -> list[str]:
         """Decode kept ids (structural positions already removed) as one sequence, without the input's layout."""
