@@ -523,8 +523,7 @@ class ExactIndex:
         if n > _FEW_QUERIES:
             none = torch.zeros(n, dtype=torch.int64, device=Q.device)
             return none, none.bool()
-        E64 = self.E.double()
-        D = torch.stack([((E64 - q) ** 2).sum(1) for q in Q.double()])  # [n, V], a [V, d] temporary at a time
+        D = torch.stack([self._dist2_all(q) for q in Q.double()])  # [n, V]
         ar = torch.arange(self.V, device=Q.device)
         c = 2.0 * (self.d + 3) * 2.0**-53
         dmin = D.min(1, keepdim=True).values
@@ -532,9 +531,14 @@ class ExactIndex:
         band = D * (1.0 - c) <= dmin * (1.0 + c)
         alone = band.sum(1) == 1
         # rows at distance 0 from the best row are that row (fp32 coordinates: a difference squares to > 0)
-        twin = torch.stack([((E64 - e) ** 2).sum(1) == 0 for e in E64[best]])
+        twin = torch.stack([self._dist2_all(e) == 0 for e in self.E[best].double()])
         same = (~band | twin).all(1)
         return best, alone | same
+
+    def _dist2_all(self, q: torch.Tensor) -> torch.Tensor:
+        """Σ(q − e_c)² in float64 for every row c, ``[V]``, over row chunks of at most 2²⁴ elements."""
+        rows = max(1, (1 << 24) // max(self.d, 1))
+        return torch.cat([((self.E[s : s + rows].double() - q) ** 2).sum(1) for s in range(0, self.V, rows)])
 
     # ------------------------------------------------------------------ internals
     def _tiling(self, chunk_size: int | None, query_block: int | None, nbytes: int) -> tuple[int, int]:

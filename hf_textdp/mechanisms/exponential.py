@@ -50,6 +50,9 @@ HOT = 4
 #: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
 GROUP_CUDA = 32768
+#: a GPU group's [G, V′] int32 keys stay within this many bytes (32,768 tokens of MiniLM's 23,695 targets
+#: take 3.1 GB; a 128k vocabulary gets 8,192 tokens a group)
+GROUP_CUDA_BYTES = 4 * 2**30
 #: tries drawn at once for every token in the first round, then for the tokens still pending (one
 #: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
 FIRST_TRIES = 2
@@ -136,7 +139,10 @@ class ExponentialSampler:
         if len(streams) != N:
             raise InvalidParameterError(f"streams hold {len(streams)} tokens but {N} inputs were given.")
         out = torch.empty(N, dtype=torch.int64, device=self.device)
-        group = GROUP if self.device.type == "cpu" else GROUP_CUDA
+        if self.device.type == "cpu":
+            group = GROUP
+        else:
+            group = max(GROUP, min(GROUP_CUDA, GROUP_CUDA_BYTES // (4 * self.nb * BLOCK)))
         for s in range(0, N, group):
             e = min(s + group, N)
             out[s:e] = self._group(inputs[s:e], streams.slice(s, e), scale, gamma)
