@@ -45,6 +45,7 @@ from .rng import validate_secret_seed
 from .sharded import ShardedRun
 from .streaming import save_streaming
 from .utils.logging import get_logger
+from .utils.workers import spawned_workers
 from .validation import check_bool, check_int
 
 
@@ -174,7 +175,8 @@ def privatize_dataset(
             if isinstance(part, datasets.Dataset):
                 kwargs["num_proc"] = num_proc
                 kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
-            results[name] = part.map(privatizers[name], **kwargs)
+            with spawned_workers(config.device, num_proc):
+                results[name] = part.map(privatizers[name], **kwargs)
         out: Any
         if is_dict:
             kind = datasets.DatasetDict if isinstance(ds, datasets.DatasetDict) else datasets.IterableDatasetDict
@@ -201,7 +203,7 @@ def privatize_dataset(
         batch_size=batch_size,
         num_proc=num_proc,
     )
-    with output_errors(output):
+    with output_errors(output), spawned_workers(config.device, num_proc):
         result, report = run.execute(resume=resume, overwrite=overwrite)
     totals = report["totals"]
     logger.info(
