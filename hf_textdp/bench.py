@@ -59,6 +59,7 @@ import torch
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
 from .gpu import triton_ready
+from .gpu.nearest import tensor_core_model_holds
 from .io import vectors
 from .io.models import load_space
 from .mechanisms import AdditiveMechanism, get_mechanism_class
@@ -408,8 +409,8 @@ def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
     if get_mechanism_class(mech).kind == "selection":
         return SAMPLER_ARITHMETIC.get(mech, "fp32")
     if post in SEARCH_STEPS:
-        if post in K1_STEPS and triton_ready(space.device):  # the fused GPU search: bf16 tensor cores
-            return "bf16"
+        if post in K1_STEPS and triton_ready(space.device) and tensor_core_model_holds(space.device):
+            return "bf16"  # the fused GPU search: bf16 tensor cores (where they pass the bound's model check)
         return "bf16" if bf16_filter_available(space.device) else "fp32"
     return "fp32"
 
