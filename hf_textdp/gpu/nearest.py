@@ -1,4 +1,7 @@
-"""Exact nearest neighbour on a GPU in two kernels: a fused bf16 filter and a float64 verification.
+"""Exact nearest neighbour on a GPU in three kernels: query norms, a fused bf16 filter and a float64 verification.
+
+**Norms** (one launch). ‖q̂‖, ‖q − q̂‖ and ‖q‖ of every query in float64, for the bound β and the
+magnitude check; a non-finite query gets a non-finite norm and is flagged.
 
 **Filter** (one launch per batch). Each program takes ``BM`` queries and walks all positions in tiles
 of ``BN``: a tensor-core product of the bf16 queries q̂ with the bf16 rows ê_c (fp32 accumulation), minus
@@ -13,12 +16,13 @@ M − 2β for every running M ≤ M*. The kernel's threshold is computed in fp32
 its own roundings, so it never exceeds M − 2β.
 
 **Verify** (one launch). Per query, float64 distances D = Σ(q_j − e_cj)² of its candidates that pass the
-threshold at the final maximum (the others were kept under a lower running one) (error ≤
+threshold at the final maximum (the others were kept under a lower running one), 16 at a time (error ≤
 (d + 2)u₆₄·D in any summation order); the smallest (D, position) wins when its interval
 [D ± 2(d+3)u₆₄D] lies strictly below every other candidate's. Queries whose list overflowed, or whose
-winner is not certified (a near-tie, duplicate rows), are flagged; the caller solves those few with the
-generic exact search (:class:`hf_textdp.search.ExactIndex`), so every answer is exactly float64 brute
-force's (docs/mechanisms/space.md §5.6).
+winner is not certified (a near-tie, duplicate rows), are flagged; the caller solves those few by direct
+distances to every row or, for a genuine near-tie, by the generic exact search
+(:class:`hf_textdp.search.ExactIndex`), so every answer is exactly float64 brute force's
+(docs/mechanisms/space.md §5.6).
 """
 
 from __future__ import annotations
