@@ -120,7 +120,7 @@ class Privatizer:
         self._releases: list[_Release] = []
         self._class_of: torch.Tensor | None = None  # [V] class index of each position in C (split only)
         self._local: torch.Tensor | None = None  # [V] position inside its class's space (split only)
-        self._device_maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the two above on a GPU
+        self._device_maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the two above, per device
         self.totals = Totals()
 
     # ---------------------------------------------------------------- pickling (decision D4)
@@ -543,36 +543,27 @@ class Privatizer:
         self._ensure()
         if len(self._releases) == 1:
             return self._release_class(self._releases[0], positions, streams)
-        assert self._class_of is not None and self._local is not None
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a
         # class's tokens apart from the others draws exactly what they would draw in one call.
-        dev = streams.device
-        if dev.type != "cpu":  # the split on the device: no host passes over the batch between the classes' kernels
-            class_of, local_of = self._split_maps(dev)
-            pos = positions.to(dev)
-            cls, loc = class_of[pos], local_of[pos]
-            index = [torch.nonzero(cls == rel.part.index).squeeze(1) for rel in self._releases]
-            results = [
-                (idx, self._release_class(rel, loc[idx], streams.select(idx)) if idx.numel() else None)
-                for rel, idx in zip(self._releases, index, strict=True)
-            ]
-            out = torch.empty_like(positions)
-            for rel, (idx, res) in zip(self._releases, results, strict=True):
-                if res is not None:
-                    out[idx.cpu()] = rel.positions[res]
-            return out
-        cls = self._class_of[positions]
+        # The split runs where the streams are (on a GPU: no host passes over the batch between the classes'
+        # kernels); every class is released before the positions are assembled on the host.
+        class_of, local_of = self._split_maps(streams.device)
+        pos = positions.to(streams.device)
+        cls, loc = class_of[pos], local_of[pos]
+        index = [torch.nonzero(cls == rel.part.index).squeeze(1) for rel in self._releases]
+        results = [
+            (idx, self._release_class(rel, loc[idx], streams.select(idx)) if idx.numel() else None)
+            for rel, idx in zip(self._releases, index, strict=True)
+        ]
         out = torch.empty_like(positions)
-        for rel in self._releases:
-            mask = cls == rel.part.index
-            if bool(mask.any()):
-                local = self._local[positions[mask]]
-                res = self._release_class(rel, local, streams.select(mask))
-                out[mask] = rel.positions[res]
+        for rel, (idx, res) in zip(self._releases, results, strict=True):
+            if res is not None:
+                out[idx.cpu()] = rel.positions[res]
         return out
 
     def _split_maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The class and local position of every candidate position, on ``device`` (cached)."""
+        """The class and local position of every candidate position, on ``device`` (cached; on the CPU, the maps
+        themselves)."""
         assert self._class_of is not None and self._local is not None
         key = str(device)
         if key not in self._device_maps:

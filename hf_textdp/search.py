@@ -525,7 +525,7 @@ class ExactIndex:
             return none, none.bool()
         D = torch.stack([self._dist2_all(q) for q in Q.double()])  # [n, V]
         ar = torch.arange(self.V, device=Q.device)
-        c = 2.0 * (self.d + 3) * 2.0**-53
+        c = 2.0 * (self.d + 3) * U64  # the interval of _verify
         dmin = D.min(1, keepdim=True).values
         best = torch.where(D == dmin, ar, self.V).min(1).values
         band = D * (1.0 - c) <= dmin * (1.0 + c)

@@ -206,7 +206,6 @@ class ExponentialSampler:
             out = fused
             todo = torch.nonzero(out < 0).squeeze(1)
             t = cap
-        x = self.E[x_pos].double() if todo.numel() else self.E[:0].double()
         while todo.numel():
             # tries t … t + T − 1 of every pending token at once; the first accepted one wins, so the
             # output is that of trying one at a time (each try reads its own counter, extra = t)
@@ -224,7 +223,7 @@ class ExponentialSampler:
             col = torch.where(is_hot, cols[todo[:, None], kh], col_cold).clamp_(max=self.Vt - 1)
             dlo = torch.where(is_hot, dlo_c[todo[:, None], kh], dlo_b[todo[:, None], b])
             e = self.E[self.targets[col]].double()  # [n, T, d]
-            dist = torch.linalg.vector_norm(x[todo][:, None, :] - e, dim=2)
+            dist = torch.linalg.vector_norm(self.E[x_pos[todo]].double()[:, None, :] - e, dim=2)
             gap = (dist.clamp(max=gamma) - dlo).clamp_(min=0.0)
             ok = u[:, :, 2].log() < -scale * gap  # [n, T]
             done = ok.any(1)
