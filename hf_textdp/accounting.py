@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .rng import STREAM_VERSION
 from .version import __version__
 
@@ -172,6 +174,36 @@ class Totals:
             self.max_row_dp_epsilon = max(self.max_row_dp_epsilon, epsilon)
         if delta is not None:
             self.max_row_dp_delta = delta if self.max_row_dp_delta is None else max(self.max_row_dp_delta, delta)
+
+    def add_rows(
+        self,
+        dp_tokens: np.ndarray,
+        special: np.ndarray,
+        padding: np.ndarray,
+        passthrough: np.ndarray,
+        epsilon: np.ndarray | None,
+        delta: np.ndarray | None,
+    ) -> None:
+        """:meth:`add_row` for a batch's rows at once (int arrays; ``epsilon``/``delta`` None: the rows have none).
+
+        A row without privatized tokens adds ε = δ = 0 (or nan, 0 · ∞), which never raises a maximum.
+        """
+        if dp_tokens.size == 0:
+            return
+        some = dp_tokens > 0
+        self.rows += int(dp_tokens.size)
+        self.dp_tokens += int(dp_tokens.sum())
+        self.special_tokens += int(special.sum())
+        self.padding_tokens += int(padding.sum())
+        self.passthrough_tokens += int(passthrough.sum())
+        self.max_row_dp_tokens = max(self.max_row_dp_tokens, int(dp_tokens.max()))
+        if epsilon is None:
+            self.max_row_dp_epsilon = None
+        elif self.max_row_dp_epsilon is not None and some.any():
+            self.max_row_dp_epsilon = max(self.max_row_dp_epsilon, float(epsilon[some].max()))
+        if delta is not None:
+            top = float(delta[some].max()) if some.any() else 0.0
+            self.max_row_dp_delta = top if self.max_row_dp_delta is None else max(self.max_row_dp_delta, top)
 
     def merge(self, other: Totals) -> None:
         self.rows += other.rows

@@ -37,7 +37,7 @@ from .rng import (
 )
 from .scale import scale_stats
 from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
-from .tokens import HFTokens, TokenizedRow, WordTokens, make_tokens
+from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger, warn_once
 
@@ -381,7 +381,7 @@ class Privatizer:
         cand_pos = torch.from_numpy(pos[cand])
         released = self._release_flat(cand_pos, sizes.tolist(), row_ids)
         if self._step is not None and self._step.RELEASES_VECTORS:
-            return self._vector_columns(lengths, bounds, cls, sizes, released, flat, rows)
+            return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
         out = flat.copy()
         if released.numel():
             out[cand] = space.candidate_ids.numpy()[released.numpy()]
@@ -389,10 +389,10 @@ class Privatizer:
         result: dict[str, list[Any]] = {}
         structural = cls == STRUCTURAL
         if isinstance(tokens, HFTokens):
-            assert rows is not None
+            assert isinstance(rows, WordLayout)
             result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
         else:
-            assert rows is not None and space.words is not None
+            assert isinstance(rows, list) and space.words is not None
             words = space.words
             out_l = out.tolist()
             result[self.text_column] = [
@@ -422,31 +422,22 @@ class Privatizer:
         space, claim = self._space, self._claim
         assert space is not None and claim is not None
         n = lengths.size
-        dp_tokens = sizes.tolist()
-        result["dp_tokens"] = dp_tokens
-        eps = [claim.row_epsilon(k) for k in dp_tokens]
-        result["dp_epsilon"] = eps
-        deltas = [claim.row_delta(k) for k in dp_tokens]
+        result["dp_tokens"] = sizes.tolist()
+        # a row's ε and δ are one product dp_tokens · (per-token value) (accounting.md §2), as row_epsilon forms it
+        e1, d1 = claim.row_epsilon(1), claim.row_delta(1)
+        with np.errstate(invalid="ignore"):  # 0 · ∞ is nan, as for a Python float (ε = ∞ in test mode)
+            eps = None if e1 is None else sizes.astype(np.float64) * e1
+            deltas = None if d1 is None else sizes.astype(np.float64) * d1
+        result["dp_epsilon"] = [None] * n if eps is None else eps.tolist()
         if claim.delta_token > 0:
-            result["dp_delta"] = deltas
+            result["dp_delta"] = [None] * n if deltas is None else deltas.tolist()
         n_struct = np.bincount(row_of[structural], minlength=n)
         pad = space.pad_id
         if out is not None and pad is not None:
             n_pad = np.bincount(row_of[structural & (out == pad)], minlength=n)
         else:
             n_pad = np.zeros(n, dtype=np.int64)
-        special = (n_struct - n_pad).tolist()
-        passthrough = (lengths - n_struct - sizes).tolist()
-        add = self.totals.add_row
-        for i, k in enumerate(dp_tokens):
-            add(
-                dp_tokens=k,
-                special=special[i],
-                padding=int(n_pad[i]),
-                passthrough=passthrough[i],
-                epsilon=eps[i],
-                delta=deltas[i],
-            )
+        self.totals.add_rows(sizes, n_struct - n_pad, n_pad, lengths - n_struct - sizes, eps, deltas)
 
     def _vector_columns(
         self,
@@ -456,7 +447,6 @@ class Privatizer:
         sizes: np.ndarray,
         released: torch.Tensor,
         flat: np.ndarray,
-        rows: list[TokenizedRow] | None,
     ) -> dict[str, list[Any]]:
         """``postprocess="vector"``: ``inputs_embeds`` per row (postprocess.md §5); no text, no ``input_ids``.
 

@@ -40,7 +40,7 @@ from tokenizers import Tokenizer
 from .errors import TokenizerNotSupportedError
 
 
-__all__ = ["TokenizedRow", "HFTokens", "WordTokens", "make_tokens"]
+__all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens"]
 
 _WS_SPLIT = re.compile(r"(\s+)")
 
@@ -49,8 +49,22 @@ _WS_SPLIT = re.compile(r"(\s+)")
 class TokenizedRow:
     ids: np.ndarray  # int64 token ids (static: vocabulary row, -1 for an unknown word)
     pieces: list[str] | None = None  # static vectors: the words
-    seps: list[str] | None = None  # static vectors / HF words: separators, len(pieces or words) + 1
-    words: list[tuple[int, int]] | None = None  # HF: each word's positions [start, stop) in the row
+    seps: list[str] | None = None  # static vectors: the separators, len(pieces) + 1
+
+
+@dataclass
+class WordLayout:
+    """A batch's words (Hugging Face tokenizers), held flat: word k covers the batch's positions
+    ``starts[k]:stops[k]`` and belongs to row ``rows[k]``; ``counts[r]`` words are row r's. Where the tokens
+    hold no whitespace, ``seps`` holds the input's whitespace: ``counts[r] + 1`` strings a row (before each
+    word, then after the last), rows one after another, and ``bare`` marks the empty ones."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+    rows: np.ndarray
+    counts: np.ndarray
+    seps: list[str] | None
+    bare: np.ndarray | None
 
 
 class HFTokens:
@@ -74,7 +88,9 @@ class HFTokens:
         # (a WordPiece "##" piece glued, a "▁"/"Ġ" piece with its space) instead of as a text start
         self._anchor: list[int] = list(tok.encode("a", add_special_tokens=False).ids)
         self._anchor_text: str = self._decoder.decode(self._anchor, skip_special_tokens=False) if self._anchor else ""
-        self._single_text: dict[int, str] = {}  # 2·id + at_start -> the text of a word of that one id
+        size = 2 * tok.get_vocab_size(with_added_tokens=True)
+        self._texts = np.empty(size, dtype=object)  # 2·id + at_start -> the text of a word of that one id
+        self._known, self._lead, self._tail, self._empty = (np.zeros(size, dtype=bool) for _ in range(4))
 
     def _encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         batch = texts if isinstance(texts, list) else list(texts)
@@ -87,75 +103,91 @@ class HFTokens:
     def encode(self, texts: Sequence[str]) -> list[TokenizedRow]:
         return [TokenizedRow(np.asarray(ids, dtype=np.int64)) for ids in self._encode_ids(texts)]
 
-    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[TokenizedRow] | None]:
-        """All rows' ids concatenated (int64), each row's length, and each row's word layout.
-
-        The per-row records hold no ids (``ids`` is empty): only the positions of each word and, where
-        the tokens hold no whitespace, the input's whitespace around the words (see :meth:`decode_flat`).
-        """
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, WordLayout]:
+        """All rows' ids concatenated (int64), each row's length, and the batch's words (:class:`WordLayout`)."""
         batch = texts if isinstance(texts, list) else list(texts)
         encs = self._tok.encode_batch(batch, add_special_tokens=True)
         per_row = [e.ids for e in encs]
         lengths = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
         flat = np.fromiter(itertools.chain.from_iterable(per_row), dtype=np.int64, count=int(lengths.sum()))
-        empty = np.zeros(0, dtype=np.int64)
-        rows = []
-        for text, enc in zip(batch, encs, strict=True):
-            words, seps = _word_layout(text, enc.word_ids, enc.offsets, keep_spacing=not self._spacing_in_tokens)
-            rows.append(TokenizedRow(empty, None, seps, words))
-        return flat, lengths, rows
+        return flat, lengths, _word_layout(batch, encs, lengths, keep_spacing=not self._spacing_in_tokens)
 
-    def decode_flat(
-        self, ids: np.ndarray, lengths: np.ndarray, drop: np.ndarray, rows: Sequence[TokenizedRow]
-    ) -> list[str]:
+    def decode_flat(self, ids: np.ndarray, lengths: np.ndarray, drop: np.ndarray, layout: WordLayout) -> list[str]:
         """Rebuild each row's text from its (privatized) ids, word by word (module docstring).
 
         Args:
             ids (`np.ndarray`): all rows' ids, concatenated, one to one with the input's tokenization.
             lengths (`np.ndarray`): each row's number of positions.
             drop (`np.ndarray`): bool per position; ``True`` positions (structural) are not decoded.
-            rows (`Sequence[TokenizedRow]`): the layouts from :meth:`encode_flat` for the same rows.
+            layout (`WordLayout`): the words from :meth:`encode_flat` for the same rows.
         """
-        counts = [len(row.words or ()) for row in rows]
-        n_words = sum(counts)
-        if n_words == 0:
-            return [_join_words([], row.seps, spacing_in_tokens=self._spacing_in_tokens) for row in rows]
-        # every word's global [start, stop), and whether it opens its row
-        row_start = np.zeros(len(rows), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=row_start[1:])
-        flat_words = itertools.chain.from_iterable(itertools.chain.from_iterable(r.words or () for r in rows))
-        pairs = np.fromiter(flat_words, dtype=np.int64, count=2 * n_words).reshape(n_words, 2)
-        pairs += np.repeat(row_start, counts)[:, None]
-        first = np.zeros(n_words, dtype=bool)
-        opens = np.cumsum(counts) - counts
-        first[opens[np.asarray(counts) > 0]] = True
+        starts, stops, counts = layout.starts, layout.stops, layout.counts
+        n, W = counts.size, starts.size
+        first = np.zeros(W, dtype=bool)
+        first[(np.cumsum(counts) - counts)[counts > 0]] = True
         at_start = first & self._spacing_in_tokens
+        texts = np.empty(W, dtype=object)
+        lead = np.zeros(W, dtype=bool)  # the word starts with a letter that can run into the one before
+        tail = np.zeros(W, dtype=bool)  # … ends with one
         # a word of one kept id reads the same wherever it stands: its text comes from a per-id cache
-        ws, we = pairs[:, 0], pairs[:, 1]
-        single = (we - ws == 1) & ~drop[ws]
-        texts: list[str] = [""] * n_words
-        idx_single = np.nonzero(single)[0]
-        keys = (ids[ws[idx_single]] * 2 + at_start[idx_single]).tolist()
-        cache = self._single_text
-        missing = sorted({k for k in keys if k not in cache})
-        if missing:
-            fresh = self._decode_words([[k >> 1] for k in missing], [bool(k & 1) for k in missing])
-            cache.update(zip(missing, fresh, strict=True))
-        for i, k in zip(idx_single.tolist(), keys, strict=True):
-            texts[i] = cache[k]
+        single = (stops - starts == 1) & ~drop[starts]
+        idx = np.flatnonzero(single)
+        keys = ids[starts[idx]] * 2 + at_start[idx]
+        self._cache_words(keys)
+        texts[idx], lead[idx], tail[idx] = self._texts[keys], self._lead[keys], self._tail[keys]
         # the other words (several pieces, or a dropped position) decode together in one batch
-        ids_l = ids.tolist()
-        drop_l = drop.tolist()
-        rest = np.nonzero(~single)[0].tolist()
-        seqs = [[ids_l[j] for j in range(a, b) if not drop_l[j]] for a, b in pairs[rest].tolist()]
-        for i, t in zip(rest, self._decode_words(seqs, at_start[rest].tolist()), strict=True):
-            texts[i] = t
-        out = []
-        k = 0
-        for row, m in zip(rows, counts, strict=True):
-            out.append(_join_words(texts[k : k + m], row.seps, spacing_in_tokens=self._spacing_in_tokens))
-            k += m
+        rest = np.flatnonzero(~single)
+        if rest.size:
+            ids_l, drop_l = ids.tolist(), drop.tolist()
+            spans = zip(starts[rest].tolist(), stops[rest].tolist(), strict=True)
+            seqs = [[ids_l[j] for j in range(a, b) if not drop_l[j]] for a, b in spans]
+            words = self._decode_words(seqs, at_start[rest].tolist())
+            texts[rest] = words
+            lead[rest], tail[rest] = _letter_ends(words)
+        empty = np.zeros(W, dtype=bool)
+        empty[idx] = self._empty[keys]
+        empty[rest] = [not t for t in texts[rest]]
+        # two words that would run together letter to letter, with no whitespace between them, get a space
+        seps = np.array(layout.seps if layout.seps is not None else [""] * (W + n), dtype=object)
+        slot = np.arange(W) + layout.rows  # seps[slot[k]] stands before word k
+        glue = np.zeros(W, dtype=bool)
+        glue[1:] = ~first[1:] & tail[:-1] & lead[1:]
+        if layout.bare is not None:
+            glue &= layout.bare[slot]
+        seps[slot[glue]] = " "
+        # each row: seps[0], word 0, seps[1], word 1, …, the last separator
+        parts = np.empty(2 * W + n, dtype=object)
+        parts[2 * np.arange(W) + layout.rows] = seps[slot]
+        parts[2 * np.arange(W) + layout.rows + 1] = texts
+        ends = np.cumsum(counts)
+        parts[2 * ends + np.arange(n)] = seps[ends + np.arange(n)]
+        part_list = parts.tolist()
+        bound = (2 * ends + np.arange(n) + 1).tolist()
+        out = ["".join(part_list[a:b]) for a, b in zip([0, *bound[:-1]], bound, strict=True)]
+        # rows with a word that decodes to nothing keep the whitespace around it: the general path
+        for r in np.unique(layout.rows[empty]).tolist():
+            k0, k1 = int(ends[r] - counts[r]), int(ends[r])
+            row_seps = None if layout.seps is None else layout.seps[k0 + r : k1 + r + 1]
+            out[r] = _join_words(texts[k0:k1].tolist(), row_seps)
         return out
+
+    def _cache_words(self, keys: np.ndarray) -> None:
+        """Fill the per-id cache (key 2·id + at_start) for ``keys``: text, its letter ends and emptiness."""
+        size = self._texts.size
+        if keys.size and int(keys.max()) >= size:
+            grow = max(2 * size, int(keys.max()) + 1)
+            self._texts = np.concatenate([self._texts, np.empty(grow - size, dtype=object)])
+            self._known, self._lead, self._tail, self._empty = (
+                np.concatenate([a, np.zeros(grow - size, dtype=bool)])
+                for a in (self._known, self._lead, self._tail, self._empty)
+            )
+        missing = np.unique(keys[~self._known[keys]])
+        if missing.size:
+            words = self._decode_words([[k] for k in (missing >> 1).tolist()], (missing & 1).astype(bool).tolist())
+            self._texts[missing] = words
+            self._lead[missing], self._tail[missing] = _letter_ends(words)
+            self._empty[missing] = [not w for w in words]
+            self._known[missing] = True
 
     def _decode_words(self, words: list[list[int]], at_start: list[bool]) -> list[str]:
         """Each word's ids decoded as they read after earlier text (behind the anchor, cut off again), or as a
@@ -164,7 +196,9 @@ class HFTokens:
         seqs = [w if s else self._anchor + w for w, s in zip(words, starts, strict=True)]
         decoded: list[str] = self._decoder.decode_batch(seqs, skip_special_tokens=False) if seqs else []
         anchor, cut = self._anchor_text, len(self._anchor_text)
-        return [d if s or not d.startswith(anchor) else d[cut:] for d, s in zip(decoded, starts, strict=True)]
+        out = [d if s or not d.startswith(anchor) else d[cut:] for d, s in zip(decoded, starts, strict=True)]
+        # where the tokens hold no whitespace, the space the decoder puts before a word is not the input's
+        return out if self._spacing_in_tokens else [d.lstrip() for d in out]
 
     def decode(self, rows: Sequence[np.ndarray]) -> list[str]:
         """Decode kept ids (structural positions already removed) as one sequence, without the input's layout."""
@@ -187,68 +221,94 @@ def _whitespace_in_tokens(tok: Any) -> bool:
     return bool(covered >= len(text))
 
 
-def _word_layout(
-    text: str, word_ids: Sequence[int | None], offsets: Sequence[tuple[int, int]], *, keep_spacing: bool
-) -> tuple[list[tuple[int, int]], list[str] | None]:
-    """Each word's positions [start, stop) and, with ``keep_spacing``, the whitespace around the words.
+def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, keep_spacing: bool) -> WordLayout:
+    """The batch's words from the encodings' word ids and character offsets, and, with ``keep_spacing``,
+    the whitespace around them.
 
-    Template special tokens (no word, empty offsets) belong to no word. ``seps[0]`` is the whitespace
-    before the first word, ``seps[k]`` that between words k - 1 and k, ``seps[-1]`` that after the last;
-    characters other than whitespace between words (dropped by the tokenizer's normalizer) are not kept.
+    A word is a run of positions with the same word id; template special tokens (no word id, empty
+    offsets) belong to no word and split runs, and a position with no word id but characters is a word
+    of its own. A word's whitespace before it is that of the input between the end of everything before
+    it in the row and its first character; characters other than whitespace there (dropped by the
+    tokenizer's normalizer) are not kept.
     """
-    words: list[tuple[int, int]] = []
-    spans: list[tuple[int, int]] = []
-    prev: int | None = None
-    for j, (w, (b, e)) in enumerate(zip(word_ids, offsets, strict=True)):
-        if w is None:
-            if e <= b:
-                prev = None
-                continue
-        elif w == prev and words and words[-1][1] == j:
-            words[-1] = (words[-1][0], j + 1)
-            spans[-1] = (spans[-1][0], max(spans[-1][1], e))
-            continue
-        words.append((j, j + 1))
-        spans.append((b, e))
-        prev = w
+    N, n = int(lengths.sum()), len(texts)
+    wid = np.fromiter(itertools.chain.from_iterable(e.word_ids for e in encs), dtype=np.float64, count=N)  # None: nan
+    offsets = itertools.chain.from_iterable(itertools.chain.from_iterable(e.offsets for e in encs))
+    off = np.fromiter(offsets, dtype=np.int64, count=2 * N).reshape(N, 2)
+    skip = np.isnan(wid) & (off[:, 1] <= off[:, 0])
+    opens = np.zeros(N, dtype=bool)
+    opens[(np.cumsum(lengths) - lengths)[lengths > 0]] = True
+    cont = np.zeros(N, dtype=bool)
+    cont[1:] = (wid[1:] == wid[:-1]) & ~skip[:-1] & ~opens[1:]
+    breaks = np.flatnonzero(~cont)
+    starts = np.flatnonzero(~cont & ~skip)
+    stops = np.append(breaks, N)[np.searchsorted(breaks, starts, side="right")]
+    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)[starts]
+    counts = np.bincount(rows, minlength=n)
     if not keep_spacing:
-        return words, None
-    seps = []
-    end = 0
-    for b, e in spans:
-        seps.append(_only_space(text[end:b]) if b > end else "")
-        end = max(end, e)
-    seps.append(_only_space(text[end:]))
-    return words, seps
+        return WordLayout(starts, stops, rows, counts, None, None)
+    # each word's last character: the largest offset end of its positions (skipped positions count -1)
+    W = starts.size
+    ends = np.maximum.reduceat(np.where(skip, -1, off[:, 1]), starts) if W else np.zeros(0, dtype=np.int64)
+    # the gap before word k runs from the end of everything before it in its row; after the last word, to the
+    # text's end
+    shift = rows << 32
+    reach = np.maximum.accumulate(ends + shift) - shift
+    last = np.cumsum(counts) - 1
+    lens = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    begin = np.zeros(W + n, dtype=np.int64)
+    stop = np.repeat(lens, counts + 1)
+    slot = np.arange(W) + rows
+    stop[slot] = off[starts, 0]
+    begin[slot[1:]] = reach[:-1]
+    begin[slot[(np.cumsum(counts) - counts)[counts > 0]]] = 0
+    tails = last + np.arange(n) + 1
+    begin[tails[counts > 0]] = reach[last[counts > 0]]
+    # most gaps are empty or one space (read from the batch's code points); the rest are sliced from the text
+    text_of = np.repeat(np.arange(n), counts + 1)
+    width = stop - begin
+    bare = width <= 0
+    seps = np.full(W + n, "", dtype=object)
+    one = np.flatnonzero(width == 1)
+    if one.size:
+        codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        space = one[codes[(np.cumsum(lens) - lens)[text_of[one]] + begin[one]] == 32]
+        seps[space] = " "
+        width[space] = 0
+    other = np.flatnonzero(width > 0)
+    gaps = zip(other.tolist(), text_of[other].tolist(), begin[other].tolist(), stop[other].tolist(), strict=True)
+    for j, r, a, b in gaps:
+        seps[j] = sep = _only_space(texts[r][a:b])
+        bare[j] = not sep
+    return WordLayout(starts, stops, rows, counts, seps.tolist(), bare)
 
 
 def _only_space(s: str) -> str:
     return s if s.isspace() else "".join(c for c in s if c.isspace())
 
 
-def _run_together(left: str, right: str) -> bool:
-    """Two letters that would read as one word; wide (CJK) letters are written without spaces."""
-    return (
-        left.isalpha()
-        and right.isalpha()
-        and unicodedata.east_asian_width(left) not in "WF"
-        and unicodedata.east_asian_width(right) not in "WF"
-    )
+def _letter(c: str) -> bool:
+    """A letter that runs into a neighbouring letter as one word; wide (CJK) letters are written without spaces."""
+    return c.isalpha() and unicodedata.east_asian_width(c) not in "WF"
 
 
-def _join_words(words: Sequence[str], seps: Sequence[str] | None, *, spacing_in_tokens: bool) -> str:
-    """Join decoded words with the input's whitespace (``seps``) or the tokens' own (``seps=None``)."""
+def _letter_ends(words: Sequence[str]) -> tuple[list[bool], list[bool]]:
+    """Whether each word starts, and whether it ends, with a :func:`_letter`."""
+    return [bool(w) and _letter(w[0]) for w in words], [bool(w) and _letter(w[-1]) for w in words]
+
+
+def _join_words(words: Sequence[str], seps: Sequence[str] | None) -> str:
+    """Join decoded words with the input's whitespace (``seps``) or the tokens' own (``seps=None``), where a
+    word may decode to nothing (the whitespace around it is kept once)."""
     parts: list[str] = []
     pending = seps[0] if seps else ""
     last = ""
     for k, word in enumerate(words):
-        if not spacing_in_tokens:
-            word = word.lstrip()  # the decoder's own space between words; the tokens hold none
         if k and seps:
             pending += seps[k]
         if not word:
             continue
-        if parts and not pending and not word[0].isspace() and _run_together(last, word[0]):
+        if parts and not pending and _letter(last) and _letter(word[0]):
             pending = " "
         parts.append(pending)
         parts.append(word)
@@ -286,7 +346,7 @@ class WordTokens:
             rows.append(TokenizedRow(ids, words, [lead, *seps, trail]))
         return rows
 
-    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[TokenizedRow] | None]:
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, list[TokenizedRow]]:
         """All rows' ids concatenated (int64), each row's length, and the per-row words and separators."""
         rows = self.encode(texts)
         lengths = np.fromiter((r.ids.size for r in rows), dtype=np.int64, count=len(rows))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig
-from hf_textdp.tokens import HFTokens
+from hf_textdp.tokens import HFTokens, _join_words
 from tests.conftest import minilm_available
 from tests.utils import corpus
 
@@ -196,3 +196,59 @@ def test_default_model_mr_no_noise_equals_normalised_input(shared_dir: Path):
     same = sum(o == _normalised(priv, r) for o, r in zip(out, rows, strict=True))
     assert same / len(rows) >= 0.99, f"{same}/{len(rows)} rows equal their normalised input"
     assert not any("##" in o for o in out)
+
+
+# --------------------------------------------------------------------------- the batch layout against a plain loop
+def _reference_decode(tk: HFTokens, text: str, enc, ids: list[int], drop: list[bool]) -> str:
+    """One row decoded by a plain loop over its positions (the form the batch code replaced)."""
+    words: list[list[int]] = []  # each word's positions
+    spans: list[list[int]] = []
+    prev = None
+    for j, (w, (b, e)) in enumerate(zip(enc.word_ids, enc.offsets, strict=True)):
+        if w is None and e <= b:
+            prev = None
+            continue
+        if w is not None and w == prev and words and words[-1][-1] == j - 1:
+            words[-1].append(j)
+            spans[-1][1] = max(spans[-1][1], e)
+            continue
+        words.append([j])
+        spans.append([b, e])
+        prev = w
+    seps = None
+    if not tk._spacing_in_tokens:
+        seps, end = [], 0
+        for b, e in spans:
+            seps.append("".join(c for c in text[end:b] if c.isspace()))
+            end = max(end, e)
+        seps.append("".join(c for c in text[end:] if c.isspace()))
+    at_start = [k == 0 and tk._spacing_in_tokens for k in range(len(words))]
+    texts = tk._decode_words([[ids[j] for j in w if not drop[j]] for w in words], at_start)
+    return _join_words(texts, seps)
+
+
+@pytest.mark.parametrize("family", ["tiny_bert", "tiny_gpt2", "tiny_unigram"])
+def test_batch_decode_equals_plain_loop(family, request):
+    """Batch layout and joining = a per-row loop, random replacements and drops (seed 0), batches of 1 and 64."""
+    from transformers import AutoTokenizer
+
+    tokenizer = request.getfixturevalue(family)
+    tk, special = _tokens(AutoTokenizer.from_pretrained(tokenizer) if isinstance(tokenizer, str) else tokenizer)
+    odd = ["don't\u00a0stop", "漢字 テスト abc", "a\x00b  \u200bz", "\n", "x" * 80, "½ﬁ ③⑤x Ⅻ. ﬀi,½ ㍻"]
+    texts = [*TEXTS, *corpus(120, seed=11), *odd]
+    rng = np.random.default_rng(0)
+    V = tk._tok.get_vocab_size()
+    for batch in (1, 64):
+        for s in range(0, len(texts), batch):
+            rows = texts[s : s + batch]
+            flat, lengths, layout = tk.encode_flat(rows)
+            ids = np.where(rng.random(flat.size) < 0.4, rng.integers(0, V, flat.size), flat)
+            drop = np.isin(ids, list(special)) | (rng.random(flat.size) < 0.1)
+            got = tk.decode_flat(ids, lengths, drop, layout)
+            encs = tk._tok.encode_batch(rows, add_special_tokens=True)
+            cut = np.cumsum(lengths)[:-1]
+            want = [
+                _reference_decode(tk, t, e, i.tolist(), d.tolist())
+                for t, e, i, d in zip(rows, encs, np.split(ids, cut), np.split(drop, cut), strict=True)
+            ]
+            assert got == want
