@@ -92,6 +92,8 @@ _BF16_MAX_MAGNITUDE = 2.0**60
 FUSED_QUERIES = 1 << 18
 #: flagged queries at most that the direct float64 distances resolve (each reads all rows once)
 _FEW_QUERIES = 64
+#: queries with ‖q‖R + R² above this are refused: fp32 scores would come within 2⁸ of overflow (2¹²⁸)
+_FP32_MAX_MAGNITUDE = 2.0**120
 _PAD_NU = 1.0e30  # half squared norm of the padding rows: their bf16 score is −1e30, never a candidate
 #: candidates a filter pass collects: (query rows, positions, oriented scores), one triple per chunk
 _Found = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -287,11 +289,25 @@ def _bf16_is_fast() -> bool:
 
 
 # --------------------------------------------------------------------------- the index
-def _check_finite(Q: torch.Tensor) -> None:
+def _check_range(Q: torch.Tensor, R: float) -> None:
+    """Refuse queries that are not finite, or so large that the fp32 scores ν − q·e could overflow.
+
+    The Frobenius norm bounds every ‖q‖ and is not finite when a term is nan or ±inf (or when it overflows):
+    one reduction over the batch for the usual case, the elementwise tests only where it fails.
+    """
+    fro = float(torch.linalg.vector_norm(Q))
+    if math.isfinite(fro) and fro * R + R * R < _FP32_MAX_MAGNITUDE:
+        return
     if not bool(torch.isfinite(Q).all()):
         raise NumericalRangeError(
             "epsilon: the noisy vectors overflowed to non-finite values; epsilon is far too small "
             "for float32 (use a larger epsilon)."
+        )
+    qmax = float(torch.linalg.vector_norm(Q.double(), dim=1).max())
+    if qmax * R + R * R >= _FP32_MAX_MAGNITUDE:
+        raise NumericalRangeError(
+            f"epsilon: the noisy vectors are too large for float32 scores (norms up to {qmax:.3g}); epsilon is "
+            "far too small (use a larger epsilon)."
         )
 
 
@@ -441,7 +457,7 @@ class ExactIndex:
         Q = Q.contiguous()
         if k == 1 and exclude is None and self._use_tensor_cores():
             return self._search_fused(Q, chunk_size, query_block)  # flags non-finite queries, checked with the rest
-        _check_finite(Q)
+        _check_range(Q, self.R)
         return self._search_generic(Q, k, exclude, chunk_size, query_block)
 
     def _search_generic(
@@ -501,7 +517,7 @@ class ExactIndex:
         bad = torch.nonzero(torch.cat(flags)).squeeze(1)
         if bad.numel():
             Qb = Q[bad]
-            _check_finite(Qb)
+            _check_range(Qb, self.R)
             self.fallback_queries += int(bad.numel())
             found, done = self._resolve_few(Qb)
             rest = torch.nonzero(~done).squeeze(1)

@@ -430,3 +430,34 @@ def test_vector_cache_hit_equals_parse_and_skips_errors(tmp_path: Path, monkeypa
     for _ in range(2):  # errors are never cached
         with pytest.raises(ValueError, match="line 2: 'x' is not a number"):
             vectors.read_vectors(bad)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_query_raises(bad):
+    """A nan or ±inf anywhere in the queries is refused with the epsilon hint, on both filters."""
+    from hf_textdp.errors import NumericalRangeError
+
+    E = torch.randn(300, 8, generator=torch.Generator().manual_seed(3))
+    Q = E[:40].clone()
+    Q[17, 5] = bad
+    for name in ("bf16", "fp32"):
+        with pytest.raises(NumericalRangeError, match="epsilon"):
+            ExactIndex(E, filter=name).search(Q, 1)
+
+
+def test_huge_finite_queries_refused_not_crashed():
+    """Finite queries whose fp32 scores would overflow get the epsilon error (it was an internal assertion at
+    ‖q‖ ≈ 1e38, madlib with ε ≈ 5e-37); queries below the limit are still answered exactly."""
+    from hf_textdp.errors import NumericalRangeError
+
+    E = torch.randn(300, 8, generator=torch.Generator().manual_seed(3))
+    Q = torch.randn(40, 8, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(NumericalRangeError, match="too large for float32"):
+        ExactIndex(E).search(Q * 3.0e37, 1)
+    big = Q[:5].double() * 1.0e30
+    got = ExactIndex(E).search(big.float(), 1)[:, 0].tolist()
+    Ef = [[Fraction(float(x)) for x in row] for row in E]
+    for q, g in zip(big.float(), got, strict=True):
+        qf = [Fraction(float(x)) for x in q]
+        d = [sum((a - b) ** 2 for a, b in zip(qf, row, strict=True)) for row in Ef]
+        assert g == min(range(len(d)), key=lambda j: (d[j], j))
