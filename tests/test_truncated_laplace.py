@@ -331,3 +331,13 @@ def test_sound_preconditions(kwargs, match):
     args = {"epsilon": 1.0, "delta": 1e-5, "l1_sensitivity": 2.5, "linf_sensitivity": 1.0, **kwargs}
     with pytest.raises(InvalidParameterError, match=match):
         sound_constants(**args)
+
+
+@pytest.mark.parametrize("epsilon", [1e-300, 1e-200])
+def test_epsilon_too_small_for_float64_is_named(epsilon):
+    """α = ε/Δ₁ whose square underflows: a NumericalRangeError naming epsilon (was a ZeroDivisionError)."""
+    from hf_textdp.errors import NumericalRangeError
+
+    with pytest.raises(NumericalRangeError, match="epsilon"):
+        sound_constants(epsilon=epsilon, delta=1e-6, l1_sensitivity=2 * 384**0.5, linf_sensitivity=2.0)
+    assert sound_constants(epsilon=1e-100, delta=1e-6, l1_sensitivity=2 * 384**0.5, linf_sensitivity=2.0).alpha > 0

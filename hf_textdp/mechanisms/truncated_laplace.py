@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..bounding import Sensitivity
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, NumericalRangeError
 from ..rng import Draw, Streams, as_streams
 from .bounded import BoundedAdditiveMechanism, Prepared
 
@@ -96,6 +96,11 @@ def truncated_laplace_variance(alpha: float, A: float) -> float:
 
 
 def _finish(alpha: float, A: float, **extra: Any) -> TruncatedLaplaceConstants:
+    if not alpha * alpha > 0.0:  # ε/Δ₁ below ~1e-154: the variance 2/α² overflows, and the noise any float
+        raise NumericalRangeError(
+            f"epsilon: truncated_laplace's rate alpha = epsilon / Delta_1 = {alpha:.3g} is too small for float64 "
+            "(2 / alpha**2 overflows); epsilon is far too small (use a larger epsilon)."
+        )
     a = alpha * A
     B = -2.0 * math.expm1(-a) / alpha
     gain = variance_gain(a)
@@ -111,6 +116,7 @@ def sound_constants(
 
     Raises:
         InvalidParameterError: ε not finite > 0, δ ∉ (0, 1), not Δ₁ ≥ Δ∞ > 0, S not finite, or 2A < Δ∞.
+        NumericalRangeError: α = ε/Δ₁ so small that 2/α² overflows.
 
     Example:
 
