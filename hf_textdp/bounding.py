@@ -97,6 +97,12 @@ class Sensitivity:
 
 
 # --------------------------------------------------------------------------- validation
+#: the smallest ``clip_norm`` accepted: a row of that norm in up to 10⁶ dimensions has its largest coordinate
+#: ≥ 1e-33, a normal float32 (≥ 2⁻¹²⁶ ≈ 1.2e-38); near 1e-45 clipped rows collapse to zero (float32 underflow) and
+#: the exact search falls back to rational arithmetic for every tie (measured: no answer within minutes)
+MIN_CLIP_NORM = 1e-30
+
+
 def check_bound_options(
     bound: Any,
     *,
@@ -127,7 +133,11 @@ def check_bound_options(
             raise InvalidParameterError(
                 f"clip_norm is only accepted with bound='clip', got bound={bound!r} (clip_norm={clip_norm!r})."
             )
-        check_float(clip_norm, "clip_norm", minimum=0.0)
+        if check_float(clip_norm, "clip_norm", minimum=0.0) < MIN_CLIP_NORM:
+            raise InvalidParameterError(
+                f"clip_norm must be >= {MIN_CLIP_NORM:g}, got {clip_norm!r}: rows clipped shorter than that lose "
+                "their float32 digits (they underflow) and the exact search cannot tell them apart."
+            )
     for name, value in (("jl_k", jl_k), ("jl_xi", jl_xi), ("jl_seed", jl_seed)):
         if value is not None and bound != "jl":
             raise InvalidParameterError(

@@ -315,6 +315,8 @@ def test_sensitivity_cache_memory_and_disk(synthetic, tmp_path, monkeypatch):
         pytest.param({"bound": "clip", "clip_norm": -1.0}, InvalidParameterError, "clip_norm", id="clip_norm_neg"),
         pytest.param({"bound": "clip", "clip_norm": math.nan}, InvalidParameterError, "clip_norm", id="clip_norm_nan"),
         pytest.param({"bound": "clip", "clip_norm": math.inf}, InvalidParameterError, "clip_norm", id="clip_norm_inf"),
+        # rows clipped this short underflow in float32: the search would tie on every row (it hung)
+        pytest.param({"bound": "clip", "clip_norm": 1e-45}, InvalidParameterError, "clip_norm", id="clip_norm_tiny"),
         pytest.param({"bound": "clip", "clip_norm": "1"}, ParameterTypeError, "clip_norm", id="clip_norm_str"),
         pytest.param({"bound": "clip", "jl_k": 8}, InvalidParameterError, "jl_k", id="jl_k_with_clip"),
         pytest.param({"bound": "minmax", "jl_xi": 0.5}, InvalidParameterError, "jl_xi", id="jl_xi_with_minmax"),
@@ -330,6 +332,10 @@ def test_invalid_bound_options(kwargs, error, match):
     bound = kwargs.pop("bound")
     with pytest.raises(error, match=match):
         check_bound_options(bound, **kwargs)
+
+
+def test_smallest_clip_norm_accepted():
+    assert check_bound_options("clip", clip_norm=1e-30) is None
 
 
 def test_minmax_constant_column_raises():
