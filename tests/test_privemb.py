@@ -506,3 +506,16 @@ def test_report(t_path, certify):
     assert report["certified"] is certify
     assert report["guarantee"] == "metric_dp"
     assert report["epsilon_token"] == pytest.approx(2.0 * proj["diam_projected"] / proj["s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("beta", [1e-300, 1e-3])
+def test_tiny_beta_refused_before_allocating(beta):
+    """β so small that m·d exceeds 2²⁸ entries (1e-300 divided by zero; 1e-3 asked for 17 G entries)."""
+    with pytest.raises(InvalidParameterError, match=rf"beta={beta!r} asks for a projection dimension"):
+        projection_dim(beta=beta, delta=1e-6, d=384)
+    assert projection_dim(beta=0.01, delta=1e-6, d=384) == 441818  # 0.17 G entries: still allowed
+
+
+def test_huge_m_refused_before_allocating():
+    with pytest.raises(InvalidParameterError, match="m=10000000 at d = 384 gives a projection matrix"):
+        projection_matrix(10_000_000, 384, 0)

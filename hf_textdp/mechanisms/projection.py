@@ -34,6 +34,8 @@ __all__ = [
 U64 = 2.0**-53
 _BLOCK_ENTRIES = 2**22  # float64 entries per [chunk, V] block of the L̂ pass (32 MiB per array)
 _REFINE = 8  # pairs recomputed per block at least (privemb.md §4: "at least the 8 largest")
+#: entries of Φ at most (m·d; 1 GiB of fp32): β ≈ 0.009 reaches it at d = 384, where 0.5–0.9 give m of 55–220
+MAX_PROJECTION_ENTRIES = 2**28
 
 
 # --------------------------------------------------------------------------- privemb.md §2, §3
@@ -61,7 +63,13 @@ def projection_dim(*, beta: float, delta: float, d: int) -> int:
     beta = check_open_unit(beta, "beta")
     delta = check_open_unit(delta, "delta")
     d = check_int(d, "d", minimum=1)
-    x = (math.sqrt(math.log2(d)) + math.sqrt(math.log(1.0 / delta))) ** 2 / (beta * beta)
+    bb = beta * beta
+    x = (math.sqrt(math.log2(d)) + math.sqrt(math.log(1.0 / delta))) ** 2 / bb if bb > 0 else math.inf
+    if not x * d <= MAX_PROJECTION_ENTRIES:
+        raise InvalidParameterError(
+            f"beta={beta!r} asks for a projection dimension m = {x:.4g} at d = {d} (Φ would hold {x * d:.3g} entries, "
+            f"more than {MAX_PROJECTION_ENTRIES:,}); use a larger beta (0.5–0.9 give m of 55–220 at d = 384)."
+        )
     return max(1, math.ceil(x))
 
 
@@ -79,6 +87,11 @@ def projection_matrix(m: int, d: int, projection_seed: int) -> npt.NDArray[np.fl
     """
     m = check_int(m, "m", minimum=1)
     d = check_int(d, "d", minimum=1)
+    if m * d > MAX_PROJECTION_ENTRIES:
+        raise InvalidParameterError(
+            f"m={m} at d = {d} gives a projection matrix of {m * d:,} entries, more than {MAX_PROJECTION_ENTRIES:,}; "
+            "use a smaller m."
+        )
     projection_seed = check_int(projection_seed, "projection_seed", minimum=0)
     rng = np.random.default_rng(projection_seed)
     phi: npt.NDArray[np.float32] = (rng.standard_normal((m, d)) / math.sqrt(m)).astype(np.float32)
