@@ -60,6 +60,13 @@ class _Release:
     positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
 
 
+def _what_id(value: Any) -> str:
+    """What an id column held, without echoing the value (an id may be a user's number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return type(value).__name__
+    return "a negative int" if int(value) < 0 else "an int >= 2**63"
+
+
 class Privatizer:
     """Rewrite text token by token with a metric-DP mechanism on the model's own embeddings.
 
@@ -344,7 +351,7 @@ class Privatizer:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < _I63:
             raise InvalidRowError(
                 f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), "
-                f"got {type(value).__name__}."
+                f"got {_what_id(value)}."
             )
         return int(value)
 

@@ -66,7 +66,9 @@ def check_row_id(value: Any, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ParameterTypeError(f"{name} must hold ints in [0, 2**63), got {type(value).__name__}.")
     if not 0 <= int(value) < _I63:
-        raise InvalidParameterError(f"{name} must hold ints in [0, 2**63), got a value out of range.")
+        raise InvalidParameterError(
+            f"{name} must hold ints in [0, 2**63), got {'a negative int' if int(value) < 0 else 'an int >= 2**63'}."
+        )
     return int(value)
 
 

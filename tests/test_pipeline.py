@@ -125,6 +125,9 @@ def test_every_output_format_with_its_report(name, cfg, reference, tmp_path):
     assert [r["text"] for r in rows] == reference["text"] == ret["text"]
     if name != "out.csv":  # CSV has no lists; the others keep the types
         assert [r["input_ids"] for r in rows] == reference["input_ids"]
+    else:  # list cells are JSON arrays
+        assert [json.loads(r["input_ids"]) for r in rows] == reference["input_ids"]
+        assert [int(r["dp_tokens"]) for r in rows] == reference["dp_tokens"]
     report_file = report_path_for(output)
     assert report_file == (
         output / "privacy_report.json" if output.suffix == "" else output.with_name(name + ".privacy_report.json")

@@ -69,7 +69,7 @@ ROW_CASES = [
         {"text": ["a", "b"], "rid": [3, -1]},
         {"id_column": "rid"},
         InvalidRowError,
-        r"row 1 of the batch: id_column='rid' must hold ints in \[0, 2\*\*63\)",
+        r"row 1 of the batch: id_column='rid' must hold ints in \[0, 2\*\*63\), got a negative int\.$",
     ),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 from collections.abc import Iterator, Sequence
@@ -17,6 +18,21 @@ from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
 
 
 __all__ = ["check_not_input", "input_paths", "refuse_existing_output", "save_output", "output_errors"]
+
+
+def _write_csv(ds: datasets.Dataset, path: Path, batch_size: int = 10_000) -> None:
+    """CSV with a header row, list cells as JSON arrays (``[101, 2023, 102]``, read back by ``json.loads``).
+
+    ``Dataset.to_csv`` writes numpy's form of a list (``[ 101 2023  102]``), which no JSON or CSV reader parses.
+    """
+    import pandas as pd
+
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for i, batch in enumerate(ds.iter(batch_size=batch_size)):
+            cells = {k: [json.dumps(v) if isinstance(v, list) else v for v in vals] for k, vals in batch.items()}
+            pd.DataFrame(cells, columns=list(batch)).to_csv(f, header=i == 0, index=False)
+        if ds.num_rows == 0:
+            pd.DataFrame(columns=list(ds.column_names)).to_csv(f, index=False)
 
 
 def check_not_input(output: Path, paths: Sequence[str | os.PathLike[str]]) -> None:
@@ -68,7 +84,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
             if fmt == "json":
                 ds.to_json(str(tmp), lines=True, force_ascii=False)
             elif fmt == "csv":
-                ds.to_csv(str(tmp), index=False)
+                _write_csv(ds, tmp)
             else:
                 ds.to_parquet(str(tmp))
             report_tmp = tmp.with_name(report_path_for(output).name)
