@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from .errors import TokenizerNotSupportedError
+from .errors import InvalidRowError, TokenizerNotSupportedError
 
 
 __all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens"]
@@ -94,10 +94,8 @@ class HFTokens:
 
     def _encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         batch = texts if isinstance(texts, list) else list(texts)
-        if hasattr(self._tok, "encode_batch_fast"):  # tokenizers >= 0.21: no offsets computed
-            encs = self._tok.encode_batch_fast(batch, add_special_tokens=True)
-        else:
-            encs = self._tok.encode_batch(batch, add_special_tokens=True)
+        fast = getattr(self._tok, "encode_batch_fast", None)  # tokenizers >= 0.21: no offsets computed
+        encs = _encoded(fast or self._tok.encode_batch, batch)
         return [e.ids for e in encs]
 
     def encode(self, texts: Sequence[str]) -> list[TokenizedRow]:
@@ -106,7 +104,7 @@ class HFTokens:
     def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, WordLayout]:
         """All rows' ids concatenated (int64), each row's length, and the batch's words (:class:`WordLayout`)."""
         batch = texts if isinstance(texts, list) else list(texts)
-        encs = self._tok.encode_batch(batch, add_special_tokens=True)
+        encs = _encoded(self._tok.encode_batch, batch)
         per_row = [e.ids for e in encs]
         lengths = np.fromiter(map(len, per_row), dtype=np.int64, count=len(per_row))
         flat = np.fromiter(itertools.chain.from_iterable(per_row), dtype=np.int64, count=int(lengths.sum()))
@@ -208,6 +206,24 @@ class HFTokens:
         """:meth:`decode` for rows given as lists of ints."""
         out: list[str] = self._decoder.decode_batch(rows, skip_special_tokens=False)
         return out
+
+
+def _encoded(encode: Any, batch: list[str]) -> list[Any]:
+    """``encode(batch, add_special_tokens=True)``, with a text the tokenizer cannot take (a lone surrogate, which
+    has no UTF-8 form) named by its row instead of the tokenizer's ``TypeError``."""
+    try:
+        encs: list[Any] = encode(batch, add_special_tokens=True)
+    except TypeError:
+        for i, text in enumerate(batch):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise InvalidRowError(
+                    f"row {i} of the batch: the text is not valid Unicode (a lone surrogate at character "
+                    f"{err.start}); decode the source with errors='replace' or clean it first."
+                ) from None
+        raise
+    return encs
 
 
 def _whitespace_in_tokens(tok: Any) -> bool:

@@ -204,3 +204,13 @@ def test_hard_rows_report_counts_passthrough(unicode_runs):
     assert report["totals"]["dp_tokens"] == sum(out["dp_tokens"])
     assert report["totals"]["passthrough_tokens"] > 0  # [UNK] positions are counted, not privatized
     assert unicode_runs["tiny_gpt2"]["report"]["totals"]["passthrough_tokens"] == 0  # byte level: no unknowns
+
+
+def test_lone_surrogate_names_the_row(tiny_bert):
+    """A Python str with a lone surrogate has no UTF-8 form: the row is named (the tokenizer said TypeError)."""
+    priv = Privatizer(PrivatizerConfig(epsilon=5.0, model=tiny_bert), seed=2**40 + 11)
+    with pytest.raises(
+        InvalidRowError, match=r"row 1 of the batch: .* not valid Unicode \(a lone surrogate at character 1\)"
+    ):
+        priv.privatize(["ok", "a\ud800b"])
+    assert priv.privatize(["ok"])[0]
