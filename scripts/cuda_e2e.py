@@ -1,6 +1,6 @@
 """End-to-end rate on a GPU with host workers: ``privatize_dataset(num_proc=P)`` over MR text repeated.
 
-One process tokenizes and decodes at about 0.76 M tokens/s on the 2-core CI machine
+One process tokenizes and decodes at about 0.7 M tokens/s on the 2-core CI machine
 (``scripts/host_throughput.py``), whatever the GPU; with ``num_proc`` each ``datasets`` worker has its own
 CUDA context and they share the GPU. MR alone (0.27 M tokens) is over before the workers have started, so
 the corpus is MR repeated ``--repeat`` times (the rows get their own ids, so every copy draws fresh noise).
