@@ -41,6 +41,7 @@ from .mechanisms.base import AdditiveMechanism
 from .privatizer import Privatizer
 from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from .tokens import text_fault
 
 
 __all__ = ["PrivateTokenizer"]
@@ -254,7 +255,15 @@ class PrivateEncoder:
 
         call_kwargs = dict(kwargs)
         return_tensors = call_kwargs.pop("return_tensors", None)
-        plain = tok(text, text_pair, **call_kwargs)
+        try:
+            plain = tok(text, text_pair, **call_kwargs)
+        except TypeError:
+            if split_words:
+                raise
+            fault = text_fault(text, "text[{}]") or (text_fault(text_pair, "text_pair[{}]") if text_pair else None)
+            if fault is None:
+                raise
+            raise fault from None
         encs = list(plain.encodings or [])
         if len(encs) != len(plain["input_ids"]):
             raise TokenizerNotSupportedError(

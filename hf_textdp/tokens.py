@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from .errors import InvalidRowError, TokenizerNotSupportedError
+from .errors import HfTextDPError, InvalidRowError, ParameterTypeError, TokenizerNotSupportedError
 
 
 __all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens"]
@@ -209,21 +209,32 @@ class HFTokens:
 
 
 def _encoded(encode: Any, batch: list[str]) -> list[Any]:
-    """``encode(batch, add_special_tokens=True)``, with a text the tokenizer cannot take (a lone surrogate, which
-    has no UTF-8 form) named by its row instead of the tokenizer's ``TypeError``."""
+    """``encode(batch, add_special_tokens=True)``, with a text the tokenizer cannot take named by its row instead
+    of the tokenizer's ``TypeError``."""
     try:
         encs: list[Any] = encode(batch, add_special_tokens=True)
     except TypeError:
-        for i, text in enumerate(batch):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise InvalidRowError(
-                    f"row {i} of the batch: the text is not valid Unicode (a lone surrogate at character "
-                    f"{err.start}); decode the source with errors='replace' or clean it first."
-                ) from None
-        raise
+        fault = text_fault(batch, "row {} of the batch")
+        if fault is None:
+            raise
+        raise fault from None
     return encs
+
+
+def text_fault(texts: Sequence[Any], where: str) -> HfTextDPError | None:
+    """Why a tokenizer refuses ``texts``: an entry that is not a str, or a lone surrogate (a str with no UTF-8
+    form), named by ``where.format(i)``; ``None`` if neither. For after the tokenizer's ``TypeError`` only."""
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            return ParameterTypeError(f"{where.format(i)}: expected str, got {type(text).__name__}.")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return InvalidRowError(
+                f"{where.format(i)}: the text is not valid Unicode (a lone surrogate at character {err.start}); "
+                "decode the source with errors='replace' or clean it first."
+            )
+    return None
 
 
 def _whitespace_in_tokens(tok: Any) -> bool:

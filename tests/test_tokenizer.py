@@ -335,3 +335,21 @@ def test_dataloader_workers_draw_independent_noise(tiny_bert):
     out = list(loader)
     assert sorted(w for w, _ in out) == [0, 1]
     assert not torch.equal(out[0][1], out[1][1])  # identical rows, different workers: different noise
+
+
+@pytest.mark.parametrize(
+    ("text", "pair", "error", "match"),
+    [
+        (["ok", None], None, "ParameterTypeError", r"text\[1\]: expected str, got NoneType"),
+        (["a\ud800b"], None, "InvalidRowError", r"text\[0\]: .* \(a lone surrogate at character 1\)"),
+        (["ok"], ["x\udc00"], "InvalidRowError", r"text_pair\[0\]: .* \(a lone surrogate at character 1\)"),
+    ],
+    ids=["none", "surrogate", "surrogate-pair"],
+)
+def test_texts_the_tokenizer_refuses_are_named(tiny_bert, text, pair, error, match):
+    """The wrapped tokenizer's TypeError ("TextEncodeInput must be Union[...]") becomes an error naming the entry."""
+    from hf_textdp import errors
+
+    ptok = PrivateTokenizer(None, PrivatizerConfig(epsilon=3.0, model=tiny_bert), seed=SEED)
+    with pytest.raises(getattr(errors, error), match=match):
+        ptok(text, pair, indices=list(range(len(text))))
