@@ -56,15 +56,14 @@ class TokenizedRow:
 class WordLayout:
     """A batch's words (Hugging Face tokenizers), held flat: word k covers the batch's positions
     ``starts[k]:stops[k]`` and belongs to row ``rows[k]``; ``counts[r]`` words are row r's. Where the tokens
-    hold no whitespace, ``seps`` holds the input's whitespace: ``counts[r] + 1`` strings a row (before each
-    word, then after the last), rows one after another, and ``bare`` marks the empty ones."""
+    hold no whitespace, ``seps`` (an object array of str) holds the input's whitespace: ``counts[r] + 1``
+    strings a row (before each word, then after the last), rows one after another."""
 
     starts: np.ndarray
     stops: np.ndarray
     rows: np.ndarray
     counts: np.ndarray
-    seps: list[str] | None
-    bare: np.ndarray | None
+    seps: np.ndarray | None
 
 
 class HFTokens:
@@ -121,8 +120,9 @@ class HFTokens:
         """
         starts, stops, counts = layout.starts, layout.stops, layout.counts
         n, W = counts.size, starts.size
+        ends = np.cumsum(counts)  # row r's words are ends[r] - counts[r] … ends[r] - 1
         first = np.zeros(W, dtype=bool)
-        first[(np.cumsum(counts) - counts)[counts > 0]] = True
+        first[(ends - counts)[counts > 0]] = True
         at_start = first & self._spacing_in_tokens
         texts = np.empty(W, dtype=object)
         lead = np.zeros(W, dtype=bool)  # the word starts with a letter that can run into the one before
@@ -146,18 +146,16 @@ class HFTokens:
         empty[idx] = self._empty[keys]
         empty[rest] = [not t for t in texts[rest]]
         # two words that would run together letter to letter, with no whitespace between them, get a space
-        seps = np.array(layout.seps if layout.seps is not None else [""] * (W + n), dtype=object)
+        seps = np.full(W + n, "", dtype=object) if layout.seps is None else layout.seps.copy()
         slot = np.arange(W) + layout.rows  # seps[slot[k]] stands before word k
         glue = np.zeros(W, dtype=bool)
         glue[1:] = ~first[1:] & tail[:-1] & lead[1:]
-        if layout.bare is not None:
-            glue &= layout.bare[slot]
+        glue &= seps[slot] == ""
         seps[slot[glue]] = " "
         # each row: seps[0], word 0, seps[1], word 1, …, the last separator
         parts = np.empty(2 * W + n, dtype=object)
         parts[2 * np.arange(W) + layout.rows] = seps[slot]
         parts[2 * np.arange(W) + layout.rows + 1] = texts
-        ends = np.cumsum(counts)
         parts[2 * ends + np.arange(n)] = seps[ends + np.arange(n)]
         part_list = parts.tolist()
         bound = (2 * ends + np.arange(n) + 1).tolist()
@@ -165,7 +163,7 @@ class HFTokens:
         # rows with a word that decodes to nothing keep the whitespace around it: the general path
         for r in np.unique(layout.rows[empty]).tolist():
             k0, k1 = int(ends[r] - counts[r]), int(ends[r])
-            row_seps = None if layout.seps is None else layout.seps[k0 + r : k1 + r + 1]
+            row_seps = None if layout.seps is None else layout.seps[k0 + r : k1 + r + 1].tolist()
             out[r] = _join_words(texts[k0:k1].tolist(), row_seps)
         return out
 
@@ -273,7 +271,7 @@ def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, 
     rows = np.repeat(np.arange(n, dtype=np.int64), lengths)[starts]
     counts = np.bincount(rows, minlength=n)
     if not keep_spacing:
-        return WordLayout(starts, stops, rows, counts, None, None)
+        return WordLayout(starts, stops, rows, counts, None)
     # each word's last character: the largest offset end of its positions (skipped positions count -1)
     W = starts.size
     ends = np.maximum.reduceat(np.where(skip, -1, off[:, 1]), starts) if W else np.zeros(0, dtype=np.int64)
@@ -281,20 +279,20 @@ def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, 
     # text's end
     shift = rows << 32
     reach = np.maximum.accumulate(ends + shift) - shift
-    last = np.cumsum(counts) - 1
+    heads = np.cumsum(counts) - counts  # each row's first word
+    last = heads + counts - 1
     lens = np.fromiter(map(len, texts), dtype=np.int64, count=n)
     begin = np.zeros(W + n, dtype=np.int64)
     stop = np.repeat(lens, counts + 1)
     slot = np.arange(W) + rows
     stop[slot] = off[starts, 0]
     begin[slot[1:]] = reach[:-1]
-    begin[slot[(np.cumsum(counts) - counts)[counts > 0]]] = 0
+    begin[slot[heads[counts > 0]]] = 0
     tails = last + np.arange(n) + 1
     begin[tails[counts > 0]] = reach[last[counts > 0]]
     # most gaps are empty or one space (read from the batch's code points); the rest are sliced from the text
     text_of = np.repeat(np.arange(n), counts + 1)
     width = stop - begin
-    bare = width <= 0
     seps = np.full(W + n, "", dtype=object)
     one = np.flatnonzero(width == 1)
     if one.size:
@@ -305,9 +303,8 @@ def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, 
     other = np.flatnonzero(width > 0)
     gaps = zip(other.tolist(), text_of[other].tolist(), begin[other].tolist(), stop[other].tolist(), strict=True)
     for j, r, a, b in gaps:
-        seps[j] = sep = _only_space(texts[r][a:b])
-        bare[j] = not sep
-    return WordLayout(starts, stops, rows, counts, seps.tolist(), bare)
+        seps[j] = _only_space(texts[r][a:b])
+    return WordLayout(starts, stops, rows, counts, seps)
 
 
 def _only_space(s: str) -> str:
