@@ -40,13 +40,12 @@ from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger, warn_once
+from .validation import row_id_fault
 
 
 __all__ = ["Privatizer"]
 
 logger = get_logger(__name__)
-
-_I63 = 2**63
 
 
 @dataclass
@@ -58,13 +57,6 @@ class _Release:
     step: PostprocessStep | None
     claim: Claim
     positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
-
-
-def _what_id(value: Any) -> str:
-    """What an id column held, without echoing the value (an id may be a user's number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        return type(value).__name__
-    return "a negative int" if int(value) < 0 else "an int >= 2**63"
 
 
 class Privatizer:
@@ -348,10 +340,10 @@ class Privatizer:
 
     # ---------------------------------------------------------------- the work
     def _check_id(self, value: Any, i: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < _I63:
+        fault = row_id_fault(value)
+        if fault is not None:
             raise InvalidRowError(
-                f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), "
-                f"got {_what_id(value)}."
+                f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
             )
         return int(value)
 

@@ -42,11 +42,11 @@ from .privatizer import Privatizer
 from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from .tokens import text_fault
+from .validation import row_id_fault
 
 
 __all__ = ["PrivateTokenizer"]
 
-_I63 = 2**63
 # call arguments that shape the output; the whole (reference) encoding drops them
 _SHAPING = (
     "truncation",
@@ -66,10 +66,9 @@ def check_row_id(value: Any, name: str) -> int:
     """An example id: an int in [0, 2**63) (docs/mechanisms/randomness.md)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ParameterTypeError(f"{name} must hold ints in [0, 2**63), got {type(value).__name__}.")
-    if not 0 <= int(value) < _I63:
-        raise InvalidParameterError(
-            f"{name} must hold ints in [0, 2**63), got {'a negative int' if int(value) < 0 else 'an int >= 2**63'}."
-        )
+    fault = row_id_fault(value)
+    if fault is not None:
+        raise InvalidParameterError(f"{name} must hold ints in [0, 2**63), got {fault}.")
     return int(value)
 
 

@@ -10,10 +10,20 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .errors import InvalidParameterError, ParameterTypeError
 
 
-__all__ = ["check_epsilon", "check_open_unit", "check_float", "check_int", "check_choice", "check_bool"]
+__all__ = [
+    "check_epsilon",
+    "check_open_unit",
+    "check_float",
+    "check_int",
+    "check_choice",
+    "check_bool",
+    "row_id_fault",
+]
 
 
 def _number(value: Any, name: str) -> float:
@@ -71,3 +81,13 @@ def check_choice(value: Any, name: str, allowed: Sequence[Any]) -> Any:
     if value not in allowed:
         raise InvalidParameterError(f"{name} must be one of {list(allowed)}, got {value!r}.")
     return value
+
+
+def row_id_fault(value: Any) -> str | None:
+    """What is wrong with an example id (an int in [0, 2**63)), without echoing it (an id may be a user's
+    number): its type, "a negative int" or "an int >= 2**63"; ``None`` for a valid id."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return type(value).__name__
+    if int(value) < 0:
+        return "a negative int"
+    return "an int >= 2**63" if int(value) >= 2**63 else None
