@@ -45,7 +45,7 @@ from .rng import validate_secret_seed
 from .sharded import ShardedRun
 from .streaming import save_streaming
 from .utils.logging import get_logger
-from .utils.workers import spawned_workers
+from .utils.workers import spawned_workers, uses_gpu_workers
 from .validation import check_bool, check_int
 
 
@@ -86,7 +86,9 @@ def privatize_dataset(
         config (`PrivatizerConfig`): what to privatize with.
         text_column (`str`, defaults to `"text"`): the column to privatize.
         split (`str`, *optional*): select one split of a ``DatasetDict``; also the noise key.
-        num_proc (`int`, *optional*): worker processes for ``Dataset.map``.
+        num_proc (`int`, *optional*): worker processes for ``Dataset.map``. On a CUDA device the workers
+            tokenize and decode on CPU and this process alone releases their batches on the GPU
+            (``HF_TEXTDP_RELEASE_SERVICE_OFF=1``: each worker uses the GPU itself); the output is the same.
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
             public benchmark data only.
@@ -167,6 +169,13 @@ def privatize_dataset(
             allow_weak_seed=allow_weak_seed,
         )
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
+    release = None
+    if uses_gpu_workers(config.device, num_proc) and not iterable:
+        # the workers tokenize and decode; this process releases on the GPU (every split's privatizer has
+        # the same configuration, and a release depends only on the keys the workers derive)
+        first = next(iter(privatizers.values()))
+        first.space  # noqa: B018 - loaded here, on the GPU, before the workers start
+        release = first.release_keyed
 
     if output is None or iterable:
         results: dict[str, Any] = {}
@@ -175,7 +184,7 @@ def privatize_dataset(
             if isinstance(part, datasets.Dataset):
                 kwargs["num_proc"] = num_proc
                 kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
-            with spawned_workers(config.device, num_proc):
+            with spawned_workers(config.device, num_proc, release):
                 results[name] = part.map(privatizers[name], **kwargs)
         out: Any
         if is_dict:
@@ -203,7 +212,7 @@ def privatize_dataset(
         batch_size=batch_size,
         num_proc=num_proc,
     )
-    with output_errors(output), spawned_workers(config.device, num_proc):
+    with output_errors(output), spawned_workers(config.device, num_proc, release):
         result, report = run.execute(resume=resume, overwrite=overwrite)
     totals = report["totals"]
     logger.info(

@@ -40,6 +40,7 @@ from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger, warn_once
+from .utils.release_service import is_service_worker, remote_release
 from .validation import row_id_fault
 
 
@@ -167,7 +168,9 @@ class Privatizer:
     def _ensure(self) -> None:
         if self._space is not None:
             return
-        space = load_space(self.config.model, self.config.device, self.config.candidates)
+        # a worker of a GPU release service (utils/release_service.py) does the host work only: its space on CPU
+        device = "cpu" if is_service_worker() else self.config.device
+        space = load_space(self.config.model, device, self.config.candidates)
         mech, step = self.config.build()
         mech.setup(space)
         self._claim = mech.claim(space)
@@ -520,8 +523,20 @@ class Privatizer:
         if not any(sizes):
             return torch.empty(0, dtype=torch.int64)
         stream = self.stream if stream is None else stream
-        streams = streams_for_rows(self.row_keys(row_ids, stream), sizes, space.device)
-        return self.release_streams(positions, streams)
+        keys = self.row_keys(row_ids, stream)
+        remote = remote_release()
+        if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
+            key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+            return torch.from_numpy(remote.release(key_arr, size_arr, positions.numpy()))
+        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device))
+
+    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
+        service's handler: several workers' batches at once)."""
+        self._ensure()
+        assert self._space is not None
+        streams = streams_for_rows(torch.from_numpy(keys), sizes.tolist(), self._space.device)
+        return self.release_streams(torch.from_numpy(positions), streams).numpy()
 
     def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
         """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
@@ -539,15 +554,21 @@ class Privatizer:
         class_of, local_of = self._split_maps(streams.device)
         pos = positions.to(streams.device)
         cls, loc = class_of[pos], local_of[pos]
-        index = [torch.nonzero(cls == rel.part.index).squeeze(1) for rel in self._releases]
-        results = [
-            (idx, self._release_class(rel, loc[idx], streams.select(idx)) if idx.numel() else None)
-            for rel, idx in zip(self._releases, index, strict=True)
-        ]
+        # the tokens grouped by class in one sort (each class's tokens in batch order), the group sizes read
+        # in one synchronisation
+        order = torch.argsort(cls, stable=True)
+        counts = torch.bincount(cls, minlength=len(self._releases)).tolist()
+        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        results = []
+        for rel in self._releases:
+            a, b = starts[rel.part.index], starts[rel.part.index + 1]
+            idx = order[a:b]
+            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if b > a else None))
+        order_cpu = order.cpu()
         out = torch.empty_like(positions)
-        for rel, (idx, res) in zip(self._releases, results, strict=True):
+        for rel, (a, b, res) in zip(self._releases, results, strict=True):
             if res is not None:
-                out[idx.cpu()] = rel.positions[res]
+                out[order_cpu[a:b]] = rel.positions[res]
         return out
 
     def _split_maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -192,7 +192,7 @@ def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:
         positions, streams = device_inputs(priv, texts)
         priv.release_streams(positions, streams)
         torch.cuda.synchronize()
-        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
             t0 = time.perf_counter()
             priv.release_streams(positions, streams)
             torch.cuda.synchronize()
@@ -200,6 +200,8 @@ def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)
         with open(os.path.join(out_dir, f"profile_{mech}.txt"), "w", encoding="utf-8") as fh:
             fh.write(f"{mech}: {positions.numel():,} tokens, {wall * 1e3:.1f} ms under the profiler\n{table}\n")
+        # the timeline: the GPU's idle gaps, with the Python behind them
+        prof.export_chrome_trace(os.path.join(out_dir, f"trace_{mech}.json"))
         report[f"profile_{mech}_ms"] = wall * 1e3
         print(f"profile {mech}: {wall * 1e3:.1f} ms for {positions.numel():,} tokens (profiled)", flush=True)
 

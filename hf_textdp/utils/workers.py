@@ -1,25 +1,62 @@
-"""How ``datasets`` starts its ``num_proc`` worker processes when the privatizer runs on a GPU."""
+"""How ``datasets`` runs its ``num_proc`` worker processes when the privatizer runs on a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from .release_service import serving
 
 
-__all__ = ["spawned_workers"]
+__all__ = ["SERVICE_SWITCH", "spawned_workers", "uses_gpu_workers", "worker_threads"]
+
+#: ``HF_TEXTDP_RELEASE_SERVICE_OFF=1``: every GPU worker holds its own CUDA context and runs its own releases
+SERVICE_SWITCH = "HF_TEXTDP_RELEASE_SERVICE_OFF"
+#: the thread pools a worker would size to every core: OpenMP (torch), MKL, Rayon (the fast tokenizers)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS")
 
 
 @contextmanager
-def spawned_workers(device: str, num_proc: int | None) -> Iterator[None]:
-    """On a CUDA ``device`` with several workers, ``Dataset.map``'s pool spawns them instead of forking.
+def worker_threads(num_proc: int) -> Iterator[None]:
+    """Workers started meanwhile share the cores: each sizes its thread pools to ``cores // num_proc`` (≥ 1).
+
+    Otherwise every worker runs a pool as wide as the machine: ``num_proc``² threads, whose spinning
+    starves the process that serves the GPU. Variables the user has set are left as they are.
+    """
+    width = str(max(1, (os.cpu_count() or 1) // num_proc))
+    unset = [name for name in THREAD_VARIABLES if name not in os.environ]
+    for name in unset:
+        os.environ[name] = width
+    try:
+        yield
+    finally:
+        for name in unset:
+            os.environ.pop(name, None)
+
+
+def uses_gpu_workers(device: str, num_proc: int | None) -> bool:
+    """Whether ``Dataset.map`` with ``num_proc`` workers on ``device`` needs spawned workers (several, on CUDA)."""
+    return bool(num_proc and num_proc >= 2 and device.startswith("cuda"))
+
+
+@contextmanager
+def spawned_workers(
+    device: str, num_proc: int | None, release: Callable[[Any, Any, Any], Any] | None = None
+) -> Iterator[None]:
+    """On a CUDA ``device`` with several workers, ``Dataset.map``'s pool spawns them instead of forking, and
+    (given ``release``) this process serves their releases on the GPU.
 
     CUDA does not survive a fork: a worker forked from a parent that has used the GPU (the pipeline loads
     the model before it writes anything, so that a bad model fails first) cannot use it. Spawned workers
-    start fresh and rebuild the privatizer from its pickled configuration, as forked ones do. The start
-    method of ``multiprocess`` (the pool ``datasets`` uses) is restored afterwards. CPU runs keep the
-    platform's default.
+    start fresh and rebuild the privatizer from its pickled configuration, as forked ones do. With
+    ``release`` (a :meth:`Privatizer.release_keyed`), the workers do the host work on CPU and this process
+    alone holds the GPU (:mod:`~hf_textdp.utils.release_service`), several workers' batches in one call,
+    instead of each worker time-sharing the GPU with a CUDA context of its own. The start method of
+    ``multiprocess`` (the pool ``datasets`` uses) is restored afterwards. CPU runs keep the platform's default.
     """
-    if not num_proc or num_proc < 2 or not device.startswith("cuda"):
+    if not uses_gpu_workers(device, num_proc):
         yield
         return
     import multiprocess
@@ -27,6 +64,11 @@ def spawned_workers(device: str, num_proc: int | None) -> Iterator[None]:
     prev = multiprocess.get_start_method(allow_none=True)
     multiprocess.set_start_method("spawn", force=True)
     try:
-        yield
+        with ExitStack() as stack:
+            if release is not None and os.environ.get(SERVICE_SWITCH, "") in ("", "0"):
+                assert num_proc is not None
+                stack.enter_context(worker_threads(num_proc))
+                stack.enter_context(serving(release))
+            yield
     finally:
         multiprocess.set_start_method(prev, force=True)

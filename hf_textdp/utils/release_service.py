@@ -1,0 +1,218 @@
+"""One GPU process serving the releases of CPU-only worker processes.
+
+``privatize_dataset(..., num_proc=P)`` on a CUDA device: the ``P`` worker processes of ``Dataset.map``
+tokenize, classify and decode (the host work, which bounds the end-to-end rate), and send each batch's
+candidate positions with their rows' Philox keys to the parent process, which alone holds the GPU and runs
+the release for every worker. A token's draws depend on its key and position only
+(docs/mechanisms/randomness.md), so a batch released here, together with other workers' batches, gets
+exactly the tokens it would get in the worker itself. The seed never crosses: workers derive their rows'
+keys themselves and send keys, sizes and positions (no text). The socket lives in a private folder
+(mode 0700) and the connection is authenticated with a random key handed to the workers through
+:data:`ENV` (inherited by the spawned workers only for the duration of the run).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Client, Connection, Listener, wait
+from typing import Any
+
+import numpy as np
+
+from .logging import get_logger
+
+
+logger = get_logger(__name__)
+
+__all__ = ["ENV", "ReleaseService", "RemoteRelease", "is_service_worker", "remote_release", "serving"]
+
+#: the environment variable that tells a worker where the release service listens ("address:authkey hex")
+ENV = "HF_TEXTDP_RELEASE_SERVICE"
+
+#: the release the service runs: (keys [R] int64, sizes [R] int64, positions [N] int64) -> result [N] or [N, k]
+Handler = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+class ReleaseService:
+    """Accepts worker connections and answers their release requests, several workers' batches in one call.
+
+    One thread accepts connections; one serves them: it waits until some workers have sent a batch,
+    concatenates those batches, runs ``handler`` once on the whole and sends each worker its part.
+    An exception in ``handler`` is sent to each worker of that call, which raises it.
+    """
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._dir = tempfile.mkdtemp(prefix="hf-textdp-release-")  # mode 0700
+        self.address = os.path.join(self._dir, "socket")
+        self.authkey = secrets.token_bytes(32)
+        self._listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
+        self._conns: list[Connection] = []
+        self._new: list[Connection] = []
+        self._guard = threading.Lock()
+        self._stopping = threading.Event()
+        self.calls = 0
+        self.batches = 0
+        self.tokens = 0
+        self.busy_s = 0.0  # time in the handler
+        self.first_s: float | None = None  # the first and last request's arrival, from the start
+        self.last_s = 0.0
+        self._started = time.perf_counter()
+        self._threads = [
+            threading.Thread(target=self._accept, name="hf-textdp-accept", daemon=True),
+            threading.Thread(target=self._serve, name="hf-textdp-release", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def env_value(self) -> str:
+        return f"{self.address}:{self.authkey.hex()}"
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                conn = self._listener.accept()
+            except Exception:  # noqa: BLE001 - closed, a client that failed authentication, or the wake-up
+                continue
+            with self._guard:
+                self._new.append(conn)
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            with self._guard:
+                self._conns += self._new
+                self._new.clear()
+            if not self._conns:
+                self._stopping.wait(0.01)
+                continue
+            ready = wait(self._conns, timeout=0.05)
+            requests: list[tuple[Connection, Any]] = []
+            for conn in ready:
+                assert isinstance(conn, Connection)
+                try:
+                    requests.append((conn, conn.recv()))
+                except (EOFError, OSError):  # the worker finished
+                    self._conns.remove(conn)
+                    conn.close()
+            if requests:
+                self._answer(requests)
+
+    def _answer(self, requests: list[tuple[Connection, Any]]) -> None:
+        self.last_s = time.perf_counter() - self._started
+        if self.first_s is None:
+            self.first_s = self.last_s
+        keys = np.concatenate([r[0] for _, r in requests])
+        sizes = np.concatenate([r[1] for _, r in requests])
+        positions = np.concatenate([r[2] for _, r in requests])
+        t0 = time.perf_counter()
+        try:
+            result: Any = self._handler(keys, sizes, positions)
+        except Exception as exc:  # the workers raise it: their map fails as a local release would
+            for conn, _ in requests:
+                self._send(conn, ("error", exc))
+            return
+        self.busy_s += time.perf_counter() - t0
+        self.calls += 1
+        self.batches += len(requests)
+        self.tokens += int(positions.shape[0])
+        start = 0
+        for conn, (_, _, pos) in requests:
+            self._send(conn, ("ok", result[start : start + pos.shape[0]]))
+            start += pos.shape[0]
+
+    def _send(self, conn: Connection, message: tuple[str, Any]) -> None:
+        try:
+            conn.send(message)
+        except OSError:  # the worker has gone (its pool was terminated): nobody waits for the answer
+            self._conns.remove(conn)
+            conn.close()
+
+    def close(self) -> None:
+        self._stopping.set()
+        with socket.socket(socket.AF_UNIX) as wake:  # wakes the accepting thread (its handshake fails)
+            try:
+                wake.connect(self.address)
+            except OSError:
+                pass
+        self._listener.close()
+        for t in self._threads:
+            t.join(timeout=5)
+        for conn in self._conns + self._new:
+            conn.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        logger.info(
+            "release service: %d batches in %d calls, %d tokens; releasing %.2f s of %.2f s (first batch after "
+            "%.2f s, last after %.2f s)",
+            self.batches,
+            self.calls,
+            self.tokens,
+            self.busy_s,
+            time.perf_counter() - self._started,
+            self.first_s or 0.0,
+            self.last_s,
+        )
+
+
+class RemoteRelease:
+    """A worker's connection to the :class:`ReleaseService` named by :data:`ENV`."""
+
+    def __init__(self, value: str) -> None:
+        address, _, key = value.rpartition(":")
+        self._conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
+
+    def release(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The service's release of ``positions`` (rows of ``sizes`` tokens keyed by ``keys``)."""
+        self._conn.send((keys, sizes, positions))
+        status, payload = self._conn.recv()
+        if status == "error":
+            raise payload
+        return payload  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+_clients: dict[str, RemoteRelease] = {}
+
+
+def is_service_worker() -> bool:
+    """Whether this process was started to do the host work for a release service (:data:`ENV` is set)."""
+    return bool(os.environ.get(ENV))
+
+
+def remote_release() -> RemoteRelease | None:
+    """This process's connection to the release service, when it runs as one of its workers (else ``None``)."""
+    value = os.environ.get(ENV)
+    if not value:
+        return None
+    if value not in _clients:
+        _clients[value] = RemoteRelease(value)
+    return _clients[value]
+
+
+@contextmanager
+def serving(handler: Handler) -> Iterator[ReleaseService]:
+    """Run a :class:`ReleaseService` and name it in :data:`ENV` (for the processes started meanwhile)."""
+    service = ReleaseService(handler)
+    before = os.environ.get(ENV)
+    os.environ[ENV] = service.env_value
+    try:
+        yield service
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+        client = _clients.pop(service.env_value, None)  # this process's own connection, if it released too
+        if client is not None:
+            client.close()
+        service.close()
