@@ -133,3 +133,25 @@ def test_a_gpu_run_with_workers_serves_them_unless_switched_off(monkeypatch):
         with spawned_workers(device, num_proc, release):
             assert (ENV in os.environ) == served
         assert ENV not in os.environ
+
+
+def test_release_service_answers_a_malformed_request_or_an_unpicklable_error_and_goes_on():
+    class Unpicklable(Exception):
+        def __reduce__(self):
+            raise TypeError("cannot pickle")
+
+    def handler(keys, sizes, positions):
+        if positions[0] == 13:
+            raise Unpicklable("thirteen")
+        return positions
+
+    with serving(handler) as service:
+        client = RemoteRelease(service.env_value)
+        with pytest.raises(TypeError, match="1-d int64 arrays"):
+            client.release(np.array([1]), np.array([2]), np.array([5]))  # sizes do not add up
+        with pytest.raises(TypeError, match="1-d int64 arrays"):
+            client.release(np.array([1]), np.array([1]), np.array([5], dtype=np.int32))
+        with pytest.raises(RuntimeError, match="Unpicklable: thirteen"):
+            client.release(np.array([1]), np.array([1]), np.array([13]))
+        assert client.release(np.array([1]), np.array([1]), np.array([7])).tolist() == [7]  # still serving
+        client.close()

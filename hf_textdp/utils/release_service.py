@@ -99,10 +99,14 @@ class ReleaseService:
             for conn in ready:
                 assert isinstance(conn, Connection)
                 try:
-                    requests.append((conn, conn.recv()))
+                    request = conn.recv()
                 except (EOFError, OSError):  # the worker finished
-                    self._conns.remove(conn)
-                    conn.close()
+                    self._drop(conn)
+                    continue
+                if _well_formed(request):
+                    requests.append((conn, request))
+                else:  # not a worker of this package: it gets an error, the others go on
+                    self._send(conn, ("error", TypeError(_MALFORMED)))
             if requests:
                 self._answer(requests)
 
@@ -133,8 +137,14 @@ class ReleaseService:
         try:
             conn.send(message)
         except OSError:  # the worker has gone (its pool was terminated): nobody waits for the answer
+            self._drop(conn)
+        except Exception as exc:  # noqa: BLE001 - an error that does not pickle: its text still reaches the worker
+            self._send(conn, ("error", RuntimeError(f"{type(message[1]).__name__}: {message[1]} ({exc})")))
+
+    def _drop(self, conn: Connection) -> None:
+        if conn in self._conns:
             self._conns.remove(conn)
-            conn.close()
+        conn.close()
 
     def close(self) -> None:
         self._stopping.set()
@@ -160,6 +170,19 @@ class ReleaseService:
             self.first_s or 0.0,
             self.last_s,
         )
+
+
+_MALFORMED = "a release request is (keys, sizes, positions): 1-d int64 arrays, sum(sizes) == len(positions)"
+
+
+def _well_formed(request: Any) -> bool:
+    return (
+        isinstance(request, tuple)
+        and len(request) == 3
+        and all(isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == np.int64 for a in request)
+        and request[0].shape == request[1].shape
+        and int(request[1].sum()) == request[2].shape[0]
+    )
 
 
 class RemoteRelease:
