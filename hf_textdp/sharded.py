@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from datasets.utils import tqdm as hf_tqdm
 
 from .config import PrivatizerConfig
 from .io.outputs import save_output
@@ -48,6 +49,50 @@ class _Shifted:
 
     def __call__(self, batch: dict[str, list[Any]], indices: Sequence[int]) -> dict[str, list[Any]]:
         return self.priv(batch, [self.offset + int(i) for i in indices])
+
+
+def _rows(data: Any, a: int, b: int) -> Any:
+    return data if (a, b) == (0, len(data)) else data.select(range(a, b))
+
+
+def _privatized_table(
+    priv: Privatizer, data: Any, offset: int, batch_size: int, num_proc: int | None, desc: str
+) -> Any:
+    """The Arrow table of ``data`` (rows ``offset``, ``offset + 1``, ... of its split) privatized by ``priv``."""
+    res = data.map(
+        _Shifted(priv, offset),
+        batched=True,
+        with_indices=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
+        load_from_cache_file=False,
+        desc=desc,
+    )
+    if len(res) != len(data):  # pragma: no cover - an invariant of Dataset.map
+        raise RuntimeError(f"rows {offset}-: {len(res)} rows out for {len(data)} in.")
+    if getattr(res, "_indices", None) is not None:
+        res = res.flatten_indices(keep_in_memory=True)
+    # The map's schema metadata carries its in-process fingerprint, a hash of the seeded privatizer:
+    # keep only the features.
+    return res.data.table.replace_schema_metadata(res.features.arrow_schema.metadata)
+
+
+#: in a worker of the shard pool: the run's privatizers by split folder, unpickled once per worker
+_worker_privatizers: dict[str, Privatizer] = {}
+
+
+def _init_worker(privatizers: dict[str, Privatizer]) -> None:
+    datasets.disable_progress_bars()  # the parent's bar counts the shards' rows
+    _worker_privatizers.clear()
+    _worker_privatizers.update(privatizers)
+
+
+def _write_shard(task: tuple[str, Any, int, str, int]) -> int:
+    """A pool worker's shard: privatize its rows and write the shard file atomically; returns the rows."""
+    folder, data, offset, path, batch_size = task
+    atomic_write_arrow(path, _privatized_table(_worker_privatizers[folder], data, offset, batch_size, None, ""))
+    return len(data)
 
 
 @dataclass
@@ -129,40 +174,58 @@ class ShardedRun(WorkFolderRun):
 
     # ---------------------------------------------------------------- the work
     def compute(self) -> None:
-        """Privatize every shard that is not finished yet, writing each atomically."""
-        reused = written = 0
+        """Privatize every shard that is not finished yet, writing each atomically.
+
+        With ``num_proc`` workers and several shards to write, one pool of workers privatizes whole shards
+        (each worker writes its own), so the workers start once per run instead of once per shard (on a
+        GPU, spawned workers take seconds to start). A single pending shard is split among the workers by
+        ``Dataset.map`` instead. Either way a shard's rows are those of one ``Dataset.map``.
+        """
+        pending: list[tuple[_Split, int, int, int, int]] = []
+        reused = 0
         for split in self.splits:
             ranges = split.ranges(self.shard_size)
             for k, (a, b) in enumerate(ranges):
-                path = self._shard_path(split, k)
-                if shard_rows(path) == b - a:
+                if shard_rows(self._shard_path(split, k)) == b - a:
                     reused += 1
-                    continue
-                atomic_write_arrow(path, self._privatize(split, a, b, k, len(ranges)))
-                written += 1
-        logger.info("%s: %d shard(s) privatized, %d reused", self.output, written, reused)
+                else:
+                    pending.append((split, k, a, b, len(ranges)))
+        if self.num_proc and self.num_proc > 1 and len(pending) > 1:
+            self._compute_in_pool(pending)
+        else:
+            for split, k, a, b, n in pending:
+                atomic_write_arrow(self._shard_path(split, k), self._privatize(split, a, b, k, n))
+        logger.info("%s: %d shard(s) privatized, %d reused", self.output, len(pending), reused)
+
+    def _compute_in_pool(self, pending: list[tuple[_Split, int, int, int, int]]) -> None:
+        import multiprocess
+
+        assert self.num_proc is not None
+        privatizers = {s.folder: s.priv for s in self.splits}
+        tasks = [
+            (s.folder, _rows(s.data, a, b), a, str(self._shard_path(s, k)), self.batch_size)
+            for s, k, a, b, _ in pending
+        ]
+        total = sum(b - a for _, _, a, b, _ in pending)
+        desc = f"Privatizing {len(pending)} shards ({self.config.mechanism}, epsilon={self.config.epsilon:g})"
+        workers = min(self.num_proc, len(pending))
+        with (
+            multiprocess.Pool(workers, initializer=_init_worker, initargs=(privatizers,)) as pool,
+            hf_tqdm(total=total, desc=desc, unit=" examples") as bar,
+        ):
+            for rows in pool.imap_unordered(_write_shard, tasks):
+                bar.update(rows)
 
     def _privatize(self, split: _Split, a: int, b: int, k: int, n_shards: int) -> Any:
-        data = split.data if (a, b) == (0, len(split.data)) else split.data.select(range(a, b))
         label = split.name or "rows"
-        res = data.map(
-            _Shifted(split.priv, a),
-            batched=True,
-            with_indices=True,
-            batch_size=self.batch_size,
-            num_proc=self.num_proc if self.num_proc and b - a > 1 else None,
-            keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
-            load_from_cache_file=False,
-            desc=f"Privatizing {label} shard {k + 1}/{n_shards} ({self.config.mechanism}, "
-            f"epsilon={self.config.epsilon:g})",
+        return _privatized_table(
+            split.priv,
+            _rows(split.data, a, b),
+            a,
+            self.batch_size,
+            self.num_proc if self.num_proc and b - a > 1 else None,
+            f"Privatizing {label} shard {k + 1}/{n_shards} ({self.config.mechanism}, epsilon={self.config.epsilon:g})",
         )
-        if len(res) != b - a:  # pragma: no cover - an invariant of Dataset.map
-            raise RuntimeError(f"shard {k} of split {split.name!r}: {len(res)} rows out for {b - a} in.")
-        if getattr(res, "_indices", None) is not None:
-            res = res.flatten_indices(keep_in_memory=True)
-        # The map's schema metadata carries its in-process fingerprint, a hash of the seeded privatizer:
-        # keep only the features.
-        return res.data.table.replace_schema_metadata(res.features.arrow_schema.metadata)
 
     def _load(self, *, in_memory: bool) -> dict[str, Any]:
         out: dict[str, Any] = {}

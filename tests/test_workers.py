@@ -51,16 +51,19 @@ def test_release_service_workers_write_the_local_rows(tiny_bert, tmp_path, shard
     ds = datasets.Dataset.from_dict({"text": corpus(60, seed=13)})
     cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
     seed = 2**40 + 37
-    out = {"output_dir": tmp_path / "local.jsonl"} if sharded else {}
+    # sharded: 4 shards, so the workers of one pool write whole shards
+    out = {"output_dir": tmp_path / "local.jsonl", "shard_size": 16} if sharded else {}
     local = privatize_dataset(ds, cfg, seed=seed, batch_size=8, **out)
     parent = Privatizer(cfg, seed=seed)
     parent.space  # noqa: B018 - loaded before the service runs, as the pipeline does
-    out = {"output_dir": tmp_path / "served.jsonl"} if sharded else {}
+    out = {"output_dir": tmp_path / "served.jsonl", "shard_size": 16} if sharded else {}
     with spawned_workers("cuda", 2), serving(parent.release_keyed) as service:
         served = privatize_dataset(ds, cfg, seed=seed, num_proc=2, batch_size=8, **out)
     assert service.batches >= 60 // 8
     for col in ("text", "input_ids", "dp_tokens"):
         assert served[col] == local[col]
+    if sharded:
+        assert (tmp_path / "served.jsonl").read_bytes() == (tmp_path / "local.jsonl").read_bytes()
 
 
 def test_release_service_answers_each_worker_its_part_of_one_call_and_raises_the_handlers_error():
@@ -155,3 +158,18 @@ def test_release_service_answers_a_malformed_request_or_an_unpicklable_error_and
             client.release(np.array([1]), np.array([1]), np.array([13]))
         assert client.release(np.array([1]), np.array([1]), np.array([7])).tolist() == [7]  # still serving
         client.close()
+
+
+@pytest.mark.slow
+def test_a_pool_of_workers_writes_the_shards_of_one_process(tiny_bert, tmp_path):
+    """With num_proc and several shards, pool workers privatize whole shards: the same output file, byte for
+    byte, as one process; a single shard is split among the workers by Dataset.map, with the same rows."""
+    ds = datasets.Dataset.from_dict({"text": corpus(70, seed=14)})
+    cfg = PrivatizerConfig(epsilon=4.0, model=tiny_bert)
+    kwargs = {"seed": 2**40 + 41, "batch_size": 8}
+    one = privatize_dataset(ds, cfg, output_dir=tmp_path / "one.jsonl", shard_size=15, **kwargs)
+    pool = privatize_dataset(ds, cfg, output_dir=tmp_path / "pool.jsonl", shard_size=15, num_proc=3, **kwargs)
+    assert (tmp_path / "pool.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert pool["text"] == one["text"]
+    single = privatize_dataset(ds, cfg, output_dir=tmp_path / "single.jsonl", num_proc=3, **kwargs)
+    assert single["input_ids"] == one["input_ids"]

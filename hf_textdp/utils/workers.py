@@ -53,8 +53,10 @@ def spawned_workers(
     start fresh and rebuild the privatizer from its pickled configuration, as forked ones do. With
     ``release`` (a :meth:`Privatizer.release_keyed`), the workers do the host work on CPU and this process
     alone holds the GPU (:mod:`~hf_textdp.utils.release_service`), several workers' batches in one call,
-    instead of each worker time-sharing the GPU with a CUDA context of its own. The start method of
-    ``multiprocess`` (the pool ``datasets`` uses) is restored afterwards. CPU runs keep the platform's default.
+    instead of each worker time-sharing the GPU with a CUDA context of its own. The spawned workers size
+    their thread pools to the cores they share (:func:`worker_threads`; forked ones already run one torch
+    thread each). The start method of ``multiprocess`` (the pool ``datasets`` uses) is restored afterwards.
+    CPU runs keep the platform's default.
     """
     if not uses_gpu_workers(device, num_proc):
         yield
@@ -65,9 +67,9 @@ def spawned_workers(
     multiprocess.set_start_method("spawn", force=True)
     try:
         with ExitStack() as stack:
+            assert num_proc is not None
+            stack.enter_context(worker_threads(num_proc))
             if release is not None and os.environ.get(SERVICE_SWITCH, "") in ("", "0"):
-                assert num_proc is not None
-                stack.enter_context(worker_threads(num_proc))
                 stack.enter_context(serving(release))
             yield
     finally:
