@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", required=True)
     ap.add_argument("--service-off", action="store_true", help="each worker holds a CUDA context (no release service)")
+    ap.add_argument("--output", action="store_true", help="save to a folder (shards of 10,000 rows), as users do")
     args = ap.parse_args()
     if args.service_off:
         os.environ["HF_TEXTDP_RELEASE_SERVICE_OFF"] = "1"
@@ -64,16 +65,20 @@ def main() -> None:
         "repeat": args.repeat,
         "mechanism": args.mechanism,
         "release_service": not args.service_off,
+        "output_dir": args.output,
     }
     for p in (int(v) for v in args.num_proc.split(",")):
         cfg = PrivatizerConfig(mechanism=args.mechanism, epsilon=10.0, model=args.model, device=args.device)
         t0 = time.perf_counter()
         # a seed per run: datasets' cache (keyed by the privatizer's fingerprint) must not serve a later run
-        ds = privatize_dataset(data, cfg, seed=2**40 + 2026 + p, num_proc=p, batch_size=args.batch_size)
+        saved = {"output_dir": os.path.join(tempfile.mkdtemp(), "out")} if args.output else {}
+        ds = privatize_dataset(data, cfg, seed=2**40 + 2026 + p, num_proc=p, batch_size=args.batch_size, **saved)
         wall = time.perf_counter() - t0
         tokens = int(sum(ds["dp_tokens"]))
         report[f"num_proc_{p}"] = {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall}
-        mode = "workers with their own CUDA context" if args.service_off else "release service"
+        mode = "release service" if args.device.startswith("cuda") else "CPU workers"
+        mode = "workers with their own CUDA context" if args.service_off else mode
+        mode += ", saved in shards" if args.output else ""
         rate = f"{tokens:,} tokens in {wall:.1f} s = {tokens / wall:,.0f} tokens/s"
         print(f"e2e {args.mechanism} num_proc={p} ({mode}): {rate}")
         with open(args.out, "w", encoding="utf-8") as fh:
