@@ -176,10 +176,10 @@ class ShardedRun(WorkFolderRun):
     def compute(self) -> None:
         """Privatize every shard that is not finished yet, writing each atomically.
 
-        With ``num_proc`` workers and several shards to write, one pool of workers privatizes whole shards
-        (each worker writes its own), so the workers start once per run instead of once per shard (on a
-        GPU, spawned workers take seconds to start). A single pending shard is split among the workers by
-        ``Dataset.map`` instead. Either way a shard's rows are those of one ``Dataset.map``.
+        With ``num_proc`` workers and at least as many shards to write, one pool of workers privatizes whole
+        shards (each worker writes its own), so the workers start once per run instead of once per shard
+        (on a GPU, spawned workers take seconds to start). Fewer shards than workers are each split among
+        the workers by ``Dataset.map``. Either way a shard's rows are those of one ``Dataset.map``.
         """
         pending: list[tuple[_Split, int, int, int, int]] = []
         reused = 0
@@ -190,7 +190,7 @@ class ShardedRun(WorkFolderRun):
                     reused += 1
                 else:
                     pending.append((split, k, a, b, len(ranges)))
-        if self.num_proc and self.num_proc > 1 and len(pending) > 1:
+        if self.num_proc and self.num_proc > 1 and len(pending) >= self.num_proc:
             self._compute_in_pool(pending)
         else:
             for split, k, a, b, n in pending:

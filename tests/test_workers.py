@@ -162,8 +162,8 @@ def test_release_service_answers_a_malformed_request_or_an_unpicklable_error_and
 
 @pytest.mark.slow
 def test_a_pool_of_workers_writes_the_shards_of_one_process(tiny_bert, tmp_path):
-    """With num_proc and several shards, pool workers privatize whole shards: the same output file, byte for
-    byte, as one process; a single shard is split among the workers by Dataset.map, with the same rows."""
+    """With num_proc and as many shards, pool workers privatize whole shards: the same output file, byte for
+    byte, as one process; fewer shards are split among the workers by Dataset.map, with the same rows."""
     ds = datasets.Dataset.from_dict({"text": corpus(70, seed=14)})
     cfg = PrivatizerConfig(epsilon=4.0, model=tiny_bert)
     kwargs = {"seed": 2**40 + 41, "batch_size": 8}
