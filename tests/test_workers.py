@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privatize_dataset
-from hf_textdp.utils.release_service import ENV, RemoteRelease, serving
+from hf_textdp.utils.release_service import ENV, GATHER_ENV, ReleaseService, RemoteRelease, serving
 from hf_textdp.utils.workers import SERVICE_SWITCH, spawned_workers, worker_threads
 from tests.utils import corpus
 
@@ -173,3 +173,28 @@ def test_a_pool_of_workers_writes_the_shards_of_one_process(tiny_bert, tmp_path)
     assert pool["text"] == one["text"]
     single = privatize_dataset(ds, cfg, output_dir=tmp_path / "single.jsonl", num_proc=3, **kwargs)
     assert single["input_ids"] == one["input_ids"]
+
+
+def test_release_service_gathers_batches_for_a_while_when_asked(monkeypatch):
+    """HF_TEXTDP_RELEASE_GATHER_MS: a batch waits for the other workers' batches, released in the same call."""
+    sizes_seen: list[int] = []
+
+    def handler(keys, sizes, positions):
+        sizes_seen.append(len(sizes))
+        return positions
+
+    monkeypatch.setenv(GATHER_ENV, "800")
+    with serving(handler) as service:
+        assert service.gather_s == 0.8
+        a, b = RemoteRelease(service.env_value), RemoteRelease(service.env_value)
+        time.sleep(0.1)  # both connections accepted
+        a._conn.send((np.array([1]), np.array([1]), np.array([5])))
+        time.sleep(0.2)  # within the 800 ms window
+        b._conn.send((np.array([2]), np.array([1]), np.array([6])))
+        assert a._conn.recv()[1].tolist() == [5] and b._conn.recv()[1].tolist() == [6]
+        assert sizes_seen == [2] and service.calls == 1
+        for client in (a, b):
+            client.close()
+    monkeypatch.setenv(GATHER_ENV, "soon")
+    with pytest.raises(ValueError, match="HF_TEXTDP_RELEASE_GATHER_MS must be a number of milliseconds"):
+        ReleaseService(handler)

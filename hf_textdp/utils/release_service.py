@@ -32,10 +32,14 @@ from .logging import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["ENV", "ReleaseService", "RemoteRelease", "is_service_worker", "remote_release", "serving"]
+__all__ = ["ENV", "GATHER_ENV", "ReleaseService", "RemoteRelease", "is_service_worker", "remote_release", "serving"]
 
 #: the environment variable that tells a worker where the release service listens ("address:authkey hex")
 ENV = "HF_TEXTDP_RELEASE_SERVICE"
+
+#: ``HF_TEXTDP_RELEASE_GATHER_MS``: after a batch arrives, wait up to this long for other workers' batches to
+#: release them in the same call (default 0: release what is waiting)
+GATHER_ENV = "HF_TEXTDP_RELEASE_GATHER_MS"
 
 #: the release the service runs: (keys [R] int64, sizes [R] int64, positions [N] int64) -> result [N] or [N, k]
 Handler = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -49,8 +53,9 @@ class ReleaseService:
     An exception in ``handler`` is sent to each worker of that call, which raises it.
     """
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, gather_s: float | None = None) -> None:
         self._handler = handler
+        self.gather_s = _gather_from_env() if gather_s is None else gather_s
         self._dir = tempfile.mkdtemp(prefix="hf-textdp-release-")  # mode 0700
         self.address = os.path.join(self._dir, "socket")
         self.authkey = secrets.token_bytes(32)
@@ -94,21 +99,33 @@ class ReleaseService:
             if not self._conns:
                 self._stopping.wait(0.01)
                 continue
-            ready = wait(self._conns, timeout=0.05)
             requests: list[tuple[Connection, Any]] = []
-            for conn in ready:
-                assert isinstance(conn, Connection)
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):  # the worker finished
-                    self._drop(conn)
-                    continue
-                if _well_formed(request):
-                    requests.append((conn, request))
-                else:  # not a worker of this package: it gets an error, the others go on
-                    self._send(conn, ("error", TypeError(_MALFORMED)))
+            self._read(wait(self._conns, timeout=0.05), requests)
+            if requests and self.gather_s > 0:  # a short wait for the other workers' batches
+                deadline = time.perf_counter() + self.gather_s
+                while (left := deadline - time.perf_counter()) > 0:
+                    asked = {id(conn) for conn, _ in requests}
+                    waiting = [conn for conn in self._conns if id(conn) not in asked]
+                    if not waiting:
+                        break
+                    self._read(wait(waiting, timeout=left), requests)
             if requests:
                 self._answer(requests)
+
+    def _read(self, ready: list[Any], requests: list[tuple[Connection, Any]]) -> None:
+        """Receive the batch of each ready connection into ``requests`` (a finished worker is dropped, a
+        malformed request answered with an error)."""
+        for conn in ready:
+            assert isinstance(conn, Connection)
+            try:
+                request = conn.recv()
+            except (EOFError, OSError):  # the worker finished
+                self._drop(conn)
+                continue
+            if _well_formed(request):
+                requests.append((conn, request))
+            else:  # not a worker of this package: it gets an error, the others go on
+                self._send(conn, ("error", TypeError(_MALFORMED)))
 
     def _answer(self, requests: list[tuple[Connection, Any]]) -> None:
         self.last_s = time.perf_counter() - self._started
@@ -172,6 +189,17 @@ class ReleaseService:
         )
 
 
+def _gather_from_env() -> float:
+    raw = os.environ.get(GATHER_ENV, "").strip()
+    try:
+        ms = float(raw) if raw else 0.0
+    except ValueError:
+        ms = -1.0
+    if not 0 <= ms <= 10_000:
+        raise ValueError(f"{GATHER_ENV} must be a number of milliseconds in [0, 10000], got {raw!r}.")
+    return ms / 1000
+
+
 _MALFORMED = "a release request is (keys, sizes, positions): 1-d int64 arrays, sum(sizes) == len(positions)"
 
 
@@ -223,9 +251,9 @@ def remote_release() -> RemoteRelease | None:
 
 
 @contextmanager
-def serving(handler: Handler) -> Iterator[ReleaseService]:
+def serving(handler: Handler, gather_s: float | None = None) -> Iterator[ReleaseService]:
     """Run a :class:`ReleaseService` and name it in :data:`ENV` (for the processes started meanwhile)."""
-    service = ReleaseService(handler)
+    service = ReleaseService(handler, gather_s)
     before = os.environ.get(ENV)
     os.environ[ENV] = service.env_value
     try:
