@@ -42,7 +42,7 @@ from .privatizer import Privatizer
 from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from .tokens import text_fault
-from .validation import row_id_fault
+from .validation import is_int, row_id_fault
 
 
 __all__ = ["PrivateTokenizer"]
@@ -64,11 +64,10 @@ _REFUSED = ("text_target", "text_pair_target")
 
 def check_row_id(value: Any, name: str) -> int:
     """An example id: an int in [0, 2**63) (docs/mechanisms/randomness.md)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ParameterTypeError(f"{name} must hold ints in [0, 2**63), got {type(value).__name__}.")
     fault = row_id_fault(value)
     if fault is not None:
-        raise InvalidParameterError(f"{name} must hold ints in [0, 2**63), got {fault}.")
+        kind = InvalidParameterError if is_int(value) else ParameterTypeError
+        raise kind(f"{name} must hold ints in [0, 2**63), got {fault}.")
     return int(value)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "check_int",
     "check_choice",
     "check_bool",
+    "is_int",
     "row_id_fault",
 ]
 
@@ -83,10 +84,15 @@ def check_choice(value: Any, name: str, allowed: Sequence[Any]) -> Any:
     return value
 
 
+def is_int(value: Any) -> bool:
+    """A Python or NumPy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def row_id_fault(value: Any) -> str | None:
     """What is wrong with an example id (an int in [0, 2**63)), without echoing it (an id may be a user's
     number): its type, "a negative int" or "an int >= 2**63"; ``None`` for a valid id."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if not is_int(value):
         return type(value).__name__
     if int(value) < 0:
         return "a negative int"

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from hf_textdp import PrivateTokenizer, PrivatizerConfig, privacy_report
-from hf_textdp.errors import InvalidParameterError, TokenizerNotSupportedError
+from hf_textdp.errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
 from hf_textdp.space import CANDIDATE
+from hf_textdp.tokenizer import check_row_id
 from tests.utils import corpus
 
 
@@ -353,3 +354,19 @@ def test_texts_the_tokenizer_refuses_are_named(tiny_bert, text, pair, error, mat
     ptok = PrivateTokenizer(None, PrivatizerConfig(epsilon=3.0, model=tiny_bert), seed=SEED)
     with pytest.raises(getattr(errors, error), match=match):
         ptok(text, pair, indices=list(range(len(text))))
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "said"),
+    [
+        ("3", ParameterTypeError, "str"),
+        (True, ParameterTypeError, "bool"),
+        (np.bool_(True), ParameterTypeError, "bool"),
+        (-1, InvalidParameterError, "a negative int"),
+        (2**63, InvalidParameterError, "an int >= 2\\*\\*63"),
+    ],
+)
+def test_check_row_id_names_the_fault_with_its_error_class(value, error, said):
+    with pytest.raises(error, match=f"indices must hold ints in \\[0, 2\\*\\*63\\), got {said}\\.$"):
+        check_row_id(value, "indices")
+    assert check_row_id(np.int64(7), "indices") == 7
