@@ -57,6 +57,8 @@ import numpy as np
 import torch
 
 from .config import PrivatizerConfig
+from .cpu import bf16_filter as fused
+from .cpu.bf16_filter import fused_filter_available
 from .errors import InvalidParameterError
 from .gpu import triton_ready
 from .gpu.nearest import tensor_core_model_holds
@@ -136,15 +138,24 @@ def bound_rows(device: str | torch.device) -> int:
 
 
 def gemm_bounds(
-    V: int, d: int, *, repeats: int = 5, device: str | torch.device = "cpu", rows: int | None = None
+    V: int,
+    d: int,
+    *,
+    repeats: int = 5,
+    device: str | torch.device = "cpu",
+    rows: int | None = None,
+    sources: dict[str, float] | None = None,
 ) -> dict[str, float | None]:
     """Best ops/s of each of :data:`ARITHMETICS` on ``rows``×d @ d×V (``None``: no such product here).
 
     fp32 and bf16 are ``torch.mm`` (fp32 under :func:`~hf_textdp.search.exact_fp32_matmul`), int8 is
-    ``torch._int_mm`` (int8 × int8 → int32). The three run round-robin, ``repeats`` times each after
-    a warm-up, so load from other processes reaches all of them. d and V are rounded up to multiples
-    of 8 (``_int_mm`` needs it on CUDA) and the ops count that shape; outputs are preallocated so
-    that no timed product pays for fresh pages.
+    ``torch._int_mm`` (int8 × int8 → int32). Where the fused bf16 kernel of the search runs
+    (:mod:`hf_textdp.cpu.bf16_filter`, AVX-512 BF16 without AMX), the bf16 bound is the faster of ``torch.mm``
+    and that kernel on the same shape: the bound of the arithmetic the search really runs. All products
+    run round-robin, ``repeats`` times each after a warm-up, so load from other processes reaches all of
+    them. d and V are rounded up to multiples of 8 (``_int_mm`` needs it on CUDA) and the ops count that
+    shape; outputs are preallocated so that no timed product pays for fresh pages. ``sources``, when
+    given, receives the ops/s of each product by name (``"bf16 torch.mm"``, ``"bf16 fused kernel"``, …).
 
     Example:
 
@@ -165,32 +176,44 @@ def gemm_bounds(
         b8 = torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8).to(dev)
         operands["int8"] = (a8, b8, torch.empty(m, n, dtype=torch.int32, device=dev))
 
-    def product(arithmetic: str) -> None:
-        a, b, out = operands[arithmetic]
-        if arithmetic == "int8":
-            torch._int_mm(a, b, out=out)
-        elif arithmetic == "fp32":
+    def matmul(a: torch.Tensor, b: torch.Tensor, res: torch.Tensor) -> Callable[[], object]:
+        if res.dtype == torch.int32:
+            return lambda: torch._int_mm(a, b, out=res)
+        return lambda: torch.mm(a, b, out=res)
+
+    products = {name: matmul(*ops) for name, ops in operands.items()}
+    if dev.type == "cpu" and fused_filter_available():
+        packed = fused.PackedRows.build(b32.T.contiguous(), torch.zeros(n, dtype=torch.float64))
+        q_tiles = fused.query_tiles(a32, packed.K2)
+        products["bf16 fused"] = lambda: fused.block_maxima(packed, q_tiles, torch.get_num_threads())
+
+    def product(name: str) -> None:
+        if name == "fp32":
             with exact_fp32_matmul():
-                torch.mm(a, b, out=out)
+                products[name]()
         else:
-            torch.mm(a, b, out=out)
+            products[name]()
         _sync(dev)
 
-    best: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
-    for arithmetic in list(operands):
+    best_s: dict[str, float] = {}
+    for name in list(products):
         try:
-            product(arithmetic)  # warm-up: thread pool, allocator, kernels
+            product(name)  # warm-up: thread pool, allocator, kernels
         except RuntimeError:  # e.g. no int8 kernel for this device or shape
-            del operands[arithmetic]
+            del products[name]
         else:
-            best[arithmetic] = math.inf
+            best_s[name] = math.inf
     for _ in range(max(1, repeats)):
-        for arithmetic in operands:  # each product ends synchronised: the clock times that product alone
+        for name in products:  # each product ends synchronised: the clock times that product alone
             t0 = time.perf_counter()
-            product(arithmetic)
-            best[arithmetic] = min(best[arithmetic] or math.inf, time.perf_counter() - t0)
-    ops = 2.0 * m * k * n
-    return {a: (None if t is None else ops / t) for a, t in best.items()}
+            product(name)
+            best_s[name] = min(best_s[name], time.perf_counter() - t0)
+    ops = {name: 2.0 * m * k * n / t for name, t in best_s.items()}
+    if sources is not None:
+        sources.update({("bf16 torch.mm" if name == "bf16" else name): v for name, v in ops.items()})
+    out: dict[str, float | None] = {a: ops.get(a) for a in ARITHMETICS}
+    out["bf16"] = _max_of(out["bf16"], ops.get("bf16 fused"))
+    return out
 
 
 def _int8_note(device: str | torch.device) -> str | None:
@@ -449,7 +472,9 @@ class BenchReport:
     """Everything ``hf-textdp bench`` measured, with the machine it ran on.
 
     ``bounds`` maps each of :data:`ARITHMETICS` to ``{"ops_per_s", "tokens_per_s", "note"}``, the best
-    product of the whole run (``None`` rates and a ``note`` where that product cannot run).
+    product of the whole run (``None`` rates and a ``note`` where that product cannot run);
+    ``bound_sources`` the ops/s of each product of the first bound measurement by name, where the bf16
+    bound takes the faster of two (``torch.mm`` and the search's fused kernel).
     """
 
     model: str
@@ -476,6 +501,7 @@ class BenchReport:
     memory_run: dict[str, Any] | None = None
     model_load_s: float | None = None
     vector_load: dict[str, Any] | None = None
+    bound_sources: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -840,7 +866,8 @@ def run_bench(
     load_s = time.perf_counter() - t0
     V, d = space.V, space.d
     per_op = 2.0 * V * d
-    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device)
+    sources: dict[str, float] = {}
+    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources)
     results: list[BenchCase] = []
     for c in cases:
         try:
@@ -904,6 +931,7 @@ def run_bench(
         peak_rss_mb=_mb(_max_rss_bytes()),
         repeats=repeats,
         model_load_s=load_s,
+        bound_sources=sources,
     )
     if Path(model).is_file():
         report.vector_load = _vector_load(Path(model))
@@ -954,6 +982,12 @@ def format_table(report: BenchReport) -> str:
         else:
             unit = "GOPS  " if a == "int8" else "GFLOPS"
             lines.append(f"  {a:5s} {b['ops_per_s'] / 1e9:>9,.0f} {unit} = {b['tokens_per_s']:>12,.0f} tokens/s")
+    src = report.bound_sources
+    if "bf16 fused" in src:
+        lines.append(
+            f"  (bf16: the faster of torch.mm, {src.get('bf16 torch.mm', 0) / 1e9:,.0f} GFLOPS, and the search's "
+            f"fused kernel, {src['bf16 fused'] / 1e9:,.0f} GFLOPS, in the first measurement)"
+        )
     lines += [
         "",
         f"{'case':26s} {'arith':>5s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'fp32':>6s} {'bf16':>6s} "

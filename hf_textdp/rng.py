@@ -26,7 +26,6 @@ import hashlib
 import math
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ import torch
 
 from .errors import InvalidParameterError, ParameterTypeError
 from .gpu.philox import philox_uniforms
-from .utils.native import load_kernel
+from .utils.native import load_kernel, run_parts
 
 
 __all__ = [
@@ -345,18 +344,8 @@ class Streams:
 
 
 # --------------------------------------------------------------------------- compiled kernel (CPU)
-_pool: ThreadPoolExecutor | None = None
 #: blocks per thread below which one call on the calling thread is faster than splitting
 _BLOCKS_PER_THREAD = 1 << 14
-
-
-def _reset_pool_after_fork() -> None:
-    global _pool
-    _pool = None  # a forked child inherits the executor but not its threads
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_pool_after_fork)
 
 
 def _kernel() -> Any:
@@ -374,7 +363,6 @@ def _kernel() -> Any:
 
 def _native_uniforms(s: Streams, draw: int, blocks: int, extra: int | torch.Tensor, start: int) -> torch.Tensor | None:
     """:meth:`Streams.uniforms` (``2·blocks`` of them) by the compiled kernel; ``None`` off the CPU or without it."""
-    global _pool
     if s.device.type != "cpu" or (lib := _kernel()) is None:
         return None
     N = len(s)
@@ -387,15 +375,8 @@ def _native_uniforms(s: Streams, draw: int, blocks: int, extra: int | torch.Tens
     else:
         ext, stride = torch.tensor([int(extra)], dtype=torch.int64), 0
     args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), int(start), blocks)
-    parts = max(1, min(torch.get_num_threads(), N, N * blocks // _BLOCKS_PER_THREAD))
-    if parts == 1:
-        lib.philox_uniforms(*args, 0, N, out.data_ptr())
-        return out
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(2, torch.get_num_threads()), thread_name_prefix="hf_textdp_rng")
-    cuts = [N * p // parts for p in range(parts + 1)]
-    # ctypes releases the GIL during each call, so the parts run in parallel
-    list(_pool.map(lambda p: lib.philox_uniforms(*args, cuts[p], cuts[p + 1], out.data_ptr()), range(parts)))
+    parts = min(torch.get_num_threads(), N * blocks // _BLOCKS_PER_THREAD)
+    run_parts(lambda i0, i1: lib.philox_uniforms(*args, i0, i1, out.data_ptr()), N, parts)
     return out
 
 

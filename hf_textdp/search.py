@@ -45,6 +45,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from .cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
 from .errors import InvalidParameterError, NumericalRangeError
 from .gpu import triton_ready
 from .gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
@@ -361,6 +362,7 @@ class ExactIndex:
         self._em2t: torch.Tensor | None = None
         self._fp32_pad: tuple[torch.Tensor, torch.Tensor] | None = None
         self._bf16: tuple[torch.Tensor, _Bf16Constants] | None = None
+        self._packed: PackedRows | None = None
         self._lock = threading.Lock()
         #: run everything but the matrix products on one thread (see :meth:`search`)
         self.serial_small_ops = True
@@ -414,6 +416,16 @@ class ExactIndex:
                 )
                 self._bf16 = (A.T.contiguous(), consts)
             return self._bf16
+
+    def _packed_rows(self, k: int) -> PackedRows | None:
+        """The rows packed for the fused bf16 kernel (:mod:`hf_textdp.cpu.bf16_filter`), or ``None`` where it does
+        not run (no AVX-512 BF16, AMX, no compiler, ``HF_TEXTDP_NATIVE=0``) or the rows fill fewer than k blocks."""
+        if self.device.type != "cpu" or -(-self.V // NB) < k or not fused_filter_available():
+            return None
+        with self._lock:
+            if self._packed is None:
+                self._packed = PackedRows.build(self.E, self.sq64)
+            return self._packed
 
     def _use_bf16(self, k: int = 1) -> bool:
         """Whether a search for ``k`` neighbours runs the bf16 filter (the answer is the same either way)."""
@@ -589,7 +601,11 @@ class ExactIndex:
         if use_bf16:
             qmax = float(torch.linalg.vector_norm(Qb, dim=1).max())
             if qmax * self.R + self.R * self.R < _BF16_MAX_MAGNITUDE:
-                rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
+                packed = self._packed_rows(k) if exclude is None else None
+                if packed is not None:
+                    rows, pos, counts = fused_candidates(packed, Qb, k, gemm_threads or torch.get_num_threads())
+                else:
+                    rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
                 heavy = counts > max(BF16_MAX_CANDIDATES, 4 * k)
                 if not bool(heavy.any()):
                     return rows, pos

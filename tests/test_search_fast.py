@@ -38,6 +38,13 @@ F32 = np.float32
 bf16_ok = pytest.mark.skipif(not _bf16_model_ok(), reason="no exact bf16 matrix product on this build")
 
 
+@pytest.fixture(autouse=True)
+def torch_bf16_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This module tests the torch bf16 filter: the compiled fused one (on by default where it runs) is off
+    here and has its own tests (``tests/test_fused_filter.py``)."""
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+
+
 def brute64(Q: np.ndarray, E: np.ndarray, k: int = 1) -> np.ndarray:
     """float64 brute force, first index on ties (stable sort)."""
     Q64, E64 = Q.astype(np.float64), E.astype(np.float64)

@@ -16,19 +16,49 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .cache_path import cache_dir
 from .logging import get_logger
 
 
-__all__ = ["load_kernel", "native_enabled"]
+__all__ = ["load_kernel", "native_enabled", "run_parts"]
 
 logger = get_logger(__name__)
 
 _KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 _FLAG_SETS = (["-O3", "-march=native"], ["-O3"])
 _loaded: dict[str, ctypes.CDLL | None] = {}
+_pool: ThreadPoolExecutor | None = None
+
+
+def _reset_pool_after_fork() -> None:
+    global _pool
+    _pool = None  # a forked child inherits the executor but not its threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def run_parts(call: Callable[[int, int], object], n: int, parts: int) -> None:
+    """``call(lo, hi)`` over ``parts`` near-equal consecutive ranges of ``0 … n``, in parallel threads.
+
+    For kernel calls through :mod:`ctypes`, which releases the GIL during each call, so the parts run on
+    as many cores; ``parts ≤ 1`` makes one call on the calling thread.
+    """
+    global _pool
+    parts = max(1, min(parts, n))
+    if parts == 1:
+        call(0, n)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hf_textdp_native")
+    cuts = [n * p // parts for p in range(parts + 1)]
+    for done in [_pool.submit(call, cuts[p], cuts[p + 1]) for p in range(parts)]:
+        done.result()
 
 
 def native_enabled() -> bool:
@@ -53,10 +83,11 @@ def _compiler() -> str | None:
     return None
 
 
-def _build(name: str, source: str, compiler: str) -> Path | None:
+def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
     folder = cache_dir() / "native"
     machine = [platform.machine(), _cpu_id()]
-    for flags in _FLAG_SETS:
+    flag_sets = [[*_FLAG_SETS[0], "-fopenmp"], *_FLAG_SETS] if openmp else _FLAG_SETS
+    for flags in flag_sets:
         key = hashlib.sha256("\0".join([source, *flags, *machine]).encode()).hexdigest()
         target = folder / f"{name}-{key[:20]}.so"
         if target.is_file():
@@ -77,8 +108,13 @@ def _build(name: str, source: str, compiler: str) -> Path | None:
     return None
 
 
-def load_kernel(name: str) -> ctypes.CDLL | None:
-    """The compiled ``kernels/<name>.c`` (built on first use, then cached), or ``None`` where it cannot be."""
+def load_kernel(name: str, *, openmp: bool = False) -> ctypes.CDLL | None:
+    """The compiled ``kernels/<name>.c`` (built on first use, then cached), or ``None`` where it cannot be.
+
+    ``openmp=True`` builds with ``-fopenmp`` where the compiler can (else without): the library then
+    needs ``libgomp.so.1``, which resolves to the copy torch has already loaded, so the kernel's parallel
+    regions run on torch's own OpenMP threads.
+    """
     if not native_enabled():
         return None
     if name in _loaded:
@@ -87,7 +123,7 @@ def load_kernel(name: str) -> ctypes.CDLL | None:
     compiler = _compiler()
     try:
         source = (_KERNELS / f"{name}.c").read_text(encoding="utf-8")
-        path = _build(name, source, compiler) if compiler else None
+        path = _build(name, source, compiler, openmp) if compiler else None
         lib = ctypes.CDLL(str(path)) if path else None
     except OSError as err:
         logger.debug("%s: cannot build or load the kernel: %s", name, err)

@@ -1,0 +1,276 @@
+"""The fused bf16 filter of the exact search on CPUs with AVX-512 BF16 (``kernels/bf16_filter.c``).
+
+:class:`~hf_textdp.search.ExactIndex`'s bf16 filter forms a ``[queries, positions]`` tile of bf16 scores with
+oneDNN, then reads it again for the block maxima. This one computes the scores in registers and keeps
+only each block's maximum (blocks of :data:`NB` consecutive positions), so no tile of scores is written or
+read; the few blocks that can hold a winner are scored again for their candidates. The answer is the
+same exact one: the filter only proposes candidates, which float64 verification decides.
+
+Scores (docs/mechanisms/search.md, "The fused bf16 filter"). With q̂ = bf16(q), ê_c = bf16(e_c) (round to
+nearest) and ν̃_c = fp32(ν64_c), ν64_c the float64 ‖e_c‖²/2, the kernel's score is
+Ã_c = −ν̃_c + Σ_j q̂_j ê_cj, summed in fp32 with each product exact; it estimates t_c = q·e_c − ‖e_c‖²/2, the
+quantity the nearest position maximises, within the per-query bound β of :func:`fused_filter_bound`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import torch
+
+from ..utils.native import load_kernel, native_enabled
+from ..utils.rounding import round_up_fp32
+
+
+__all__ = [
+    "NB",
+    "PackedRows",
+    "block_maxima",
+    "block_scores",
+    "fused_candidates",
+    "fused_filter_available",
+    "fused_filter_bound",
+    "query_tiles",
+]
+
+#: positions per block of the kernel (two vectors of 16 fp32 scores)
+NB = 32
+U32 = 2.0**-24
+U64 = 2.0**-53
+#: bytes of packed queries per pass of the kernel: they stay in a core's L2 cache while all rows go by
+_PASS_BYTES = 384 * 1024
+#: tiles per thread below which one call on the calling thread is faster than splitting
+_MIN_TILES_PER_THREAD = 4
+
+
+@functools.cache
+def _lib() -> Any:
+    """The compiled kernel with AVX-512 BF16 (typed for ctypes), else ``None``."""
+    lib = load_kernel("bf16_filter", openmp=True)
+    if lib is None or lib.bf16_filter_tile() <= 0:
+        return None
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.block_maxima.argtypes = [p, p, p, i, i, i, i, i, p]  # q, e, init, K2, blocks, tiles, pass, threads, out
+    lib.block_maxima.restype = None
+    lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
+    lib.block_scores.restype = None
+    return lib
+
+
+def _tile() -> int:
+    """Queries per micro-tile of the kernel (12)."""
+    return int(_lib().bf16_filter_tile())
+
+
+def _has_amx() -> bool:
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(probe is not None and probe())
+
+
+def fused_filter_available() -> bool:
+    """Whether the fused kernel runs here and meets the bound's model.
+
+    It needs a C compiler and AVX-512 BF16 (read from the CPU's capabilities, not timed). On CPUs with AMX
+    tiles oneDNN's bf16 product is several times faster than any AVX-512 kernel, so the torch filter stays
+    there. The model (products exact, fp32 accumulation) is checked once, on a test product, before first
+    use. ``HF_TEXTDP_NATIVE=0`` turns the kernel off (the search then runs its torch bf16 filter).
+    """
+    return native_enabled() and _kernel_ok()
+
+
+@functools.cache
+def _kernel_ok() -> bool:
+    return _lib() is not None and not _has_amx() and _model_holds()
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRows:
+    """A matrix packed for the kernel, with the constants of :func:`fused_filter_bound`.
+
+    ``e`` holds blocks of NB rows as ``[blocks, K2, NB]`` words of two bf16 coordinates (K2 = ⌈d/2⌉,
+    an odd d padded with a zero coordinate), ``init`` the ``−ν̃_c`` (−∞ for padding rows, never a candidate).
+    """
+
+    e: torch.Tensor
+    init: torch.Tensor
+    V: int
+    d: int
+    rho: float  # max_c ‖e_c − ê_c‖
+    e_hat: float  # max_c ‖ê_c‖
+    nu_max: float  # max_c ν64_c
+
+    @property
+    def K2(self) -> int:
+        return self.e.shape[1]
+
+    @property
+    def blocks(self) -> int:
+        return self.e.shape[0]
+
+    @classmethod
+    def build(cls, E: torch.Tensor, sq64: torch.Tensor) -> PackedRows:
+        """Pack the fp32 rows ``E`` ``[V, d]`` on the CPU; ``sq64`` are their float64 squared norms."""
+        V, d = E.shape
+        K2 = (d + 1) // 2
+        blocks = -(-V // NB)
+        e_hat = torch.zeros((blocks * NB, 2 * K2), dtype=torch.bfloat16)
+        e_hat[:V, :d] = E  # round to nearest even
+        e = e_hat.view(torch.int32).view(blocks, NB, K2).transpose(1, 2).contiguous()
+        nu64 = sq64.double() / 2.0
+        init = torch.full((blocks * NB,), -math.inf, dtype=torch.float32)
+        init[:V] = -nu64.float()
+        res = E - e_hat[:V, :d].float()  # exact in fp32
+        f64 = torch.float64
+        return cls(
+            e=e,
+            init=init,
+            V=V,
+            d=d,
+            rho=float(torch.linalg.vector_norm(res, dim=1, dtype=f64).max()) * (1 + 2.0**-40),
+            e_hat=float(torch.linalg.vector_norm(e_hat[:V], dim=1, dtype=f64).max()) * (1 + 2.0**-40),
+            nu_max=float(nu64.max()),
+        )
+
+
+def fused_filter_bound(
+    q_hat_norm: torch.Tensor, q_res_norm: torch.Tensor, *, rho: float, e_hat: float, nu_max: float, d: int
+) -> torch.Tensor:
+    """Per-query β with |t_c − Ã_c| ≤ β for every position c (float64, one value per query).
+
+    Notation of :func:`hf_textdp.search.bf16_filter_bound`: q = q̂ + r_q, e_c = ê_c + r_c exactly, ρ = max‖r_c‖,
+    Ê = max‖ê_c‖. Then t_c − Ã_c = (q·e_c − q̂·ê_c) − (ν_c − ν̃_c) + (A_c − Ã_c), A_c the exact value of
+    −ν̃_c + q̂·ê_c, and β = β_in + β_acc + β_ν + β_abs with
+
+    * β_in = ‖q̂‖ρ + ‖r_q‖(Ê + ρ): q·e_c − q̂·ê_c = q̂·r_c + r_q·ê_c + r_q·r_c, Cauchy–Schwarz on each;
+    * β_acc = γ_n(‖q̂‖Ê + ν_max(1 + u₃₂)), n = d + 1 terms (d exact bf16 products and ν̃_c), γ_n = nu/(1 − nu),
+      u = 2⁻²⁴: any order or tree of fp32 additions of n terms errs by at most γ_n·Σ|terms| (Higham,
+      *Accuracy and Stability of Numerical Algorithms*, eq. 3.5), and Σ|q̂_j ê_cj| ≤ ‖q̂‖‖ê_c‖;
+    * β_ν = ((d + 1)u₆₄ + u₃₂)·ν_max·1.01: ν64_c sums d exact squares in float64, and ν̃_c rounds it to fp32;
+    * β_abs = 2⁻¹⁰⁰(1 + ‖q̂‖ + Ê): inputs and partial sums below 2⁻¹²⁶ are flushed to zero by VDPBF16PS, which
+      moves a score by less than (2d + 2)·2⁻¹²⁶·(1 + Ê).
+    """
+    n = d + 1
+    gamma_n = n * U32 / (1.0 - n * U32)
+    beta_in = q_hat_norm * rho + q_res_norm * (e_hat + rho)
+    beta_acc = gamma_n * (q_hat_norm * e_hat + nu_max * (1.0 + U32))
+    beta_nu = ((d + 1) * U64 + U32) * nu_max * 1.01
+    beta_abs = 2.0**-100 * (1.0 + q_hat_norm + e_hat)
+    beta: torch.Tensor = (beta_in + beta_acc + beta_nu + beta_abs) * (1.0 + 2.0**-20)
+    return beta
+
+
+def _queries(Q: torch.Tensor, K2: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q̂ as rows ``[B, 2·K2]`` bf16, q̂ packed in tiles ``[tiles, K2, tile]`` of words)."""
+    B, d = Q.shape
+    tile = _tile()
+    tiles = -(-B // tile)
+    qa = torch.zeros((tiles * tile, 2 * K2), dtype=torch.bfloat16)
+    qa[:B, :d] = Q  # round to nearest even
+    packed = qa.view(torch.int32).view(tiles, tile, K2).transpose(1, 2).contiguous()
+    return qa[:B], packed
+
+
+def query_tiles(Q: torch.Tensor, K2: int) -> torch.Tensor:
+    """The queries ``Q`` ``[B, d]`` (fp32) rounded to bf16 and packed in tiles for :func:`block_maxima`."""
+    return _queries(Q, K2)[1]
+
+
+def block_maxima(packed: PackedRows, q_tiles: torch.Tensor, threads: int) -> torch.Tensor:
+    """``[tiles·tile, blocks]`` fp32: each query's largest Ã over each block of NB positions."""
+    lib, tile = _lib(), _tile()
+    tiles = q_tiles.shape[0]
+    out = torch.empty((tiles * tile, packed.blocks), dtype=torch.float32)
+    per_pass = max(1, _PASS_BYTES // (packed.K2 * tile * 4))
+    parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
+    lib.block_maxima(
+        q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, packed.blocks,
+        tiles, per_pass, parts, out.data_ptr(),
+    )  # fmt: skip
+    return out
+
+
+def block_scores(packed: PackedRows, q_rows: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """``[n, NB]`` fp32: the Ã of the NB positions of block ``blocks[i]`` for query ``rows[i]``."""
+    lib = _lib()
+    n = rows.numel()
+    out = torch.empty((n, NB), dtype=torch.float32)
+    if n:
+        r, b = rows.contiguous(), blocks.contiguous()
+        lib.block_scores(
+            q_rows.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), r.data_ptr(), b.data_ptr(),
+            packed.K2, 0, n, out.data_ptr(),
+        )  # fmt: skip
+    return out
+
+
+def fused_candidates(
+    packed: PackedRows, Q: torch.Tensor, k: int, threads: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(query rows, positions, candidates per query) that provably hold each query's exact top k.
+
+    The k-th largest block maximum M is the Ã of a real position, and k positions have Ã ≥ M, so the k-th
+    best t is at least M − β; a top-k position c has Ã_c ≥ t_c − β ≥ M − 2β. Blocks whose maximum reaches
+    that threshold are scored again and their positions that reach it are the candidates (a superset of
+    the top k; float64 verification decides). Needs at least k blocks and finite, moderate queries
+    (the caller's range check).
+    """
+    B = Q.shape[0]
+    q_rows, q_tiles = _queries(Q, packed.K2)
+    q_hat = q_rows[:, : packed.d].double()
+    bound = fused_filter_bound(
+        torch.linalg.vector_norm(q_hat, dim=1),
+        torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
+        rho=packed.rho,
+        e_hat=packed.e_hat,
+        nu_max=packed.nu_max,
+        d=packed.d,
+    )
+    M = block_maxima(packed, q_tiles, threads)[:B]
+    kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
+    thr = kth - 2.0 * bound
+    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
+    lim = round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
+    hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
+    S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
+    hit, j = torch.nonzero(S >= lim[hr][:, None], as_tuple=True)
+    rows, pos = hr[hit], hb[hit] * NB + j
+    return rows, pos, torch.bincount(rows, minlength=B)
+
+
+def _model_holds() -> bool:
+    """Check the kernel against the bound's model on a test product shaped like a search tile.
+
+    Random bf16 operands spanning 2¹² in magnitude, with cancellation: every block score must lie within
+    γ_n·Σ|terms| of the exact sum (inexact products or a bf16 accumulator fail), and every block maximum
+    within the same of the exact block maximum. Query 0 is a probe whose exact score 1 + 2⁻²⁰ needs the
+    fp32 accumulator.
+    """
+    g = torch.Generator().manual_seed(1234)
+    m, d, V = 30, 384, 4 * NB + 5
+
+    def spread(rows: int, cols: int) -> torch.Tensor:
+        x = torch.randn(rows, cols, generator=g, dtype=torch.float64)
+        return (x * torch.exp2(torch.randint(-6, 7, (rows, cols), generator=g).double())).to(torch.bfloat16)
+
+    q, e = spread(m, d), spread(V, d)
+    q[0], e[0] = 0.0, 0.0
+    q[0, :2] = 1.0
+    e[0, 0], e[0, 1] = 1.0, 2.0**-20
+    packed = PackedRows.build(e.float(), torch.zeros(V, dtype=torch.float64))  # ν = 0: init −0
+    q_rows, q_tiles = _queries(q.float(), packed.K2)
+    ref = q.double() @ e.double().T  # float64 error far below the tolerance
+    tol = d * U32 / (1 - d * U32) * (q.double().abs() @ e.double().abs().T) * 1.001 + 1e-300
+    rows = torch.arange(m).repeat_interleave(packed.blocks)
+    blocks = torch.arange(packed.blocks).repeat(m)
+    S = block_scores(packed, q_rows.view(torch.int32), rows, blocks).view(m, -1)[:, :V].double()
+    if not bool(((S - ref).abs() <= tol).all()) or float(S[0, 0]) != 1.0 + 2.0**-20:
+        return False
+    M = block_maxima(packed, q_tiles, 1)[:m].double()
+    pad = torch.full((m, packed.blocks * NB - V), -math.inf, dtype=torch.float64)
+    exact_max = torch.cat([ref, pad], 1).view(m, packed.blocks, NB).amax(2)
+    slack = torch.cat([tol, torch.zeros_like(pad)], 1).view(m, packed.blocks, NB).amax(2)
+    return bool(((M - exact_max).abs() <= slack).all())

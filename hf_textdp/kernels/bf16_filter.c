@@ -1,0 +1,108 @@
+/* The fused bf16 filter of the exact search on CPUs with AVX-512 BF16 (hf_textdp/cpu/bf16_filter.py;
+ * docs/mechanisms/search.md, "The fused bf16 filter").
+ *
+ * A score is A_c = init_c + sum_j qh_j * eh_cj over bf16 pairs: VDPBF16PS forms each bf16 product exactly
+ * in fp32 and adds it to an fp32 accumulator (round to nearest even, denormals flushed), so A_c is a sum
+ * of d + 1 exact terms in fp32, in some order: the setting of the bound in bf16_filter.py, which holds
+ * for every order and every summation tree. Positions come in blocks of NB = 32 consecutive ones;
+ * block_maxima writes each (query, block) maximum without storing the scores, block_scores recomputes
+ * the NB scores of chosen (query, block) pairs.
+ *
+ * Operands are 32-bit words holding two bf16 numbers (coordinates 2k and 2k + 1): queries as
+ * q[tile][k][MR] (MR queries per tile), rows as e[block][k][NB]; K2 words per vector.
+ */
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+
+#define MR 12
+#define NB 32
+
+int bf16_filter_tile(void) { return MR; }
+
+#define DECL(r) __m512 a##r##0 = _mm512_loadu_ps(ib), a##r##1 = _mm512_loadu_ps(ib + 16);
+#define STEP(r)                                                                                        \
+    {                                                                                                  \
+        __m512bh b = (__m512bh)_mm512_set1_epi32((int)qk[r]);                                          \
+        a##r##0 = _mm512_dpbf16_ps(a##r##0, b, e0);                                                    \
+        a##r##1 = _mm512_dpbf16_ps(a##r##1, b, e1);                                                    \
+    }
+#define STORE(r) o[(r) * blocks] = _mm512_reduce_max_ps(_mm512_max_ps(a##r##0, a##r##1));
+#define ALL(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
+
+/* out[t * MR + r][b] = max of the NB scores of block b for query r of tile t, for tiles t0 .. t1 - 1.
+ * Tiles go in passes of `pass` tiles (their queries stay in cache while every block goes by). */
+static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, int64_t K2, int64_t blocks,
+                         int64_t t0, int64_t t1, int64_t pass, float *out) {
+    for (int64_t tb = t0; tb < t1; tb += pass) {
+        const int64_t te = tb + pass < t1 ? tb + pass : t1;
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint32_t *eb = e + b * K2 * NB;
+            const float *ib = init + b * NB;
+            for (int64_t t = tb; t < te; t++) {
+                const uint32_t *qt = q + t * K2 * MR;
+                ALL(DECL)
+                for (int64_t k = 0; k < K2; k++) {
+                    const __m512bh e0 = (__m512bh)_mm512_loadu_si512(eb + k * NB);
+                    const __m512bh e1 = (__m512bh)_mm512_loadu_si512(eb + k * NB + 16);
+                    const uint32_t *qk = qt + k * MR;
+                    ALL(STEP)
+                }
+                float *o = out + t * MR * blocks + b;
+                ALL(STORE)
+            }
+        }
+    }
+}
+
+/* maxima_range over tiles 0 .. tiles - 1, split between `threads` threads of the OpenMP team (the one
+ * torch's intra-op pool uses when the library is built with -fopenmp: no second pool competes with it). */
+void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64_t K2, int64_t blocks,
+                  int64_t tiles, int64_t pass, int64_t threads, float *out) {
+    const int n = (int)(threads < tiles ? threads : tiles) > 1 ? (int)(threads < tiles ? threads : tiles) : 1;
+#pragma omp parallel num_threads(n) if (n > 1)
+    {
+#ifdef _OPENMP
+        const int64_t p = omp_get_thread_num(), m = omp_get_num_threads();
+#else
+        const int64_t p = 0, m = 1;
+#endif
+        maxima_range(q, e, init, K2, blocks, tiles * p / m, tiles * (p + 1) / m, pass, out);
+    }
+}
+
+/* out[i][0 .. NB) = the scores of block blk[i] for query row rows[i] of q_rows[B][K2], i in i0 .. i1 - 1
+ * (two accumulator chains, even and odd k, added at the end). */
+void block_scores(const uint32_t *q_rows, const uint32_t *e, const float *init, const int64_t *rows,
+                  const int64_t *blk, int64_t K2, int64_t i0, int64_t i1, float *out) {
+    for (int64_t i = i0; i < i1; i++) {
+        const uint32_t *qr = q_rows + rows[i] * K2, *eb = e + blk[i] * K2 * NB;
+        __m512 a0 = _mm512_loadu_ps(init + blk[i] * NB), a1 = _mm512_loadu_ps(init + blk[i] * NB + 16);
+        __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+        int64_t k = 0;
+        for (; k + 1 < K2; k += 2) {
+            const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
+            const __m512bh d = (__m512bh)_mm512_set1_epi32((int)qr[k + 1]);
+            a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
+            a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
+            c0 = _mm512_dpbf16_ps(c0, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB));
+            c1 = _mm512_dpbf16_ps(c1, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB + 16));
+        }
+        if (k < K2) {
+            const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
+            a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
+            a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
+        }
+        _mm512_storeu_ps(out + i * NB, _mm512_add_ps(a0, c0));
+        _mm512_storeu_ps(out + i * NB + 16, _mm512_add_ps(a1, c1));
+    }
+}
+
+#else
+/* No AVX-512 BF16 at build time: the Python side sees tile 0 and keeps its torch filter. */
+int bf16_filter_tile(void) { return 0; }
+#endif

@@ -1,0 +1,198 @@
+"""The fused bf16 filter of the exact search (``hf_textdp/cpu/bf16_filter.py``, ``kernels/bf16_filter.c``).
+
+Exactness (float64 brute force, Fraction arithmetic on near ties), the bound of
+:func:`~hf_textdp.cpu.bf16_filter.fused_filter_bound` against float64 on every (query, row) pair, and
+mutation checks: a filter without its 2β margin, and kernels that break the arithmetic model, must be
+caught. Runs where the kernel runs (a C compiler and AVX-512 BF16 without AMX, as on CI); skipped
+elsewhere, where the search keeps its torch filter (``tests/test_search_fast.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from hf_textdp.bench import gemm_bounds
+from hf_textdp.cpu import bf16_filter as fused
+from hf_textdp.search import ExactIndex
+from tests.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
+from tests.test_search_fast import noisy_case as noisy_case  # noqa: PLC0414 - the fixture, under its own name
+from tests.utils import N_CASES
+
+
+F32 = np.float32
+pytestmark = pytest.mark.skipif(
+    not fused.fused_filter_available(), reason="no fused bf16 kernel here (needs a C compiler, AVX-512 BF16, no AMX)"
+)
+
+
+@pytest.fixture(autouse=True)
+def kernel_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
+    monkeypatch.delenv("HF_TEXTDP_SEARCH_FILTER", raising=False)
+
+
+def fused_index(E: np.ndarray) -> ExactIndex:
+    idx = ExactIndex(torch.from_numpy(E), filter="bf16")
+    assert idx._packed_rows(1) is not None  # the search below runs the kernel
+    return idx
+
+
+def search(E: np.ndarray, Q: np.ndarray, k: int, **kw: Any) -> np.ndarray:
+    return fused_index(E).search(torch.from_numpy(Q), k, **kw).numpy()
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("query_block", [None, 13, 500])
+def test_fused_equals_float64_brute_force(noisy_case: Any, k: int, query_block: int | None) -> None:
+    """2,000 madlib queries at ε from 0.5 to 5,000 (with 40 duplicate rows): brute force's answer."""
+    E, Q = noisy_case
+    assert np.array_equal(search(E, Q, k, query_block=query_block), brute64(Q, E, k))
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_fused_near_ties_equal_exact_arithmetic(k: int) -> None:
+    """Queries on bisectors of row pairs, nudged by 0 or ±1 ulp, against Fraction arithmetic (seed 7102)."""
+    rng = np.random.default_rng(7102)
+    E = rng.integers(-64, 65, (600, 16)).astype(F32) / F32(16)
+    a, b = rng.integers(0, 600, 60), rng.integers(0, 600, 60)
+    mid = ((E[a].astype(np.float64) + E[b]) / 2).astype(F32)
+    Q = np.concatenate([mid, np.nextafter(mid, F32(np.inf)), np.nextafter(mid, F32(-np.inf))])
+    assert search(E, Q, k).tolist() == exact_knn(Q, E, k)
+
+
+@pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])
+def test_fused_constructed_cases(E: np.ndarray, q: np.ndarray, k: int, expected: Any) -> None:
+    """The known answers N1–N5, alone (one padded block) and inside 3,000 far rows (many blocks)."""
+    if -(-E.shape[0] // fused.NB) >= k:
+        assert search(E, q, k)[0].tolist() == expected
+    far = np.random.default_rng(7103).standard_normal((3000, E.shape[1])).astype(F32) * F32(1e6)
+    assert search(np.concatenate([E, far]), q, k)[0].tolist() == expected
+
+
+@pytest.mark.parametrize("scale", [2.0**-60, 2.0**-20, 1.0, 2.0**20])
+def test_fused_extreme_magnitudes(noisy_case: Any, scale: float) -> None:
+    """Scaling E and Q by a power of two scales every distance exactly: the same answers (tiny scales reach
+    the flushed-to-zero products of β_abs)."""
+    E, Q = noisy_case
+    Es, Qs = (E * F32(scale)).astype(F32), (Q[:400] * F32(scale)).astype(F32)
+    assert np.array_equal(search(Es, Qs, 1)[:, 0], brute64(Q[:400], E)[:, 0])
+
+
+@pytest.mark.parametrize(("V", "d"), [(33, 7), (64, 5), (100, 1), (31, 384)])
+def test_fused_odd_shapes_and_padding(V: int, d: int) -> None:
+    """Odd d (a zero coordinate pads the last pair), V not a multiple of the block (padding rows have
+    score −∞ and never come back) and batches not a multiple of the 12-query tile."""
+    rng = np.random.default_rng(7110 + V + d)
+    E = rng.standard_normal((V, d)).astype(F32)
+    Q = (E[rng.integers(0, V, 37)] + rng.standard_normal((37, d)).astype(F32)).astype(F32)
+    for k in (1, 2) if -(-V // fused.NB) >= 2 else (1,):
+        assert np.array_equal(search(E, Q, k), brute64(Q, E, k))
+    packed = fused_index(E)._packed_rows(1)
+    assert packed is not None
+    rows, pos, counts = fused.fused_candidates(packed, torch.from_numpy(Q), 1)
+    assert int(pos.max()) < V and int(counts.min()) >= 1
+
+
+def test_fused_bound_holds_on_random_data() -> None:
+    """|t_c − Ã_c| ≤ β for every (query, row) pair of 300 × 4,000 heavy-tailed fp32 data, with the kernel's
+    own scores against float64 t_c = q·e_c − ‖e_c‖²/2 (seed 7106); and β is not loose."""
+    rng = np.random.default_rng(7106)
+    E = (rng.standard_t(3, (4000, 40)) * 0.3).astype(F32)
+    Q = (rng.standard_t(3, (300, 40)) * 5).astype(F32)
+    idx = fused_index(E)
+    packed = idx._packed_rows(1)
+    assert packed is not None
+    Qt = torch.from_numpy(Q)
+    q_rows, _ = fused._queries(Qt, packed.K2)
+    rows = torch.arange(300).repeat_interleave(packed.blocks)
+    blocks = torch.arange(packed.blocks).repeat(300)
+    A = fused.block_scores(packed, q_rows.view(torch.int32), rows, blocks).view(300, -1)[:, : idx.V].double()
+    q_hat = q_rows[:, :40].double()
+    beta = fused.fused_filter_bound(
+        torch.linalg.vector_norm(q_hat, dim=1),
+        torch.linalg.vector_norm(Qt.double() - q_hat, dim=1),
+        rho=packed.rho,
+        e_hat=packed.e_hat,
+        nu_max=packed.nu_max,
+        d=packed.d,
+    )
+    t = Qt.double() @ idx.E.double().T - idx.sq64 / 2
+    err = (t - A).abs() / beta[:, None]
+    assert float(err.max()) <= 1.0
+    assert float(err.max()) > 0.05  # and β is not far above the worst error (0.51 of it here)
+
+
+def test_block_maxima_same_for_every_thread_split() -> None:
+    """Each query's maxima are computed alone: 1, 2 or 3 threads give the same bits."""
+    rng = np.random.default_rng(7111)
+    E = torch.from_numpy(rng.standard_normal((1000, 64)).astype(F32))
+    packed = fused.PackedRows.build(E, (E.double() ** 2).sum(1))
+    tiles = fused.query_tiles(torch.from_numpy(rng.standard_normal((200, 64)).astype(F32)), packed.K2)
+    one = fused.block_maxima(packed, tiles, 1)
+    assert torch.equal(one, fused.block_maxima(packed, tiles, 2))
+    assert torch.equal(one, fused.block_maxima(packed, tiles, 3))
+
+
+def test_mutation_filter_without_margin_is_caught(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: with β = 0 (the block maximum taken as exact) the filter loses true nearest rows on
+    the brute-force case above (wrong answers, or none left to verify when a block's scores, summed in
+    another order, all fall below its maximum), so that test would fail; with the real β it loses none."""
+    E, Q = noisy_case
+    monkeypatch.setattr(fused, "fused_filter_bound", lambda *a, **kw: torch.zeros(a[0].shape, dtype=torch.float64))
+    try:
+        wrong = int((search(E, Q, 1)[:, 0] != brute64(Q, E)[:, 0]).sum())
+    except AssertionError as err:
+        assert "fewer candidates than k" in str(err)
+        wrong = -1
+    assert wrong != 0
+
+
+@pytest.mark.parametrize("broken", ["bf16 accumulator", "error of 2^-12", "no fp32 probe"])
+def test_mutation_model_check_refuses_broken_kernels(broken: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: kernels whose scores round to bf16, or err beyond γ_n·Σ|terms|, fail the model check
+    that runs before the kernel is first used (so the search keeps its torch filter)."""
+    real = fused.block_scores
+
+    def bad(*a: Any) -> torch.Tensor:
+        S = real(*a)
+        if broken == "bf16 accumulator":
+            return S.bfloat16().float()
+        if broken == "error of 2^-12":
+            return S * (1 + 2.0**-12)
+        return torch.where(S == 1.0 + 2.0**-20, torch.ones_like(S), S)
+
+    assert fused._model_holds()
+    monkeypatch.setattr(fused, "block_scores", bad)
+    assert not fused._model_holds()
+
+
+def test_kernel_off_keeps_the_torch_filter(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HF_TEXTDP_NATIVE=0``: no packed rows, the torch bf16 filter runs, and the answers are the same."""
+    E, Q = noisy_case
+    on = search(E, Q[:500], 2)
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+    idx = ExactIndex(torch.from_numpy(E), filter="bf16")
+    assert idx._packed_rows(1) is None
+    assert np.array_equal(idx.search(torch.from_numpy(Q[:500]), 2).numpy(), on)
+
+
+def test_seeded_outputs_same_as_fp32_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static vectors, every mechanism: the seeded outputs with the fused filter equal those with fp32."""
+    model, texts = static_fixture(tmp_path)
+    out = _outputs_with_each_filter(monkeypatch, model, texts)  # asserts the bf16 (fused) outputs == fp32's
+    assert len(out) == len(GOLDEN_CONFIGS)
+
+
+def test_bench_bf16_bound_is_the_faster_product() -> None:
+    """Where the search runs the fused kernel, the bf16 bound is the faster of torch.mm and the kernel."""
+    sources: dict[str, float] = {}
+    bounds = gemm_bounds(2000, 64, repeats=2, rows=48, sources=sources)
+    assert {"bf16 torch.mm", "bf16 fused"} <= set(sources)
+    assert bounds["bf16"] == max(sources["bf16 torch.mm"], sources["bf16 fused"])
+    assert all(math.isfinite(v) and v > 0 for v in sources.values())
