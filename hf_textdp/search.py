@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from .cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
+from .cpu.distances import pair_sqdist
 from .errors import InvalidParameterError, NumericalRangeError
 from .gpu import triton_ready
 from .gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
@@ -798,6 +799,9 @@ class ExactIndex:
         O(block·d), not O(pairs·d). The arithmetic is the same whatever the block (a difference, a square
         and a sum of d non-negative terms per pair), so the error bound of :meth:`_verify` holds.
         """
+        native = pair_sqdist(Qb, self.E, rows, pos)  # the same arithmetic by a compiled kernel, where it runs
+        if native is not None:
+            return native
         q64 = Qb.double()
         n = rows.numel()
         D = torch.empty(n, dtype=torch.float64, device=Qb.device)

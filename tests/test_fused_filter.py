@@ -10,6 +10,7 @@ elsewhere, where the search keeps its torch filter (``tests/test_search_fast.py`
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +18,30 @@ import numpy as np
 import pytest
 import torch
 
-from hf_textdp.bench import gemm_bounds
+from hf_textdp.bench import cpu_info, gemm_bounds
 from hf_textdp.cpu import bf16_filter as fused
+from hf_textdp.cpu.distances import pair_sqdist
 from hf_textdp.search import ExactIndex
+from hf_textdp.utils.native import _compiler
 from tests.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
 from tests.test_search_fast import noisy_case as noisy_case  # noqa: PLC0414 - the fixture, under its own name
 from tests.utils import N_CASES
 
 
 F32 = np.float32
-pytestmark = pytest.mark.skipif(
+needs_kernel = pytest.mark.skipif(
     not fused.fused_filter_available(), reason="no fused bf16 kernel here (needs a C compiler, AVX-512 BF16, no AMX)"
 )
+
+
+def test_kernel_builds_where_the_cpu_has_avx512_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the CPU has AVX-512 BF16 and no AMX and a C compiler is found, the kernel builds and passes its
+    model check, so the tests below cannot skip silently because of a broken kernel source."""
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
+    flags = set(cpu_info()[1])
+    if "avx512_bf16" not in flags or "amx_bf16" in flags or _compiler() is None:
+        pytest.skip("not a CPU the fused kernel is for, or no C compiler")
+    assert fused.fused_filter_available()
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +60,7 @@ def search(E: np.ndarray, Q: np.ndarray, k: int, **kw: Any) -> np.ndarray:
     return fused_index(E).search(torch.from_numpy(Q), k, **kw).numpy()
 
 
+@needs_kernel
 @pytest.mark.parametrize("k", [1, 2, 4])
 @pytest.mark.parametrize("query_block", [None, 13, 500])
 def test_fused_equals_float64_brute_force(noisy_case: Any, k: int, query_block: int | None) -> None:
@@ -55,6 +69,7 @@ def test_fused_equals_float64_brute_force(noisy_case: Any, k: int, query_block: 
     assert np.array_equal(search(E, Q, k, query_block=query_block), brute64(Q, E, k))
 
 
+@needs_kernel
 @pytest.mark.parametrize("k", [1, 2])
 def test_fused_near_ties_equal_exact_arithmetic(k: int) -> None:
     """Queries on bisectors of row pairs, nudged by 0 or ±1 ulp, against Fraction arithmetic (seed 7102)."""
@@ -66,6 +81,7 @@ def test_fused_near_ties_equal_exact_arithmetic(k: int) -> None:
     assert search(E, Q, k).tolist() == exact_knn(Q, E, k)
 
 
+@needs_kernel
 @pytest.mark.parametrize(("E", "q", "k", "expected"), [c[1:] for c in N_CASES], ids=[c[0] for c in N_CASES])
 def test_fused_constructed_cases(E: np.ndarray, q: np.ndarray, k: int, expected: Any) -> None:
     """The known answers N1–N5, alone (one padded block) and inside 3,000 far rows (many blocks)."""
@@ -75,6 +91,7 @@ def test_fused_constructed_cases(E: np.ndarray, q: np.ndarray, k: int, expected:
     assert search(np.concatenate([E, far]), q, k)[0].tolist() == expected
 
 
+@needs_kernel
 @pytest.mark.parametrize("scale", [2.0**-60, 2.0**-20, 1.0, 2.0**20])
 def test_fused_extreme_magnitudes(noisy_case: Any, scale: float) -> None:
     """Scaling E and Q by a power of two scales every distance exactly: the same answers (tiny scales reach
@@ -84,6 +101,7 @@ def test_fused_extreme_magnitudes(noisy_case: Any, scale: float) -> None:
     assert np.array_equal(search(Es, Qs, 1)[:, 0], brute64(Q[:400], E)[:, 0])
 
 
+@needs_kernel
 @pytest.mark.parametrize(("V", "d"), [(33, 7), (64, 5), (100, 1), (31, 384)])
 def test_fused_odd_shapes_and_padding(V: int, d: int) -> None:
     """Odd d (a zero coordinate pads the last pair), V not a multiple of the block (padding rows have
@@ -99,6 +117,7 @@ def test_fused_odd_shapes_and_padding(V: int, d: int) -> None:
     assert int(pos.max()) < V and int(counts.min()) >= 1
 
 
+@needs_kernel
 def test_fused_bound_holds_on_random_data() -> None:
     """|t_c − Ã_c| ≤ β for every (query, row) pair of 300 × 4,000 heavy-tailed fp32 data, with the kernel's
     own scores against float64 t_c = q·e_c − ‖e_c‖²/2 (seed 7106); and β is not loose."""
@@ -128,6 +147,7 @@ def test_fused_bound_holds_on_random_data() -> None:
     assert float(err.max()) > 0.05  # and β is not far above the worst error (0.51 of it here)
 
 
+@needs_kernel
 def test_block_maxima_same_for_every_thread_split() -> None:
     """Each query's maxima are computed alone: 1, 2 or 3 threads give the same bits."""
     rng = np.random.default_rng(7111)
@@ -139,6 +159,7 @@ def test_block_maxima_same_for_every_thread_split() -> None:
     assert torch.equal(one, fused.block_maxima(packed, tiles, 3))
 
 
+@needs_kernel
 def test_mutation_filter_without_margin_is_caught(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check: with β = 0 (the block maximum taken as exact) the filter loses true nearest rows on
     the brute-force case above (wrong answers, or none left to verify when a block's scores, summed in
@@ -153,6 +174,7 @@ def test_mutation_filter_without_margin_is_caught(noisy_case: Any, monkeypatch: 
     assert wrong != 0
 
 
+@needs_kernel
 @pytest.mark.parametrize("broken", ["bf16 accumulator", "error of 2^-12", "no fp32 probe"])
 def test_mutation_model_check_refuses_broken_kernels(broken: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check: kernels whose scores round to bf16, or err beyond γ_n·Σ|terms|, fail the model check
@@ -172,6 +194,7 @@ def test_mutation_model_check_refuses_broken_kernels(broken: str, monkeypatch: p
     assert not fused._model_holds()
 
 
+@needs_kernel
 def test_kernel_off_keeps_the_torch_filter(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """``HF_TEXTDP_NATIVE=0``: no packed rows, the torch bf16 filter runs, and the answers are the same."""
     E, Q = noisy_case
@@ -182,6 +205,7 @@ def test_kernel_off_keeps_the_torch_filter(noisy_case: Any, monkeypatch: pytest.
     assert np.array_equal(idx.search(torch.from_numpy(Q[:500]), 2).numpy(), on)
 
 
+@needs_kernel
 def test_seeded_outputs_same_as_fp32_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Static vectors, every mechanism: the seeded outputs with the fused filter equal those with fp32."""
     model, texts = static_fixture(tmp_path)
@@ -189,6 +213,7 @@ def test_seeded_outputs_same_as_fp32_filter(tmp_path: Path, monkeypatch: pytest.
     assert len(out) == len(GOLDEN_CONFIGS)
 
 
+@needs_kernel
 def test_bench_bf16_bound_is_the_faster_product() -> None:
     """Where the search runs the fused kernel, the bf16 bound is the faster of torch.mm and the kernel."""
     sources: dict[str, float] = {}
@@ -196,3 +221,41 @@ def test_bench_bf16_bound_is_the_faster_product() -> None:
     assert {"bf16 torch.mm", "bf16 fused"} <= set(sources)
     assert bounds["bf16"] == max(sources["bf16 torch.mm"], sources["bf16 fused"])
     assert all(math.isfinite(v) and v > 0 for v in sources.values())
+
+
+@needs_kernel
+def test_fused_cluster_overflows_the_list_and_refilters() -> None:
+    """1,000 rows within 1e-4 of one point: the kernel's candidate list overflows (the tensor form takes
+    over), the queries keep more than 256 candidates and are filtered again in fp32; still brute force's
+    answer."""
+    rng = np.random.default_rng(7104)
+    d = 32
+    base = rng.standard_normal(d)
+    E = np.concatenate([base + 1e-4 * rng.standard_normal((1000, d)), rng.standard_normal((1000, d))]).astype(F32)
+    Q = (base + 1e-4 * rng.standard_normal((50, d))).astype(F32)
+    packed = fused_index(E)._packed_rows(1)
+    assert packed is not None
+    _, _, counts = fused.fused_candidates(packed, torch.from_numpy(Q), 1)
+    assert int(counts.sum()) > max(1024, 8 * 50) and int(counts.max()) > 256
+    assert np.array_equal(search(E, Q, 1)[:, 0], brute64(Q, E)[:, 0])
+
+
+def test_pair_sqdist_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled float64 distances of the verification are within (d + 2)u₆₄·D of the exact rational
+    distance (seed 7112; magnitudes spread over 2⁻³⁰ … 2³⁰), and ``None`` with the kernels off."""
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
+    if _compiler() is None:
+        pytest.skip("no C compiler")
+    rng = np.random.default_rng(7112)
+    d = 45
+    Q = (rng.standard_normal((20, d)) * 2.0 ** rng.integers(-30, 31, (20, d))).astype(F32)
+    E = (rng.standard_normal((30, d)) * 2.0 ** rng.integers(-30, 31, (30, d))).astype(F32)
+    rows, pos = torch.from_numpy(rng.integers(0, 20, 200)), torch.from_numpy(rng.integers(0, 30, 200))
+    D = pair_sqdist(torch.from_numpy(Q), torch.from_numpy(E), rows, pos)
+    assert D is not None
+    for i in range(200):
+        r, p = int(rows[i]), int(pos[i])
+        exact = sum((Fraction(float(a)) - Fraction(float(b))) ** 2 for a, b in zip(Q[r], E[p], strict=True))
+        assert abs(Fraction(float(D[i])) - exact) <= Fraction((d + 2) * 2.0**-53) * exact
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+    assert pair_sqdist(torch.from_numpy(Q), torch.from_numpy(E), rows, pos) is None

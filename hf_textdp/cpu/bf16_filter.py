@@ -58,6 +58,8 @@ def _lib() -> Any:
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
+    lib.select_candidates.argtypes = [p, p, i, i, p, p, p, i, i, p, p]
+    lib.select_candidates.restype = i
     return lib
 
 
@@ -234,10 +236,19 @@ def fused_candidates(
     thr = kth - 2.0 * bound
     thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
     lim = round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
-    hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
-    S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
-    hit, j = torch.nonzero(S >= lim[hr][:, None], as_tuple=True)
-    rows, pos = hr[hit], hb[hit] * NB + j
+    cap = max(1024, 8 * B * k)
+    rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
+    n = _lib().select_candidates(
+        M.data_ptr(), lim.data_ptr(), B, packed.blocks, q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(),
+        packed.init.data_ptr(), packed.K2, cap, rows.data_ptr(), pos.data_ptr(),
+    )  # fmt: skip
+    if n >= 0:
+        rows, pos = rows[:n], pos[:n]
+    else:  # more candidates than cap (clusters of near-duplicate rows): the same selection in tensor operations
+        hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
+        S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
+        hit, j = torch.nonzero(S >= lim[hr][:, None], as_tuple=True)
+        rows, pos = hr[hit], hb[hit] * NB + j
     return rows, pos, torch.bincount(rows, minlength=B)
 
 

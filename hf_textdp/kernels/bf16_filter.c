@@ -75,31 +75,62 @@ void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64
     }
 }
 
-/* out[i][0 .. NB) = the scores of block blk[i] for query row rows[i] of q_rows[B][K2], i in i0 .. i1 - 1
- * (two accumulator chains, even and odd k, added at the end). */
+/* s[0 .. NB) = the scores of the block at eb (init ib) for the query row qr: two accumulator chains, even
+ * and odd k, added at the end. */
+static inline void score_block(const uint32_t *qr, const uint32_t *eb, const float *ib, int64_t K2, float *s) {
+    __m512 a0 = _mm512_loadu_ps(ib), a1 = _mm512_loadu_ps(ib + 16);
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 1 < K2; k += 2) {
+        const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
+        const __m512bh d = (__m512bh)_mm512_set1_epi32((int)qr[k + 1]);
+        a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
+        a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
+        c0 = _mm512_dpbf16_ps(c0, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB));
+        c1 = _mm512_dpbf16_ps(c1, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB + 16));
+    }
+    if (k < K2) {
+        const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
+        a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
+        a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
+    }
+    _mm512_storeu_ps(s, _mm512_add_ps(a0, c0));
+    _mm512_storeu_ps(s + 16, _mm512_add_ps(a1, c1));
+}
+
+/* out[i][0 .. NB) = the scores of block blk[i] for query row rows[i] of q_rows[B][K2], i in i0 .. i1 - 1. */
 void block_scores(const uint32_t *q_rows, const uint32_t *e, const float *init, const int64_t *rows,
                   const int64_t *blk, int64_t K2, int64_t i0, int64_t i1, float *out) {
-    for (int64_t i = i0; i < i1; i++) {
-        const uint32_t *qr = q_rows + rows[i] * K2, *eb = e + blk[i] * K2 * NB;
-        __m512 a0 = _mm512_loadu_ps(init + blk[i] * NB), a1 = _mm512_loadu_ps(init + blk[i] * NB + 16);
-        __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
-        int64_t k = 0;
-        for (; k + 1 < K2; k += 2) {
-            const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
-            const __m512bh d = (__m512bh)_mm512_set1_epi32((int)qr[k + 1]);
-            a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
-            a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
-            c0 = _mm512_dpbf16_ps(c0, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB));
-            c1 = _mm512_dpbf16_ps(c1, d, (__m512bh)_mm512_loadu_si512(eb + (k + 1) * NB + 16));
+    for (int64_t i = i0; i < i1; i++)
+        score_block(q_rows + rows[i] * K2, e + blk[i] * K2 * NB, init + blk[i] * NB, K2, out + i * NB);
+}
+
+/* For each query b and block j with maxima[b][j] >= lim[b]: the block's positions whose score (as
+ * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order.
+ * Returns how many, or -1 if that would exceed cap. */
+int64_t select_candidates(const float *maxima, const float *lim, int64_t B, int64_t blocks, const uint32_t *q_rows,
+                          const uint32_t *e, const float *init, int64_t K2, int64_t cap, int64_t *rows,
+                          int64_t *pos) {
+    int64_t n = 0;
+    float s[NB];
+    for (int64_t b = 0; b < B; b++) {
+        const float *m = maxima + b * blocks, l = lim[b];
+        for (int64_t j = 0; j < blocks; j++) {
+            if (!(m[j] >= l))
+                continue;
+            score_block(q_rows + b * K2, e + j * K2 * NB, init + j * NB, K2, s);
+            for (int c = 0; c < NB; c++) {
+                if (s[c] >= l) {
+                    if (n >= cap)
+                        return -1;
+                    rows[n] = b;
+                    pos[n] = j * NB + c;
+                    n++;
+                }
+            }
         }
-        if (k < K2) {
-            const __m512bh b = (__m512bh)_mm512_set1_epi32((int)qr[k]);
-            a0 = _mm512_dpbf16_ps(a0, b, (__m512bh)_mm512_loadu_si512(eb + k * NB));
-            a1 = _mm512_dpbf16_ps(a1, b, (__m512bh)_mm512_loadu_si512(eb + k * NB + 16));
-        }
-        _mm512_storeu_ps(out + i * NB, _mm512_add_ps(a0, c0));
-        _mm512_storeu_ps(out + i * NB + 16, _mm512_add_ps(a1, c1));
     }
+    return n;
 }
 
 #else
