@@ -59,7 +59,9 @@ import torch
 
 from .config import PrivatizerConfig
 from .cpu import bf16_filter as fused
+from .cpu import int8_keys
 from .cpu.bf16_filter import fused_filter_available
+from .cpu.int8_keys import int8_keys_available
 from .errors import InvalidParameterError
 from .gpu import triton_ready
 from .gpu.nearest import tensor_core_model_holds
@@ -154,7 +156,8 @@ def gemm_bounds(
     fp32 and bf16 are ``torch.mm`` (fp32 under :func:`~hf_textdp.search.exact_fp32_matmul`), int8 is
     ``torch._int_mm`` (int8 × int8 → int32). Where the fused bf16 kernel of the search runs
     (:mod:`hf_textdp.cpu.bf16_filter`, AVX-512 BF16 without AMX), the bf16 bound is the faster of ``torch.mm``
-    and that kernel on the same shape: the bound of the arithmetic the search really runs. All products
+    and that kernel on the same shape: the bound of the arithmetic the search really runs; likewise the
+    int8 bound and the sampler's key kernel (:mod:`hf_textdp.cpu.int8_keys`, AVX-512 VNNI). All products
     run round-robin, ``repeats`` times each after a warm-up, so load from other processes reaches all of
     them. d and V are rounded up to multiples of 8 (``_int_mm`` needs it on CUDA) and the ops count that
     shape; outputs are preallocated so that no timed product pays for fresh pages. ``sources``, when
@@ -189,6 +192,12 @@ def gemm_bounds(
         packed = fused.PackedRows.build(b32.T.contiguous(), torch.zeros(n, dtype=torch.float64))
         q_tiles = fused.query_tiles(a32, packed.K2)
         products["bf16 fused"] = lambda: fused.block_maxima(packed, q_tiles, torch.get_num_threads())
+    if dev.type == "cpu" and "int8" in operands and int8_keys_available():
+        a8, b8 = operands["int8"][0], operands["int8"][1]
+        cols = torch.zeros((-(-n // int8_keys.NB) * int8_keys.NB, k), dtype=torch.int8)
+        cols[:n] = b8.T
+        targets = int8_keys.PackedTargets.build(cols, torch.zeros(cols.shape[0], dtype=torch.int32))
+        products["int8 keys"] = lambda: int8_keys.block_key_maxima(targets, a8, torch.get_num_threads())
 
     def product(name: str) -> None:
         if name == "fp32":
@@ -216,6 +225,7 @@ def gemm_bounds(
         sources.update({("bf16 torch.mm" if name == "bf16" else name): v for name, v in ops.items()})
     out: dict[str, float | None] = {a: ops.get(a) for a in ARITHMETICS}
     out["bf16"] = _max_of(out["bf16"], ops.get("bf16 fused"))
+    out["int8"] = _max_of(out["int8"], ops.get("int8 keys"))
     return out
 
 
@@ -990,6 +1000,11 @@ def format_table(report: BenchReport) -> str:
         lines.append(
             f"  (bf16: the faster of torch.mm, {src.get('bf16 torch.mm', 0) / 1e9:,.0f} GFLOPS, and the search's "
             f"fused kernel, {src['bf16 fused'] / 1e9:,.0f} GFLOPS, in the first measurement)"
+        )
+    if "int8 keys" in src:
+        lines.append(
+            f"  (int8: the faster of torch._int_mm, {src.get('int8', 0) / 1e9:,.0f} GOPS, and the sampler's key "
+            f"kernel, {src['int8 keys'] / 1e9:,.0f} GOPS, in the first measurement)"
         )
     lines += [
         "",

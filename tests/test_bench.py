@@ -134,12 +134,14 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_int8_bound_missing_is_said(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without an int8 product the int8 bound is skipped with a note, and an int8 case has no ``own``."""
+    """Without an int8 product (no ``torch._int_mm``, the compiled kernels off) the int8 bound is skipped with
+    a note, and an int8 case has no ``own``."""
 
     def no_int8(*args: object, **kwargs: object) -> torch.Tensor:
         raise RuntimeError("no int8 kernel here")
 
     monkeypatch.setattr(torch, "_int_mm", no_int8)
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
     report = run_bench(
         model=tiny_bert, mechanisms=["tem"], text="sample", rows=8, repeats=1, reference_tokens=0, cold_start=False
     )

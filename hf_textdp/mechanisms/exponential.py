@@ -33,6 +33,7 @@ import math
 
 import torch
 
+from ..cpu.int8_keys import PackedTargets, block_key_maxima, block_keys, int8_keys_available
 from ..errors import InvalidParameterError
 from ..gpu import sampler as gpu_sampler
 from ..gpu import triton_ready
@@ -125,11 +126,21 @@ class ExponentialSampler:
         self.block_size = sizes
         self.dpad = dpad
         self._int_ops: IntOperands | None = None
+        self._packed: PackedTargets | None = None
 
     def _int_operands(self) -> IntOperands:
         if self._int_ops is None or not self._int_ops.fits():
             self._int_ops = IntOperands.build(self.IT[: self.d], self.NT)
         return self._int_ops
+
+    def _kernel_targets(self) -> PackedTargets | None:
+        """The targets packed for the compiled key kernel (:mod:`hf_textdp.cpu.int8_keys`), or ``None`` where it
+        does not run (not a CPU, no AVX-512 VNNI or compiler, ``HF_TEXTDP_NATIVE=0``)."""
+        if self.device.type != "cpu" or not int8_keys_available():
+            return None
+        if self._packed is None:
+            self._packed = PackedTargets.build(self.IT[: self.d].T, self.NT)
+        return self._packed
 
     # ---------------------------------------------------------------- the sampler
     def sample(self, inputs: torch.Tensor, streams: Streams, *, scale: float, gamma: float) -> torch.Tensor:
@@ -161,17 +172,25 @@ class ExponentialSampler:
                 scale, gamma, self.Vt, hot_n,
             )  # fmt: skip
             return cols, dlo_c, dlo_b, cum
-        Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
-        A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
-        A[:G, : self.d] = self.I[x_pos]
-        S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
-        key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
-        kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
+        packed = self._kernel_targets()
+        if packed is not None:  # the block maxima and hot keys by the compiled kernel: the same integers
+            kb, token_rows = block_key_maxima(packed, self.I[x_pos], torch.get_num_threads())
+        else:
+            Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
+            A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
+            A[:G, : self.d] = self.I[x_pos]
+            S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
+            key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
+            kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
         # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
         unique = kb.to(torch.int64) * self.nb - torch.arange(self.nb, device=self.device)
         hot = unique.topk(hot_n, 1, sorted=True).indices
         cols = (hot[:, :, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(G, -1)
-        hot_key = key.gather(1, cols)
+        if packed is not None:
+            hot_key = block_keys(packed, token_rows, torch.arange(G).repeat_interleave(hot_n), hot.reshape(-1))
+            hot_key = hot_key.view(G, hot_n * BLOCK)
+        else:
+            hot_key = key.gather(1, cols)
         Nx = self.N[x_pos]
         rx = self.r[x_pos]
         dlo_c = self._dlo(Nx[:, None] - hot_key, rx[:, None] + self.rT[cols]).clamp_(max=gamma)

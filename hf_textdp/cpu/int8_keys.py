@@ -1,0 +1,122 @@
+"""The exponential sampler's integer keys on CPUs with AVX-512 VNNI (``kernels/int8_keys.c``).
+
+:class:`~hf_textdp.mechanisms.exponential.ExponentialSampler` bounds its proposal with the exact integer keys
+2·I_x·I_c − N_c of a token against every target column, and from them takes each block's largest key and
+the keys of a few hot blocks. In tensor operations that is an int32 ``[tokens, columns]`` product, a pass
+for the keys and a pass for the block maxima. The kernel computes the keys in registers and writes only
+the block maxima; the hot blocks' keys are computed again. All of it is exact integer arithmetic, so the
+numbers, and the sampler's outputs, are the same bit for bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+
+from ..utils.native import load_kernel, native_enabled
+
+
+__all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
+
+#: target columns per block (the sampler's own block)
+NB = 64
+#: bytes of packed tokens per pass of the kernel (they stay in a core's L2 cache while all columns go by)
+_PASS_BYTES = 384 * 1024
+#: tiles per thread below which one thread is faster
+_MIN_TILES_PER_THREAD = 4
+
+
+@functools.cache
+def _lib() -> Any:
+    lib = load_kernel("int8_keys", openmp=True)
+    if lib is None or lib.int8_keys_tile() <= 0:
+        return None
+    p, i = ctypes.c_void_p, ctypes.c_int64
+    lib.int8_block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, p]
+    lib.int8_block_maxima.restype = None
+    lib.int8_block_keys.argtypes = [p, p, p, p, p, p, i, i, p]
+    lib.int8_block_keys.restype = None
+    return lib
+
+
+def int8_keys_available() -> bool:
+    """Whether the kernel runs here: a C compiler, AVX-512 VNNI, and ``HF_TEXTDP_NATIVE`` not ``0``."""
+    return native_enabled() and _lib() is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedTargets:
+    """Target columns packed for the kernel: ``e`` ``[blocks, K4, NB]`` words of four int8 coordinates, the
+    accumulators' start −128·Σ_j I_c,j and the norms N_c (int32, ``[blocks·NB]``)."""
+
+    e: torch.Tensor
+    init: torch.Tensor
+    norms: torch.Tensor
+    d: int
+
+    @property
+    def K4(self) -> int:
+        return self.e.shape[1]
+
+    @property
+    def blocks(self) -> int:
+        return self.e.shape[0]
+
+    @classmethod
+    def build(cls, I_cols: torch.Tensor, norms: torch.Tensor) -> PackedTargets:
+        """``I_cols`` ``[V″, d]`` int8 (V″ a multiple of NB, padding columns zero), ``norms`` ``[V″]`` int32."""
+        V, d = I_cols.shape
+        K4 = -(-d // 4)
+        cols = torch.zeros((V, 4 * K4), dtype=torch.int8)
+        cols[:, :d] = I_cols
+        e = cols.view(torch.int32).view(V // NB, NB, K4).transpose(1, 2).contiguous()
+        init = (-128 * I_cols.to(torch.int32).sum(1)).to(torch.int32).contiguous()
+        return cls(e=e, init=init, norms=norms.to(torch.int32).contiguous(), d=d)
+
+
+def _tokens(I_x: torch.Tensor, K4: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(I_x + 128 as rows ``[G, K4]`` of words, and packed in tiles ``[tiles, K4, tile]``); padding is 128 (I = 0)."""
+    G, d = I_x.shape
+    tiles = -(-G // tile)
+    a = torch.full((tiles * tile, 4 * K4), 128, dtype=torch.uint8)
+    a[:G, :d] = (I_x.to(torch.int16) + 128).to(torch.uint8)
+    words = a.view(torch.int32)
+    return words[:G], words.view(tiles, tile, K4).transpose(1, 2).contiguous()
+
+
+def block_key_maxima(packed: PackedTargets, I_x: torch.Tensor, threads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(each token's largest key in each block, ``[G, blocks]`` int32; the tokens' packed rows for
+    :func:`block_keys`)."""
+    lib = _lib()
+    tile = int(lib.int8_keys_tile())
+    G = I_x.shape[0]
+    rows, tiles_t = _tokens(I_x, packed.K4, tile)
+    tiles = tiles_t.shape[0]
+    out = torch.empty((tiles * tile, packed.blocks), dtype=torch.int32)
+    per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
+    parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
+    lib.int8_block_maxima(
+        tiles_t.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(), packed.K4,
+        packed.blocks, tiles, per_pass, parts, out.data_ptr(),
+    )  # fmt: skip
+    return out[:G], rows
+
+
+def block_keys(
+    packed: PackedTargets, token_rows: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor
+) -> torch.Tensor:
+    """``[n, NB]`` int32: the keys of block ``blocks[i]`` for token ``rows[i]`` (``token_rows`` from
+    :func:`block_key_maxima`)."""
+    n = rows.numel()
+    out = torch.empty((n, NB), dtype=torch.int32)
+    if n:
+        r, b = rows.to(torch.int64).contiguous(), blocks.to(torch.int64).contiguous()
+        _lib().int8_block_keys(
+            token_rows.contiguous().data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(),
+            r.data_ptr(), b.data_ptr(), packed.K4, n, out.data_ptr(),
+        )  # fmt: skip
+    return out
