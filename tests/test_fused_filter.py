@@ -148,8 +148,8 @@ def test_fused_bound_holds_on_random_data() -> None:
 
 
 @needs_kernel
-def test_block_maxima_same_for_every_thread_split() -> None:
-    """Each query's maxima are computed alone: 1, 2 or 3 threads give the same bits."""
+def test_block_maxima_same_for_every_thread_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each query's maxima are computed alone: 1, 2 or 3 threads, on OpenMP's or on Python's, give the same bits."""
     rng = np.random.default_rng(7111)
     E = torch.from_numpy(rng.standard_normal((1000, 64)).astype(F32))
     packed = fused.PackedRows.build(E, (E.double() ** 2).sum(1))
@@ -157,6 +157,9 @@ def test_block_maxima_same_for_every_thread_split() -> None:
     one = fused.block_maxima(packed, tiles, 1)
     assert torch.equal(one, fused.block_maxima(packed, tiles, 2))
     assert torch.equal(one, fused.block_maxima(packed, tiles, 3))
+    # a build without OpenMP: the parts run on Python threads, one call each
+    monkeypatch.setattr(fused._lib(), "bf16_filter_openmp", lambda: 0)
+    assert torch.equal(one, fused.block_maxima(packed, tiles, 2))
 
 
 @needs_kernel

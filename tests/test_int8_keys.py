@@ -35,7 +35,7 @@ def test_kernel_builds_where_the_cpu_has_avx512_vnni() -> None:
 
 @needs_kernel
 @pytest.mark.parametrize(("V", "d", "G"), [(64 * 5, 384, 256), (64 * 3, 7, 5), (64, 1, 13), (64 * 7, 30, 64)])
-def test_keys_equal_the_int8_product(V: int, d: int, G: int) -> None:
+def test_keys_equal_the_int8_product(V: int, d: int, G: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random int8 columns and tokens over the whole range [−127, 127] (seed 7120): every block maximum and every
     block's keys equal 2·I_x·I_c − N_c from torch's exact integer product."""
     g = torch.Generator().manual_seed(7120 + d)
@@ -46,7 +46,8 @@ def test_keys_equal_the_int8_product(V: int, d: int, G: int) -> None:
     I_x[0] = -127
     packed = K.PackedTargets.build(I_cols, N)
     key = 2 * (I_x.to(torch.int64) @ I_cols.to(torch.int64).T) - N.to(torch.int64)
-    for threads in (1, 2):
+    for threads, openmp in ((1, 1), (2, 1), (2, 0)):  # 0: as a build without OpenMP (Python threads)
+        monkeypatch.setattr(K._lib(), "int8_keys_openmp", lambda openmp=openmp: openmp)
         maxima, rows = K.block_key_maxima(packed, I_x, threads)
         assert torch.equal(maxima.to(torch.int64), key.view(G, -1, K.NB).amax(2))
     tok = torch.arange(G).repeat_interleave(V // K.NB)

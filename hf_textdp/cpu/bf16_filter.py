@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled
+from ..utils.native import load_kernel, native_enabled, run_parts
 from ..utils.rounding import round_up_fp32
 
 
@@ -54,7 +54,7 @@ def _lib() -> Any:
     if lib is None or lib.bf16_filter_tile() <= 0:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.block_maxima.argtypes = [p, p, p, i, i, i, i, i, p]  # q, e, init, K2, blocks, tiles, pass, threads, out
+    lib.block_maxima.argtypes = [p, p, p, i, i, i, i, i, i, p]  # q, e, init, K2, blocks, t0, t1, pass, threads, out
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
@@ -188,10 +188,17 @@ def block_maxima(packed: PackedRows, q_tiles: torch.Tensor, threads: int) -> tor
     out = torch.empty((tiles * tile, packed.blocks), dtype=torch.float32)
     per_pass = max(1, _PASS_BYTES // (packed.K2 * tile * 4))
     parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
-    lib.block_maxima(
-        q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, packed.blocks,
-        tiles, per_pass, parts, out.data_ptr(),
-    )  # fmt: skip
+
+    def run(t0: int, t1: int, team: int) -> None:
+        lib.block_maxima(
+            q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, packed.blocks,
+            t0, t1, per_pass, team, out.data_ptr(),
+        )  # fmt: skip
+
+    if lib.bf16_filter_openmp():  # the parts on torch's OpenMP threads
+        run(0, tiles, parts)
+    else:  # built without OpenMP: one call per part on threads of our own (ctypes releases the GIL)
+        run_parts(lambda t0, t1: run(t0, t1, 1), tiles, parts)
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled
+from ..utils.native import load_kernel, native_enabled, run_parts
 
 
 __all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
@@ -36,7 +36,7 @@ def _lib() -> Any:
     if lib is None or lib.int8_keys_tile() <= 0:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.int8_block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, p]
+    lib.int8_block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
     lib.int8_block_maxima.restype = None
     lib.int8_block_keys.argtypes = [p, p, p, p, p, p, i, i, p]
     lib.int8_block_keys.restype = None
@@ -99,10 +99,17 @@ def block_key_maxima(packed: PackedTargets, I_x: torch.Tensor, threads: int) -> 
     out = torch.empty((tiles * tile, packed.blocks), dtype=torch.int32)
     per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
     parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
-    lib.int8_block_maxima(
-        tiles_t.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(), packed.K4,
-        packed.blocks, tiles, per_pass, parts, out.data_ptr(),
-    )  # fmt: skip
+
+    def run(t0: int, t1: int, team: int) -> None:
+        lib.int8_block_maxima(
+            tiles_t.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(), packed.K4,
+            packed.blocks, t0, t1, per_pass, team, out.data_ptr(),
+        )  # fmt: skip
+
+    if lib.int8_keys_openmp():  # the parts on torch's OpenMP threads
+        run(0, tiles, parts)
+    else:  # built without OpenMP: one call per part on threads of our own (ctypes releases the GIL)
+        run_parts(lambda t0, t1: run(t0, t1, 1), tiles, parts)
     return out[:G], rows
 
 

@@ -24,6 +24,15 @@
 
 int bf16_filter_tile(void) { return MR; }
 
+/* 1 when built with OpenMP (the maxima split between `threads` threads), else 0 (one thread per call) */
+int bf16_filter_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 #define DECL(r) __m512 a##r##0 = _mm512_loadu_ps(ib), a##r##1 = _mm512_loadu_ps(ib + 16);
 #define STEP(r)                                                                                        \
     {                                                                                                  \
@@ -62,8 +71,10 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init
 /* maxima_range over tiles 0 .. tiles - 1, split between `threads` threads of the OpenMP team (the one
  * torch's intra-op pool uses when the library is built with -fopenmp: no second pool competes with it). */
 void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64_t K2, int64_t blocks,
-                  int64_t tiles, int64_t pass, int64_t threads, float *out) {
-    const int n = (int)(threads < tiles ? threads : tiles) > 1 ? (int)(threads < tiles ? threads : tiles) : 1;
+                  int64_t t0, int64_t t1, int64_t pass,
+                  int64_t threads, float *out) {
+    const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
+    const int n = want > 1 ? (int)want : 1;
 #pragma omp parallel num_threads(n) if (n > 1)
     {
 #ifdef _OPENMP
@@ -71,7 +82,7 @@ void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64
 #else
         const int64_t p = 0, m = 1;
 #endif
-        maxima_range(q, e, init, K2, blocks, tiles * p / m, tiles * (p + 1) / m, pass, out);
+        maxima_range(q, e, init, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
     }
 }
 

@@ -23,6 +23,15 @@
 
 int int8_keys_tile(void) { return MR; }
 
+/* 1 when built with OpenMP (the maxima split between `threads` threads), else 0 (one thread per call) */
+int int8_keys_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 #define DECL(r)                                                                                        \
     __m512i a##r##0 = _mm512_loadu_si512(ib), a##r##1 = _mm512_loadu_si512(ib + 16),                   \
             a##r##2 = _mm512_loadu_si512(ib + 32), a##r##3 = _mm512_loadu_si512(ib + 48);
@@ -66,8 +75,9 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const int32_t *in
 /* out[t * MR + r][b] = the largest key of block b for token r of tile t, tiles split between threads of the
  * OpenMP team (torch's own when built with -fopenmp). */
 void int8_block_maxima(const uint32_t *q, const uint32_t *e, const int32_t *init, const int32_t *norms, int64_t K4,
-                       int64_t blocks, int64_t tiles, int64_t pass, int64_t threads, int32_t *out) {
-    const int64_t want = threads < tiles ? threads : tiles;
+                       int64_t blocks, int64_t t0, int64_t t1, int64_t pass,
+                  int64_t threads, int32_t *out) {
+    const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
     const int n = want > 1 ? (int)want : 1;
 #pragma omp parallel num_threads(n) if (n > 1)
     {
@@ -76,7 +86,7 @@ void int8_block_maxima(const uint32_t *q, const uint32_t *e, const int32_t *init
 #else
         const int64_t p = 0, m = 1;
 #endif
-        maxima_range(q, e, init, norms, K4, blocks, tiles * p / m, tiles * (p + 1) / m, pass, out);
+        maxima_range(q, e, init, norms, K4, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
     }
 }
 
