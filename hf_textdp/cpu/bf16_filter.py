@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled, run_parts
+from ..utils.native import load_kernel, native_enabled, run_team
 from ..utils.rounding import round_up_fp32
 
 
@@ -152,8 +152,9 @@ def fused_filter_bound(
       u = 2⁻²⁴: any order or tree of fp32 additions of n terms errs by at most γ_n·Σ|terms| (Higham,
       *Accuracy and Stability of Numerical Algorithms*, eq. 3.5), and Σ|q̂_j ê_cj| ≤ ‖q̂‖‖ê_c‖;
     * β_ν = ((d + 1)u₆₄ + u₃₂)·ν_max·1.01: ν64_c sums d exact squares in float64, and ν̃_c rounds it to fp32;
-    * β_abs = 2⁻¹⁰⁰(1 + ‖q̂‖ + Ê): inputs and partial sums below 2⁻¹²⁶ are flushed to zero by VDPBF16PS, which
-      moves a score by less than (2d + 2)·2⁻¹²⁶·(1 + Ê).
+    * β_abs = 2⁻¹⁰⁰(1 + ‖q̂‖ + Ê): VDPBF16PS flushes inputs, products and sums below 2⁻¹²⁶ to zero; a flushed
+      q̂_j moves a product by < 2⁻¹²⁶Ê, a flushed ê_cj by < 2⁻¹²⁶‖q̂‖, a flushed product or sum by < 2⁻¹²⁶: in
+      all < (3d + 1)·2⁻¹²⁶·(1 + ‖q̂‖ + Ê), far below β_abs for d < 2²⁰.
     """
     n = d + 1
     gamma_n = n * U32 / (1.0 - n * U32)
@@ -195,10 +196,7 @@ def block_maxima(packed: PackedRows, q_tiles: torch.Tensor, threads: int) -> tor
             t0, t1, per_pass, team, out.data_ptr(),
         )  # fmt: skip
 
-    if lib.bf16_filter_openmp():  # the parts on torch's OpenMP threads
-        run(0, tiles, parts)
-    else:  # built without OpenMP: one call per part on threads of our own (ctypes releases the GIL)
-        run_parts(lambda t0, t1: run(t0, t1, 1), tiles, parts)
+    run_team(run, tiles, parts, openmp=bool(lib.bf16_filter_openmp()))  # torch's OpenMP threads, or Python threads
     return out
 
 

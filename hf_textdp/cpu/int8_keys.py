@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled, run_parts
+from ..utils.native import load_kernel, native_enabled, run_team
 
 
 __all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
@@ -106,10 +106,7 @@ def block_key_maxima(packed: PackedTargets, I_x: torch.Tensor, threads: int) -> 
             packed.blocks, t0, t1, per_pass, team, out.data_ptr(),
         )  # fmt: skip
 
-    if lib.int8_keys_openmp():  # the parts on torch's OpenMP threads
-        run(0, tiles, parts)
-    else:  # built without OpenMP: one call per part on threads of our own (ctypes releases the GIL)
-        run_parts(lambda t0, t1: run(t0, t1, 1), tiles, parts)
+    run_team(run, tiles, parts, openmp=bool(lib.int8_keys_openmp()))  # torch's OpenMP threads, or Python threads
     return out[:G], rows
 
 

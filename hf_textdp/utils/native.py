@@ -24,7 +24,7 @@ from .cache_path import cache_dir
 from .logging import get_logger
 
 
-__all__ = ["load_kernel", "native_enabled", "run_parts"]
+__all__ = ["load_kernel", "native_enabled", "run_parts", "run_team"]
 
 logger = get_logger(__name__)
 
@@ -106,6 +106,15 @@ def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return None
+
+
+def run_team(call: Callable[[int, int, int], object], n: int, parts: int, *, openmp: bool) -> None:
+    """``call(lo, hi, team)`` over ``0 … n`` on ``parts`` threads: one call with an OpenMP team of ``parts``
+    where the kernel was built with OpenMP, else :func:`run_parts` with ``team = 1`` per call."""
+    if openmp:
+        call(0, n, parts)
+    else:
+        run_parts(lambda lo, hi: call(lo, hi, 1), n, parts)
 
 
 def load_kernel(name: str, *, openmp: bool = False) -> ctypes.CDLL | None:
