@@ -86,3 +86,12 @@ def test_bench_int8_bound_is_the_faster_product() -> None:
     bounds = gemm_bounds(2000, 64, repeats=2, rows=48, sources=sources)
     assert {"int8", "int8 keys"} <= set(sources)
     assert bounds["int8"] == max(sources["int8"], sources["int8 keys"])
+
+
+def test_very_wide_vectors_keep_torchs_product() -> None:
+    """d = 70,000 (|I| ≤ 87): the kernel's int32 partial sums could exceed 2³¹, so the sampler keeps torch's
+    exact product (its own limit, 4·d·q² < 2³¹, still holds)."""
+    E = torch.randn(64, 70_000, generator=torch.Generator().manual_seed(7122))
+    sampler = ExponentialSampler(E)
+    assert 383 * 70_000 * int(sampler.I.abs().max()) >= 2**31
+    assert sampler._kernel_targets() is None

@@ -136,7 +136,9 @@ class ExponentialSampler:
     def _kernel_targets(self) -> PackedTargets | None:
         """The targets packed for the compiled key kernel (:mod:`hf_textdp.cpu.int8_keys`), or ``None`` where it
         does not run (not a CPU, no AVX-512 VNNI or compiler, ``HF_TEXTDP_NATIVE=0``)."""
-        if self.device.type != "cpu" or not int8_keys_available():
+        # its int32 partial sums start at −128·Σ_j I_c,j and add products of (I_x + 128) ≤ 255 by I_c: all within
+        # 383·d·max|I| in magnitude, which must stay below 2³¹ (true for d up to ~44,000 at |I| ≤ 127)
+        if self.device.type != "cpu" or 383 * self.d * int(self.I.abs().max()) >= 2**31 or not int8_keys_available():
             return None
         if self._packed is None:
             self._packed = PackedTargets.build(self.IT[: self.d].T, self.NT)
