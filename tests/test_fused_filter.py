@@ -262,3 +262,34 @@ def test_pair_sqdist_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
         assert abs(Fraction(float(D[i])) - exact) <= Fraction((d + 2) * 2.0**-53) * exact
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
     assert pair_sqdist(torch.from_numpy(Q), torch.from_numpy(E), rows, pos) is None
+
+
+@needs_kernel
+def test_second_threshold_cuts_the_list_for_k2(noisy_case: Any) -> None:
+    """k = 2: the kernel's second cut (at the 2nd largest candidate score − 2β) keeps fewer candidates than the
+    block threshold alone, and every true top 2 is among them (brute force)."""
+    E, Q = noisy_case
+    packed = fused_index(E)._packed_rows(2)
+    assert packed is not None
+    Qt = torch.from_numpy(Q)
+    rows, pos, _ = fused.fused_candidates(packed, Qt, 2)
+    # the block threshold alone, in tensor operations (fused_candidates' overflow path)
+    q_rows, q_tiles = fused._queries(Qt, packed.K2)
+    q_hat = q_rows[:, : packed.d].double()
+    beta = fused.fused_filter_bound(
+        torch.linalg.vector_norm(q_hat, dim=1),
+        torch.linalg.vector_norm(Qt.double() - q_hat, dim=1),
+        rho=packed.rho,
+        e_hat=packed.e_hat,
+        nu_max=packed.nu_max,
+        d=packed.d,
+    )
+    M = fused.block_maxima(packed, q_tiles, 1)[: len(Q)]
+    thr = M.topk(2, dim=1).values[:, 1].double() - 2.0 * beta
+    lim = fused.round_up_fp32(thr - 2.0**-40 * (thr.abs() + beta))
+    hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
+    S = fused.block_scores(packed, q_rows.view(torch.int32), hr, hb)
+    assert rows.numel() < int((S >= lim[hr][:, None]).sum())
+    kept = set(zip(rows.tolist(), pos.tolist(), strict=True))
+    top2 = brute64(Q, E, 2)
+    assert all((i, int(c)) in kept for i in range(len(Q)) for c in top2[i])

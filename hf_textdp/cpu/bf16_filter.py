@@ -58,7 +58,7 @@ def _lib() -> Any:
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
-    lib.select_candidates.argtypes = [p, p, i, i, p, p, p, i, i, p, p]
+    lib.select_candidates.argtypes = [p, p, p, i, i, i, p, p, p, i, i, p, p, p]
     lib.select_candidates.restype = i
     return lib
 
@@ -222,8 +222,10 @@ def fused_candidates(
     The k-th largest block maximum M is the Ã of a real position, and k positions have Ã ≥ M, so the k-th
     best t is at least M − β; a top-k position c has Ã_c ≥ t_c − β ≥ M − 2β. Blocks whose maximum reaches
     that threshold are scored again and their positions that reach it are the candidates (a superset of
-    the top k; float64 verification decides). Needs at least k blocks and finite, moderate queries
-    (the caller's range check).
+    the top k; float64 verification decides). The same argument on the k-th largest of the candidates'
+    new scores (real positions too, k of them at least) gives a second threshold, often higher for k > 1
+    (the k best positions share a block), which the kernel also applies (k ≤ 16). Needs at least k blocks
+    and finite, moderate queries (the caller's range check).
     """
     B = Q.shape[0]
     q_rows, q_tiles = _queries(Q, packed.K2)
@@ -243,9 +245,11 @@ def fused_candidates(
     lim = round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
     cap = max(1024, 8 * B * k)
     rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
+    scores, beta = torch.empty(cap, dtype=torch.float32), bound.contiguous()
     n = _lib().select_candidates(
-        M.data_ptr(), lim.data_ptr(), B, packed.blocks, q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(),
-        packed.init.data_ptr(), packed.K2, cap, rows.data_ptr(), pos.data_ptr(),
+        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), k, B, packed.blocks, q_rows.view(torch.int32).data_ptr(),
+        packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, cap, rows.data_ptr(), pos.data_ptr(),
+        scores.data_ptr(),
     )  # fmt: skip
     if n >= 0:
         rows, pos = rows[:n], pos[:n]

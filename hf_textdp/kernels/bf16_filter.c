@@ -116,16 +116,37 @@ void block_scores(const uint32_t *q_rows, const uint32_t *e, const float *init, 
         score_block(q_rows + rows[i] * K2, e + blk[i] * K2 * NB, init + blk[i] * NB, K2, out + i * NB);
 }
 
+/* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
+static inline float round_up_float(double x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {(float)x};
+    if ((double)v.f >= x)
+        return v.f;
+    if (v.f == 0.0f)
+        return 0x1p-149f;
+    v.u = v.f > 0.0f ? v.u + 1 : v.u - 1; /* the next float up (from -inf: -FLT_MAX) */
+    return v.f;
+}
+
 /* For each query b and block j with maxima[b][j] >= lim[b]: the block's positions whose score (as
  * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order.
+ * Then, for k <= MAX_REFINE, the query's list is cut again at the k-th largest of these scores, Mk: k of its
+ * positions have scores >= Mk, so the k-th best t is >= Mk - beta and a top-k position scores >= Mk - 2 beta
+ * (cpu/bf16_filter.py, fused_candidates; the same float64 arithmetic and rounding up to fp32 as there).
  * Returns how many, or -1 if that would exceed cap. */
-int64_t select_candidates(const float *maxima, const float *lim, int64_t B, int64_t blocks, const uint32_t *q_rows,
-                          const uint32_t *e, const float *init, int64_t K2, int64_t cap, int64_t *rows,
-                          int64_t *pos) {
+#define MAX_REFINE 16
+int64_t select_candidates(const float *maxima, const float *lim, const double *beta, int64_t k, int64_t B,
+                          int64_t blocks, const uint32_t *q_rows, const uint32_t *e, const float *init, int64_t K2,
+                          int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
     int64_t n = 0;
     float s[NB];
     for (int64_t b = 0; b < B; b++) {
         const float *m = maxima + b * blocks, l = lim[b];
+        const int64_t start = n;
+        float top[MAX_REFINE];
+        int64_t have = 0;
         for (int64_t j = 0; j < blocks; j++) {
             if (!(m[j] >= l))
                 continue;
@@ -136,8 +157,34 @@ int64_t select_candidates(const float *maxima, const float *lim, int64_t B, int6
                         return -1;
                     rows[n] = b;
                     pos[n] = j * NB + c;
+                    scores[n] = s[c];
                     n++;
+                    if (k <= MAX_REFINE && (have < k || s[c] > top[k - 1])) {
+                        int64_t i = have < k ? have++ : k - 1; /* top: the k largest so far, decreasing */
+                        while (i > 0 && top[i - 1] < s[c]) {
+                            top[i] = top[i - 1];
+                            i--;
+                        }
+                        top[i] = s[c];
+                    }
                 }
+            }
+        }
+        if (k <= MAX_REFINE && have == k) {
+            double thr = (double)top[k - 1] - 2.0 * beta[b];
+            thr -= 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
+            const float l2 = round_up_float(thr);
+            if (l2 > l) {
+                int64_t w = start;
+                for (int64_t i = start; i < n; i++) {
+                    if (scores[i] >= l2) {
+                        rows[w] = rows[i];
+                        pos[w] = pos[i];
+                        scores[w] = scores[i];
+                        w++;
+                    }
+                }
+                n = w;
             }
         }
     }
