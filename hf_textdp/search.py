@@ -486,7 +486,7 @@ class ExactIndex:
         """:meth:`search` by the chunked filter and verification (any k, any device; Q finite), ``[B, k]`` on CPU."""
         use_bf16 = self._use_bf16(k)
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
-        if query_block is None and use_bf16 and exclude is None and self._packed_rows(k) is not None:
+        if query_block is None and use_bf16 and self._packed_rows(k) is not None:
             qb = FUSED_CPU_QUERIES  # the fused filter keeps no tile of scores, only [queries, V/32] maxima
         # The work around the products is many medium-sized passes; on a CPU whose cores are shared
         # with other processes each multi-threaded pass can wait a scheduler slice for its second
@@ -606,9 +606,10 @@ class ExactIndex:
         if use_bf16:
             qmax = float(torch.linalg.vector_norm(Qb, dim=1).max())
             if qmax * self.R + self.R * self.R < _BF16_MAX_MAGNITUDE:
-                packed = self._packed_rows(k) if exclude is None else None
+                packed = self._packed_rows(k)
                 if packed is not None:
-                    rows, pos, counts = fused_candidates(packed, Qb, k, gemm_threads or torch.get_num_threads())
+                    threads = gemm_threads or torch.get_num_threads()
+                    rows, pos, counts = fused_candidates(packed, Qb, k, threads, exclude)
                 else:
                     rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
                 heavy = counts > max(BF16_MAX_CANDIDATES, 4 * k)

@@ -293,3 +293,24 @@ def test_second_threshold_cuts_the_list_for_k2(noisy_case: Any) -> None:
     kept = set(zip(rows.tolist(), pos.tolist(), strict=True))
     top2 = brute64(Q, E, 2)
     assert all((i, int(c)) in kept for i in range(len(Q)) for c in top2[i])
+
+
+@needs_kernel
+@pytest.mark.parametrize("k", [1, 2])
+def test_fused_exclude_equals_brute_force(noisy_case: Any, k: int) -> None:
+    """Each query's own row excluded (as the scale statistics and the audit search): brute force's answer
+    without that row; also for rows in the padded last block and for duplicates of the excluded row."""
+    E, Q = noisy_case
+    V = len(E)
+    rng = np.random.default_rng(7113)
+    ex = rng.integers(0, V, len(Q))
+    ex[:50] = np.arange(V - 50, V)  # the last, padded block (V = 2,000 is not a multiple of 32)
+    ex[50:90] = np.arange(100, 140)  # rows with exact duplicates at 1,960 … 1,999
+    Qx = Q.copy()
+    Qx[:90] = E[ex[:90]]  # queries on the excluded row itself: the row must not come back
+    idx = fused_index(E)
+    got = idx.search(torch.from_numpy(Qx), k, exclude=torch.from_numpy(ex)).numpy()
+    D = ((Qx.astype(np.float64)[:, None, :] - E.astype(np.float64)[None]) ** 2).sum(-1)
+    D[np.arange(len(Qx)), ex] = np.inf
+    assert np.array_equal(got, np.argsort(D, axis=1, kind="stable")[:, :k])
+    assert not np.any(got == ex[:, None])

@@ -54,11 +54,12 @@ def _lib() -> Any:
     if lib is None or lib.bf16_filter_tile() <= 0:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int64
-    lib.block_maxima.argtypes = [p, p, p, i, i, i, i, i, i, p]  # q, e, init, K2, blocks, t0, t1, pass, threads, out
+    # q, e, init, exclude, K2, blocks, t0, t1, pass, threads, out
+    lib.block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
-    lib.select_candidates.argtypes = [p, p, p, i, i, i, p, p, p, i, i, p, p, p]
+    lib.select_candidates.argtypes = [p, p, p, p, i, i, i, p, p, p, i, i, p, p, p]
     lib.select_candidates.restype = i
     return lib
 
@@ -182,17 +183,25 @@ def query_tiles(Q: torch.Tensor, K2: int) -> torch.Tensor:
     return _queries(Q, K2)[1]
 
 
-def block_maxima(packed: PackedRows, q_tiles: torch.Tensor, threads: int) -> torch.Tensor:
-    """``[tiles·tile, blocks]`` fp32: each query's largest Ã over each block of NB positions."""
+def block_maxima(
+    packed: PackedRows, q_tiles: torch.Tensor, threads: int, exclude: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[tiles·tile, blocks]`` fp32: each query's largest Ã over each block of NB positions (without the
+    position ``exclude[i]`` of query i, where given; −1: none)."""
     lib, tile = _lib(), _tile()
     tiles = q_tiles.shape[0]
     out = torch.empty((tiles * tile, packed.blocks), dtype=torch.float32)
+    ex = None
+    if exclude is not None:
+        ex = torch.full((tiles * tile,), -1, dtype=torch.int64)
+        ex[: exclude.numel()] = exclude
+    ex_ptr = None if ex is None else ex.data_ptr()
     per_pass = max(1, _PASS_BYTES // (packed.K2 * tile * 4))
     parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
 
     def run(t0: int, t1: int, team: int) -> None:
         lib.block_maxima(
-            q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, packed.blocks,
+            q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), ex_ptr, packed.K2, packed.blocks,
             t0, t1, per_pass, team, out.data_ptr(),
         )  # fmt: skip
 
@@ -215,9 +224,10 @@ def block_scores(packed: PackedRows, q_rows: torch.Tensor, rows: torch.Tensor, b
 
 
 def fused_candidates(
-    packed: PackedRows, Q: torch.Tensor, k: int, threads: int = 1
+    packed: PackedRows, Q: torch.Tensor, k: int, threads: int = 1, exclude: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(query rows, positions, candidates per query) that provably hold each query's exact top k.
+    """(query rows, positions, candidates per query) that provably hold each query's exact top k (among the
+    positions other than ``exclude[i]`` for query i, where given; −1: none).
 
     The k-th largest block maximum M is the Ã of a real position, and k positions have Ã ≥ M, so the k-th
     best t is at least M − β; a top-k position c has Ã_c ≥ t_c − β ≥ M − 2β. Blocks whose maximum reaches
@@ -238,7 +248,8 @@ def fused_candidates(
         nu_max=packed.nu_max,
         d=packed.d,
     )
-    M = block_maxima(packed, q_tiles, threads)[:B]
+    ex = None if exclude is None else exclude.to(torch.int64).contiguous()
+    M = block_maxima(packed, q_tiles, threads, ex)[:B]
     kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
     thr = kth - 2.0 * bound
     thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
@@ -247,7 +258,8 @@ def fused_candidates(
     rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
     scores, beta = torch.empty(cap, dtype=torch.float32), bound.contiguous()
     n = _lib().select_candidates(
-        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), k, B, packed.blocks, q_rows.view(torch.int32).data_ptr(),
+        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None if ex is None else ex.data_ptr(), k, B, packed.blocks,
+        q_rows.view(torch.int32).data_ptr(),
         packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, cap, rows.data_ptr(), pos.data_ptr(),
         scores.data_ptr(),
     )  # fmt: skip
@@ -258,6 +270,9 @@ def fused_candidates(
         S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
         hit, j = torch.nonzero(S >= lim[hr][:, None], as_tuple=True)
         rows, pos = hr[hit], hb[hit] * NB + j
+        if ex is not None:
+            keep = pos != ex[rows]
+            rows, pos = rows[keep], pos[keep]
     return rows, pos, torch.bincount(rows, minlength=B)
 
 

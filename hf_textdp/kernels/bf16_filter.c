@@ -40,13 +40,26 @@ int bf16_filter_openmp(void) {
         a##r##0 = _mm512_dpbf16_ps(a##r##0, b, e0);                                                    \
         a##r##1 = _mm512_dpbf16_ps(a##r##1, b, e1);                                                    \
     }
-#define STORE(r) o[(r) * blocks] = _mm512_reduce_max_ps(_mm512_max_ps(a##r##0, a##r##1));
+#define STORE(r) o[(r) * blocks] = block_max(a##r##0, a##r##1, ex ? ex[t * MR + (r)] - b * NB : -1);
 #define ALL(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
 
-/* out[t * MR + r][b] = max of the NB scores of block b for query r of tile t, for tiles t0 .. t1 - 1.
- * Tiles go in passes of `pass` tiles (their queries stay in cache while every block goes by). */
-static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, int64_t K2, int64_t blocks,
-                         int64_t t0, int64_t t1, int64_t pass, float *out) {
+/* The largest of the block's NB scores (two vectors), leaving out position c of the block if 0 <= c < NB. */
+static inline float block_max(__m512 x0, __m512 x1, int64_t c) {
+    if (c >= 0 && c < NB) {
+        const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+        if (c < 16)
+            x0 = _mm512_mask_mov_ps(x0, (__mmask16)(1u << c), ninf);
+        else
+            x1 = _mm512_mask_mov_ps(x1, (__mmask16)(1u << (c - 16)), ninf);
+    }
+    return _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
+}
+
+/* out[t * MR + r][b] = max of the NB scores of block b for query r of tile t, for tiles t0 .. t1 - 1, without
+ * the position ex[t * MR + r] when ex is given (-1: none). Tiles go in passes of `pass` tiles (their queries
+ * stay in cache while every block goes by). */
+static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
+                         int64_t blocks, int64_t t0, int64_t t1, int64_t pass, float *out) {
     for (int64_t tb = t0; tb < t1; tb += pass) {
         const int64_t te = tb + pass < t1 ? tb + pass : t1;
         for (int64_t b = 0; b < blocks; b++) {
@@ -70,9 +83,8 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init
 
 /* maxima_range over tiles 0 .. tiles - 1, split between `threads` threads of the OpenMP team (the one
  * torch's intra-op pool uses when the library is built with -fopenmp: no second pool competes with it). */
-void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64_t K2, int64_t blocks,
-                  int64_t t0, int64_t t1, int64_t pass,
-                  int64_t threads, float *out) {
+void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
+                  int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, float *out) {
     const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
     const int n = want > 1 ? (int)want : 1;
 #pragma omp parallel num_threads(n) if (n > 1)
@@ -82,7 +94,7 @@ void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, int64
 #else
         const int64_t p = 0, m = 1;
 #endif
-        maxima_range(q, e, init, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
+        maxima_range(q, e, init, ex, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
     }
 }
 
@@ -131,15 +143,16 @@ static inline float round_up_float(double x) {
 }
 
 /* For each query b and block j with maxima[b][j] >= lim[b]: the block's positions whose score (as
- * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order.
+ * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order
+ * (without the position ex[b] when ex is given).
  * Then, for k <= MAX_REFINE, the query's list is cut again at the k-th largest of these scores, Mk: k of its
  * positions have scores >= Mk, so the k-th best t is >= Mk - beta and a top-k position scores >= Mk - 2 beta
  * (cpu/bf16_filter.py, fused_candidates; the same float64 arithmetic and rounding up to fp32 as there).
  * Returns how many, or -1 if that would exceed cap. */
 #define MAX_REFINE 16
-int64_t select_candidates(const float *maxima, const float *lim, const double *beta, int64_t k, int64_t B,
-                          int64_t blocks, const uint32_t *q_rows, const uint32_t *e, const float *init, int64_t K2,
-                          int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
+int64_t select_candidates(const float *maxima, const float *lim, const double *beta, const int64_t *ex, int64_t k,
+                          int64_t B, int64_t blocks, const uint32_t *q_rows, const uint32_t *e, const float *init,
+                          int64_t K2, int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
     int64_t n = 0;
     float s[NB];
     for (int64_t b = 0; b < B; b++) {
@@ -152,7 +165,7 @@ int64_t select_candidates(const float *maxima, const float *lim, const double *b
                 continue;
             score_block(q_rows + b * K2, e + j * K2 * NB, init + j * NB, K2, s);
             for (int c = 0; c < NB; c++) {
-                if (s[c] >= l) {
+                if (s[c] >= l && !(ex && ex[b] == j * NB + c)) {
                     if (n >= cap)
                         return -1;
                     rows[n] = b;
