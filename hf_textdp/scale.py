@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from .cpu.bf16_filter import farthest_pair_candidates, fused_filter_available
 from .memo import Store, matrix_key, memoised
-from .search import U32, ExactIndex, exact_fp32_matmul
+from .search import _BF16_MAX_MAGNITUDE, U32, ExactIndex, exact_fp32_matmul
 from .utils.threads import torch_threads
 
 
@@ -57,6 +58,9 @@ def rho1(index: ExactIndex, positions: torch.Tensor | None = None, block: int = 
 def diameter(E: torch.Tensor, block: int = 512) -> float:
     """Exact float64 diameter: fp32 Gram pass, then float64 re-check of every pair within 2τ of the max.
 
+    On CPUs where the fused bf16 kernel of the search runs, its farthest-pair form proposes the pairs instead
+    (:func:`~hf_textdp.cpu.bf16_filter.farthest_pair_candidates`); the float64 re-check is the same.
+
     τ bounds the error of an fp32 squared distance ``‖a‖² + ‖b‖² − 2a·b`` (space.md §5's argument with
     both norms rounded), so every pair whose true squared distance is the maximum has an fp32 value
     within 2τ of the largest fp32 value. Per block of rows: one product against the rows from the
@@ -70,6 +74,11 @@ def diameter(E: torch.Tensor, block: int = 512) -> float:
     sq64 = (E.double() ** 2).sum(1)
     n32 = sq64.float()
     R = math.sqrt(float(sq64.max()))
+    if E.device.type == "cpu" and V * d >= 2**18 and 2 * R * R < _BF16_MAX_MAGNITUDE and fused_filter_available():
+        found = farthest_pair_candidates(E, sq64)  # the fused bf16 kernel (cpu/bf16_filter.py)
+        if found is not None:
+            E64 = E.double()
+            return float(torch.sqrt(((E64[found[0]] - E64[found[1]]) ** 2).sum(1).max()))
     n = d + 2
     tau = (n * U32 / (1 - n * U32)) * 4 * R * R * 1.01 + 4 * U32 * 4 * R * R
     best = -math.inf

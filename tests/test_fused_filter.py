@@ -314,3 +314,21 @@ def test_fused_exclude_equals_brute_force(noisy_case: Any, k: int) -> None:
     D[np.arange(len(Qx)), ex] = np.inf
     assert np.array_equal(got, np.argsort(D, axis=1, kind="stable")[:, :k])
     assert not np.any(got == ex[:, None])
+
+
+@needs_kernel
+@pytest.mark.parametrize(("V", "d", "kind"), [(3000, 96, "normal"), (5000, 64, "t3"), (4100, 100, "duplicates")])
+def test_fused_diameter_equals_float64_pairs(V: int, d: int, kind: str) -> None:
+    """The diameter from the kernel's farthest-pair candidates equals the float64 maximum over all pairs
+    (seed 7114), with the candidates found by the kernel (not the fp32 pass)."""
+    from hf_textdp.scale import diameter
+
+    rng = np.random.default_rng(7114 + V)
+    X = rng.standard_t(3, (V, d)) if kind == "t3" else rng.standard_normal((V, d))
+    if kind == "duplicates":
+        X[-100:] = X[:100]
+    E = torch.from_numpy(X.astype(F32))
+    assert V * d >= 2**18 and fused.farthest_pair_candidates(E, (E.double() ** 2).sum(1)) is not None
+    E64 = E.double()
+    ref = max(float(((E64[i] - E64) ** 2).sum(1).max()) for i in range(V)) ** 0.5
+    assert diameter(E) == ref

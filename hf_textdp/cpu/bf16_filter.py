@@ -6,7 +6,7 @@ only each block's maximum (blocks of :data:`NB` consecutive positions), so no ti
 read; the few blocks that can hold a winner are scored again for their candidates. The answer is the
 same exact one: the filter only proposes candidates, which float64 verification decides.
 
-Scores (docs/mechanisms/search.md, "The fused bf16 filter"). With q̂ = bf16(q), ê_c = bf16(e_c) (round to
+Scores (docs/mechanisms/space.md §5.3, "The fused bf16 filter"). With q̂ = bf16(q), ê_c = bf16(e_c) (round to
 nearest) and ν̃_c = fp32(ν64_c), ν64_c the float64 ‖e_c‖²/2, the kernel's score is
 Ã_c = −ν̃_c + Σ_j q̂_j ê_cj, summed in fp32 with each product exact; it estimates t_c = q·e_c − ‖e_c‖²/2, the
 quantity the nearest position maximises, within the per-query bound β of :func:`fused_filter_bound`.
@@ -34,6 +34,7 @@ __all__ = [
     "fused_candidates",
     "fused_filter_available",
     "fused_filter_bound",
+    "farthest_pair_candidates",
     "query_tiles",
 ]
 
@@ -45,6 +46,8 @@ U64 = 2.0**-53
 _PASS_BYTES = 384 * 1024
 #: tiles per thread below which one call on the calling thread is faster than splitting
 _MIN_TILES_PER_THREAD = 4
+#: the kernel's second cut applies for k up to this (kernels/bf16_filter.c, MAX_REFINE)
+MAX_REFINE = 16
 
 
 @functools.cache
@@ -309,3 +312,59 @@ def _model_holds() -> bool:
     exact_max = torch.cat([ref, pad], 1).view(m, packed.blocks, NB).amax(2)
     slack = torch.cat([tol, torch.zeros_like(pad)], 1).view(m, packed.blocks, NB).amax(2)
     return bool(((M - exact_max).abs() <= slack).all())
+
+
+def farthest_pair_candidates(
+    E: torch.Tensor, sq64: torch.Tensor, queries: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Pairs (i, c) of rows of ``E`` ``[V, d]`` (fp32, CPU) that provably hold every pair at the largest distance,
+    or ``None`` when the list would be too long (the caller's fp32 pass then runs).
+
+    The same kernel with the query −e_i and the start +ν̃_c scores Ã_ic ≈ ν_c − e_i·e_c = h_ic − ν_i, where
+    h_ic = ‖e_i − e_c‖²/2, within the β of :func:`fused_filter_bound` (every term only changes sign). Row i's
+    largest block maximum M_i is the Ã of a real pair, so max h ≥ L = max_i (ν_i + M_i − β_i) (ν_i in float64,
+    lowered by its own error bound); a pair with h_ic ≥ L has Ã_ic ≥ L − ν_i − β_i, and the blocks and
+    positions that reach that threshold are the candidates.
+    """
+    V, d = E.shape
+    packed = PackedRows.build(E, sq64)
+    init = torch.where(torch.isfinite(packed.init), -packed.init, packed.init)  # +ν̃_c; padding stays −∞
+    packed = dataclasses.replace(packed, init=init)
+    nu64 = sq64.double() / 2.0
+    nu_lo = nu64 * (1.0 - (d + 2) * U64 * 1.01)  # ν_i ≥ nu_lo: the float64 sum errs by ≤ (d + 1)u₆₄·ν_i
+    nu_hi = nu64 * (1.0 + (d + 2) * U64 * 1.01)
+    maxima, betas, rows_q = [], [], []
+    for s in range(0, V, queries):
+        Q = -E[s : s + queries]
+        q_rows, q_tiles = _queries(Q, packed.K2)
+        q_hat = q_rows[:, :d].double()
+        beta = fused_filter_bound(
+            torch.linalg.vector_norm(q_hat, dim=1),
+            torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
+            rho=packed.rho,
+            e_hat=packed.e_hat,
+            nu_max=packed.nu_max,
+            d=d,
+        )
+        maxima.append(block_maxima(packed, q_tiles, torch.get_num_threads())[: Q.shape[0]])
+        betas.append(beta)
+        rows_q.append(q_rows)
+    M, beta, q_rows = torch.cat(maxima), torch.cat(betas), torch.cat(rows_q)
+    best = M.amax(1).double()
+    L = float((nu_lo + best - beta).max())
+    thr = L - nu_hi - beta
+    # float64 rounding of the lines above (a few ulps of terms up to `size`), far outweighed
+    size = float(nu64.max()) + float(best.abs().max()) + float(beta.max()) + abs(L)
+    thr = thr - 2.0**-40 * (thr.abs() + beta + size)
+    lim = round_up_fp32(thr)
+    cap = max(4096, 8 * V)
+    rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
+    scores = torch.empty(cap, dtype=torch.float32)
+    n = _lib().select_candidates(
+        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None, MAX_REFINE + 1, V, packed.blocks,
+        q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, cap,
+        rows.data_ptr(), pos.data_ptr(), scores.data_ptr(),
+    )  # fmt: skip
+    if n < 0:
+        return None
+    return rows[:n], pos[:n]

@@ -1,5 +1,5 @@
 /* The fused bf16 filter of the exact search on CPUs with AVX-512 BF16 (hf_textdp/cpu/bf16_filter.py;
- * docs/mechanisms/search.md, "The fused bf16 filter").
+ * docs/mechanisms/space.md §5.3, "The fused bf16 filter").
  *
  * A score is A_c = init_c + sum_j qh_j * eh_cj over bf16 pairs: VDPBF16PS forms each bf16 product exactly
  * in fp32 and adds it to an fp32 accumulator (round to nearest even, denormals flushed), so A_c is a sum
