@@ -104,6 +104,9 @@ class ExponentialSampler:
         self.r = (torch.linalg.vector_norm(E64 - Q * self.s, dim=1) * (1.0 + _SLACK)).contiguous()
         self.I = Q.to(torch.int8)
         self.N = (Q * Q).sum(1).to(torch.int64)  # exact: integers below 2⁵³
+        # the key kernel's int32 partial sums start at −128·Σ_j I_c,j and add products of (I_x + 128) ≤ 255 by
+        # I_c: all within 383·d·max|I| in magnitude, which must stay below 2³¹ (d up to ~44,000 at |I| ≤ 127)
+        self._kernel_fits = 383 * d * int(Q.abs().max()) < 2**31
         tg = torch.arange(V, device=self.device) if targets is None else targets.to(self.device, torch.int64)
         self.targets = tg
         Vt = int(tg.numel())
@@ -135,10 +138,8 @@ class ExponentialSampler:
 
     def _kernel_targets(self) -> PackedTargets | None:
         """The targets packed for the compiled key kernel (:mod:`hf_textdp.cpu.int8_keys`), or ``None`` where it
-        does not run (not a CPU, no AVX-512 VNNI or compiler, ``HF_TEXTDP_NATIVE=0``)."""
-        # its int32 partial sums start at −128·Σ_j I_c,j and add products of (I_x + 128) ≤ 255 by I_c: all within
-        # 383·d·max|I| in magnitude, which must stay below 2³¹ (true for d up to ~44,000 at |I| ≤ 127)
-        if self.device.type != "cpu" or 383 * self.d * int(self.I.abs().max()) >= 2**31 or not int8_keys_available():
+        does not run (not a CPU, no AVX-512 VNNI or compiler, ``HF_TEXTDP_NATIVE=0``, too wide for its int32 sums)."""
+        if self.device.type != "cpu" or not self._kernel_fits or not int8_keys_available():
             return None
         if self._packed is None:
             self._packed = PackedTargets.build(self.IT[: self.d].T, self.NT)
