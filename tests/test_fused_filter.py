@@ -132,15 +132,7 @@ def test_fused_bound_holds_on_random_data() -> None:
     rows = torch.arange(300).repeat_interleave(packed.blocks)
     blocks = torch.arange(packed.blocks).repeat(300)
     A = fused.block_scores(packed, q_rows.view(torch.int32), rows, blocks).view(300, -1)[:, : idx.V].double()
-    q_hat = q_rows[:, :40].double()
-    beta = fused.fused_filter_bound(
-        torch.linalg.vector_norm(q_hat, dim=1),
-        torch.linalg.vector_norm(Qt.double() - q_hat, dim=1),
-        rho=packed.rho,
-        e_hat=packed.e_hat,
-        nu_max=packed.nu_max,
-        d=packed.d,
-    )
+    beta = fused.query_bounds(packed, Qt, q_rows)
     t = Qt.double() @ idx.E.double().T - idx.sq64 / 2
     err = (t - A).abs() / beta[:, None]
     assert float(err.max()) <= 1.0
@@ -275,15 +267,7 @@ def test_second_threshold_cuts_the_list_for_k2(noisy_case: Any) -> None:
     rows, pos, _ = fused.fused_candidates(packed, Qt, 2)
     # the block threshold alone, in tensor operations (fused_candidates' overflow path)
     q_rows, q_tiles = fused._queries(Qt, packed.K2)
-    q_hat = q_rows[:, : packed.d].double()
-    beta = fused.fused_filter_bound(
-        torch.linalg.vector_norm(q_hat, dim=1),
-        torch.linalg.vector_norm(Qt.double() - q_hat, dim=1),
-        rho=packed.rho,
-        e_hat=packed.e_hat,
-        nu_max=packed.nu_max,
-        d=packed.d,
-    )
+    beta = fused.query_bounds(packed, Qt, q_rows)
     M = fused.block_maxima(packed, q_tiles, 1)[: len(Q)]
     thr = M.topk(2, dim=1).values[:, 1].double() - 2.0 * beta
     lim = fused.round_up_fp32(thr - 2.0**-40 * (thr.abs() + beta))

@@ -35,6 +35,7 @@ __all__ = [
     "fused_filter_available",
     "fused_filter_bound",
     "farthest_pair_candidates",
+    "query_bounds",
     "query_tiles",
 ]
 
@@ -170,6 +171,20 @@ def fused_filter_bound(
     return beta
 
 
+def query_bounds(packed: PackedRows, Q: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
+    """:func:`fused_filter_bound` of each query of ``Q`` (fp32 ``[B, d]``) against ``packed``, ``q_rows`` its bf16
+    rows (from :func:`_queries`): ‖q̂‖ and ‖q − q̂‖ in float64."""
+    q_hat = q_rows[:, : packed.d].double()
+    return fused_filter_bound(
+        torch.linalg.vector_norm(q_hat, dim=1),
+        torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
+        rho=packed.rho,
+        e_hat=packed.e_hat,
+        nu_max=packed.nu_max,
+        d=packed.d,
+    )
+
+
 def _queries(Q: torch.Tensor, K2: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(q̂ as rows ``[B, 2·K2]`` bf16, q̂ packed in tiles ``[tiles, K2, tile]`` of words)."""
     B, d = Q.shape
@@ -242,15 +257,7 @@ def fused_candidates(
     """
     B = Q.shape[0]
     q_rows, q_tiles = _queries(Q, packed.K2)
-    q_hat = q_rows[:, : packed.d].double()
-    bound = fused_filter_bound(
-        torch.linalg.vector_norm(q_hat, dim=1),
-        torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
-        rho=packed.rho,
-        e_hat=packed.e_hat,
-        nu_max=packed.nu_max,
-        d=packed.d,
-    )
+    bound = query_bounds(packed, Q, q_rows)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
     kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
@@ -337,15 +344,7 @@ def farthest_pair_candidates(
     for s in range(0, V, queries):
         Q = -E[s : s + queries]
         q_rows, q_tiles = _queries(Q, packed.K2)
-        q_hat = q_rows[:, :d].double()
-        beta = fused_filter_bound(
-            torch.linalg.vector_norm(q_hat, dim=1),
-            torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
-            rho=packed.rho,
-            e_hat=packed.e_hat,
-            nu_max=packed.nu_max,
-            d=d,
-        )
+        beta = query_bounds(packed, Q, q_rows)
         maxima.append(block_maxima(packed, q_tiles, torch.get_num_threads())[: Q.shape[0]])
         betas.append(beta)
         rows_q.append(q_rows)
