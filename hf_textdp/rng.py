@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .cpu.noise import native_normals
 from .errors import InvalidParameterError, ParameterTypeError
 from .gpu.philox import philox_uniforms
 from .utils.native import load_kernel, run_parts
@@ -289,9 +290,15 @@ class Streams:
     def normals(self, draw: int, n: int, extra: int | torch.Tensor = 0) -> torch.Tensor:
         """``[N, n]`` float64 standard normals by Box–Muller on uniform pairs (2j, 2j + 1), i.e. block j.
 
-        z₂ⱼ = r·cos 2πu₂ⱼ₊₁ and z₂ⱼ₊₁ = r·sin 2πu₂ⱼ₊₁ with r = √(−2 ln u₂ⱼ).
+        z₂ⱼ = r·cos 2πu₂ⱼ₊₁ and z₂ⱼ₊₁ = r·sin 2πu₂ⱼ₊₁ with r = √(−2 ln u₂ⱼ). On the CPU one compiled kernel
+        draws them (``kernels/noise.c``: its own logarithm, cosine and sine, within an ulp or so of torch's).
         """
         blocks = (n + 1) // 2
+        if (
+            self.device.type == "cpu"
+            and (z := native_normals(self.k0, self.k1, self.position, draw, blocks, extra)) is not None
+        ):
+            return z[:, :n] if 2 * blocks != n else z
         u = self.uniforms(draw, 2 * blocks, extra).view(len(self), blocks, 2)
         r = u[:, :, 0].log().mul_(-2.0).sqrt_()
         t = u[:, :, 1].mul(_TWO_PI)

@@ -316,3 +316,102 @@ def test_fused_diameter_equals_float64_pairs(V: int, d: int, kind: str) -> None:
     E64 = E.double()
     ref = max(float(((E64[i] - E64) ** 2).sum(1).max()) for i in range(V)) ** 0.5
     assert diameter(E) == ref
+
+
+@needs_kernel
+@pytest.mark.parametrize(("B", "d"), [(1, 1), (37, 7), (300, 384)])
+def test_prepared_queries_equal_the_torch_form(B: int, d: int) -> None:
+    """The kernel's query preparation gives the words of the torch form's bf16 rounding (to nearest even,
+    halfway cases included) bit for bit, and the norms of ``query_bounds`` within float64 rounding."""
+    rng = np.random.default_rng(7113 + d)
+    Q = rng.standard_normal((B, d)).astype(F32)
+    # fp32 values halfway between two bf16 numbers (the low 16 bits 0x8000): ties to even, both ways
+    bits = Q.view(np.uint32)
+    bits[:, ::3] = (bits[:, ::3] & np.uint32(0xFFFF0000)) | np.uint32(0x8000)
+    E = rng.standard_normal((100, d)).astype(F32)
+    packed = fused.PackedRows.build(torch.from_numpy(E), (torch.from_numpy(E).double() ** 2).sum(1))
+    Qt = torch.from_numpy(Q)
+    q_rows, q_tiles, beta = fused._prepare(packed, Qt)
+    ref_rows, ref_tiles = fused._queries(Qt, packed.K2)
+    assert torch.equal(q_rows.view(torch.int16), ref_rows.view(torch.int16))
+    assert torch.equal(q_tiles, ref_tiles)
+    torch.testing.assert_close(beta, fused.query_bounds(packed, Qt, ref_rows), rtol=1e-13, atol=0)
+
+
+@needs_kernel
+def test_candidates_same_for_every_thread_split(noisy_case: Any) -> None:
+    """The candidate selection split between 1, 2 or 3 parts gives the same lists in the same order."""
+    E, Q = noisy_case
+    packed = fused_index(E)._packed_rows(2)
+    assert packed is not None
+    Qt = torch.from_numpy(Q[:700])
+    one = fused.fused_candidates(packed, Qt, 2, threads=1)
+    for threads in (2, 3):
+        other = fused.fused_candidates(packed, Qt, 2, threads=threads)
+        assert all(torch.equal(a, b) for a, b in zip(one, other, strict=True))
+
+
+@needs_kernel
+def test_nearest_verification_equals_the_sorted_form(noisy_case: Any) -> None:
+    """The compiled k = 1 verification picks the sorted form's candidate on candidate lists in any order
+    (shuffled, with repeats), and flags the rows whose order it cannot certify: duplicated rows of E (the
+    same distance twice) must be flagged and then decided by position, as the sorted form does."""
+    E, Q = noisy_case
+    idx = fused_index(E)
+    rng = np.random.default_rng(7114)
+    B = 300
+    Qt = torch.from_numpy(Q[:B])
+    rows = torch.from_numpy(np.repeat(np.arange(B), 6))
+    pos = torch.from_numpy(rng.integers(0, idx.V, rows.numel()))
+    nearest = torch.from_numpy(brute64(Q[:B], E)[:, 0])
+    pos[::6] = nearest  # the true nearest among each query's candidates
+    # the noisy case's 40 duplicated rows: a query nearest to a row with a twin gets the twin too
+    dup = [b for b in range(B) if (E == E[int(nearest[b])]).all(1).sum() > 1]
+    assert dup, "the case has queries nearest to a duplicated row"
+    twins = [
+        int(np.flatnonzero((E == E[int(nearest[b])]).all(1) & (np.arange(idx.V) != int(nearest[b])))[0]) for b in dup
+    ]
+    order = torch.from_numpy(rng.permutation(rows.numel()))
+    rows = torch.cat([rows[order], rows[:50], torch.tensor(dup)])
+    pos = torch.cat([pos[order], pos[:50], torch.tensor(twins)])
+    coef = 2.0 * (idx.d + 3) * fused.U64
+    found = fused_nearest_of_pairs(Qt, idx, rows, pos, B, coef)
+    assert found is not None
+    best, tie = found
+    assert torch.equal(best, idx._verify_sorted(Qt, rows, pos, 1, B)[:, 0])
+    assert torch.equal(idx._verify(Qt, rows, pos, 1, B)[:, 0], nearest)  # brute force's: the lower position
+    assert bool(tie[dup].all()) and int(tie.sum()) < B // 2
+
+
+def fused_nearest_of_pairs(
+    Q: torch.Tensor, idx: ExactIndex, rows: torch.Tensor, pos: torch.Tensor, B: int, coef: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    from hf_textdp.cpu.distances import nearest_of_pairs
+
+    return nearest_of_pairs(Q, idx.E, rows, pos, B, coef)
+
+
+@needs_kernel
+def test_mutation_verification_without_tie_flags_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: exact ties whose float64 distances round apart (a row and its coordinates reversed,
+    a query on the diagonal: the same exact distance, summed in another order; coordinates spread over
+    2⁻²⁰ … 2¹⁰ so the sums round) must go to exact arithmetic and the lower position (seed 7115); a
+    verification that trusts the float64 order answers some of them wrongly."""
+    from hf_textdp import search as search_module
+
+    rng = np.random.default_rng(7115)
+    d = 16
+    cases = []
+    for _ in range(100):
+        a = (rng.standard_normal(d) * 2.0 ** rng.integers(-20, 11, d)).astype(F32)
+        cases.append((np.stack([a, a[::-1]]), np.full((1, d), rng.standard_normal(), dtype=F32)))
+    assert all(exact_knn(q, E, 1) == [[0]] for E, q in cases)  # exact ties: the lower position
+    assert all(search(E, q, 1).tolist() == [[0]] for E, q in cases)
+    real = search_module.nearest_of_pairs
+
+    def trusting(*args: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        found = real(*args)
+        return None if found is None else (found[0], torch.zeros_like(found[1]))
+
+    monkeypatch.setattr(search_module, "nearest_of_pairs", trusting)
+    assert sum(search(E, q, 1).tolist() != [[0]] for E, q in cases) > 0

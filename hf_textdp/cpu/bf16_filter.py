@@ -47,6 +47,8 @@ U64 = 2.0**-53
 _PASS_BYTES = 384 * 1024
 #: tiles per thread below which one call on the calling thread is faster than splitting
 _MIN_TILES_PER_THREAD = 4
+#: queries per part below which the candidate selection runs on one thread
+_MIN_QUERIES_PER_PART = 64
 #: the kernel's second cut applies for k up to this (kernels/bf16_filter.c, MAX_REFINE)
 MAX_REFINE = 16
 
@@ -63,8 +65,10 @@ def _lib() -> Any:
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
-    lib.select_candidates.argtypes = [p, p, p, p, i, i, i, p, p, p, i, i, p, p, p]
-    lib.select_candidates.restype = i
+    lib.select_candidates.argtypes = [p, p, p, p, i, i, i, p, p, p, i, i, i, p, p, p, p]
+    lib.select_candidates.restype = None
+    lib.prepare_queries.argtypes = [p, i, i, i, p, p, p, p]
+    lib.prepare_queries.restype = None
     return lib
 
 
@@ -196,6 +200,54 @@ def _queries(Q: torch.Tensor, K2: int) -> tuple[torch.Tensor, torch.Tensor]:
     return qa[:B], packed
 
 
+def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q_rows, q_tiles, β) of :func:`_queries` and :func:`query_bounds` by one pass of the kernel over ``Q``:
+    the same bf16 words; the float64 norms summed in another order (within their own rounding, which the
+    bound's factor 1 + 2⁻²⁰ covers)."""
+    Qc = Q.to(torch.float32).contiguous()
+    B, d = Qc.shape
+    tile, K2 = _tile(), packed.K2
+    q_rows = torch.empty((B, 2 * K2), dtype=torch.bfloat16)
+    q_tiles = torch.empty((-(-B // tile), K2, tile), dtype=torch.int32)
+    qh, qr = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
+    _lib().prepare_queries(
+        Qc.data_ptr(), B, d, K2, q_rows.data_ptr(), q_tiles.data_ptr(), qh.data_ptr(), qr.data_ptr()
+    )
+    bound = fused_filter_bound(qh, qr, rho=packed.rho, e_hat=packed.e_hat, nu_max=packed.nu_max, d=packed.d)
+    return q_rows, q_tiles, bound
+
+
+def _select(
+    packed: PackedRows,
+    M: torch.Tensor,
+    lim: torch.Tensor,
+    beta: torch.Tensor,
+    ex: torch.Tensor | None,
+    k: int,
+    q_rows: torch.Tensor,
+    cap: int,
+    threads: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The kernel's candidate lists (query rows, positions) for block maxima ``M`` and thresholds ``lim``, the
+    queries split between ``threads`` parts of ``cap`` each; ``None`` when a part's list would exceed it."""
+    B = M.shape[0]
+    parts = max(1, min(threads, B // _MIN_QUERIES_PER_PART))
+    rows, pos = torch.empty((parts, cap), dtype=torch.int64), torch.empty((parts, cap), dtype=torch.int64)
+    scores, counts = torch.empty((parts, cap), dtype=torch.float32), torch.empty(parts, dtype=torch.int64)
+    M, lim, beta = M.contiguous(), lim.contiguous(), beta.contiguous()
+    _lib().select_candidates(
+        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None if ex is None else ex.data_ptr(), k, B, packed.blocks,
+        q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, parts, cap,
+        rows.data_ptr(), pos.data_ptr(), scores.data_ptr(), counts.data_ptr(),
+    )  # fmt: skip
+    n = counts.tolist()
+    if min(n) < 0:
+        return None
+    if parts == 1:
+        return rows[0, : n[0]], pos[0, : n[0]]
+    return torch.cat([rows[p, : n[p]] for p in range(parts)]), torch.cat([pos[p, : n[p]] for p in range(parts)])
+
+
 def query_tiles(Q: torch.Tensor, K2: int) -> torch.Tensor:
     """The queries ``Q`` ``[B, d]`` (fp32) rounded to bf16 and packed in tiles for :func:`block_maxima`."""
     return _queries(Q, K2)[1]
@@ -256,25 +308,16 @@ def fused_candidates(
     and finite, moderate queries (the caller's range check).
     """
     B = Q.shape[0]
-    q_rows, q_tiles = _queries(Q, packed.K2)
-    bound = query_bounds(packed, Q, q_rows)
+    q_rows, q_tiles, bound = _prepare(packed, Q)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
     kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
     thr = kth - 2.0 * bound
     thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
     lim = round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
-    cap = max(1024, 8 * B * k)
-    rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
-    scores, beta = torch.empty(cap, dtype=torch.float32), bound.contiguous()
-    n = _lib().select_candidates(
-        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None if ex is None else ex.data_ptr(), k, B, packed.blocks,
-        q_rows.view(torch.int32).data_ptr(),
-        packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, cap, rows.data_ptr(), pos.data_ptr(),
-        scores.data_ptr(),
-    )  # fmt: skip
-    if n >= 0:
-        rows, pos = rows[:n], pos[:n]
+    found = _select(packed, M, lim, bound, ex, k, q_rows, max(1024, 8 * B * k), threads)
+    if found is not None:
+        rows, pos = found
     else:  # more candidates than cap (clusters of near-duplicate rows): the same selection in tensor operations
         hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
         S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
@@ -356,14 +399,4 @@ def farthest_pair_candidates(
     size = float(nu64.max()) + float(best.abs().max()) + float(beta.max()) + abs(L)
     thr = thr - 2.0**-40 * (thr.abs() + beta + size)
     lim = round_up_fp32(thr)
-    cap = max(4096, 8 * V)
-    rows, pos = torch.empty(cap, dtype=torch.int64), torch.empty(cap, dtype=torch.int64)
-    scores = torch.empty(cap, dtype=torch.float32)
-    n = _lib().select_candidates(
-        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None, MAX_REFINE + 1, V, packed.blocks,
-        q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, cap,
-        rows.data_ptr(), pos.data_ptr(), scores.data_ptr(),
-    )  # fmt: skip
-    if n < 0:
-        return None
-    return rows[:n], pos[:n]
+    return _select(packed, M, lim, beta, None, MAX_REFINE + 1, q_rows, max(4096, 8 * V), 1)

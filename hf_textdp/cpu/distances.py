@@ -17,16 +17,23 @@ import torch
 from ..utils.native import load_kernel, native_enabled
 
 
-__all__ = ["pair_sqdist"]
+__all__ = ["nearest_of_pairs", "pair_sqdist"]
+
+#: pairs per thread below which one thread computes the distances
+_PAIRS_PER_THREAD = 256
 
 
 @functools.cache
 def _lib() -> Any:
-    lib = load_kernel("sqdist")
+    lib = load_kernel("sqdist", openmp=True)
     if lib is not None:
         p, i = ctypes.c_void_p, ctypes.c_int64
         lib.pair_sqdist.argtypes = [p, p, p, p, i, i, i, p]
         lib.pair_sqdist.restype = None
+        lib.pair_sqdist_team.argtypes = [p, p, p, p, i, i, i, p]
+        lib.pair_sqdist_team.restype = None
+        lib.verify_nearest.argtypes = [p, p, p, i, i, ctypes.c_double, p, p, p]
+        lib.verify_nearest.restype = None
     return lib
 
 
@@ -39,7 +46,31 @@ def pair_sqdist(Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch
     r, p = rows.to(torch.int64).contiguous(), pos.to(torch.int64).contiguous()
     out = torch.empty(r.numel(), dtype=torch.float64)
     if r.numel():
-        lib.pair_sqdist(
-            Qc.data_ptr(), Ec.data_ptr(), r.data_ptr(), p.data_ptr(), Ec.shape[1], 0, r.numel(), out.data_ptr()
+        threads = min(torch.get_num_threads(), r.numel() // _PAIRS_PER_THREAD)
+        lib.pair_sqdist_team(
+            Qc.data_ptr(), Ec.data_ptr(), r.data_ptr(), p.data_ptr(), Ec.shape[1], r.numel(), threads, out.data_ptr()
         )
     return out
+
+
+def nearest_of_pairs(
+    Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, B: int, coef: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The verification of a k = 1 search (docs/mechanisms/space.md §5.4) for candidate pairs (``rows``, ``pos``):
+    ``(best, tie)``, ``[B]`` each, or ``None`` where the kernel does not run.
+
+    ``best[b]`` is query b's candidate smallest in (D, position) order (−1: it has none), D of
+    :func:`pair_sqdist`; ``tie[b]`` is true where another candidate's certified interval [D − cD, D + cD]
+    (c = ``coef``) is not strictly above the best one's, so their exact order is open.
+    """
+    D = pair_sqdist(Q, E, rows, pos)
+    if D is None:
+        return None
+    r, p = rows.to(torch.int64).contiguous(), pos.to(torch.int64).contiguous()
+    best, best_d = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.float64)
+    tie = torch.empty(B, dtype=torch.bool)
+    _lib().verify_nearest(
+        D.data_ptr(), r.data_ptr(), p.data_ptr(), r.numel(), B, coef, best.data_ptr(), best_d.data_ptr(),
+        tie.data_ptr(),
+    )  # fmt: skip
+    return best, tie

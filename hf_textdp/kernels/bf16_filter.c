@@ -11,7 +11,9 @@
  * Operands are 32-bit words holding two bf16 numbers (coordinates 2k and 2k + 1): queries as
  * q[tile][k][MR] (MR queries per tile), rows as e[block][k][NB]; K2 words per vector.
  */
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -150,12 +152,12 @@ static inline float round_up_float(double x) {
  * (cpu/bf16_filter.py, fused_candidates; the same float64 arithmetic and rounding up to fp32 as there).
  * Returns how many, or -1 if that would exceed cap. */
 #define MAX_REFINE 16
-int64_t select_candidates(const float *maxima, const float *lim, const double *beta, const int64_t *ex, int64_t k,
-                          int64_t B, int64_t blocks, const uint32_t *q_rows, const uint32_t *e, const float *init,
-                          int64_t K2, int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
+static int64_t select_range(const float *maxima, const float *lim, const double *beta, const int64_t *ex, int64_t k,
+                            int64_t b0, int64_t b1, int64_t blocks, const uint32_t *q_rows, const uint32_t *e,
+                            const float *init, int64_t K2, int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
     int64_t n = 0;
     float s[NB];
-    for (int64_t b = 0; b < B; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         const float *m = maxima + b * blocks, l = lim[b];
         const int64_t start = n;
         float top[MAX_REFINE];
@@ -202,6 +204,65 @@ int64_t select_candidates(const float *maxima, const float *lim, const double *b
         }
     }
     return n;
+}
+
+/* select_range over queries 0 .. B - 1 in `threads` consecutive parts on the OpenMP team: part p writes its
+ * candidates from rows + p cap, pos + p cap, scores + p cap (queries in order) and how many, or -1 when they
+ * would exceed cap, to counts[p]. */
+void select_candidates(const float *maxima, const float *lim, const double *beta, const int64_t *ex, int64_t k,
+                       int64_t B, int64_t blocks, const uint32_t *q_rows, const uint32_t *e, const float *init,
+                       int64_t K2, int64_t threads, int64_t cap, int64_t *rows, int64_t *pos, float *scores,
+                       int64_t *counts) {
+    const int n = threads > 1 ? (int)threads : 1;
+#pragma omp parallel for num_threads(n) if (n > 1) schedule(static, 1)
+    for (int p = 0; p < n; p++)
+        counts[p] = select_range(maxima, lim, beta, ex, k, B * p / n, B * (p + 1) / n, blocks, q_rows, e, init, K2,
+                                 cap, rows + p * cap, pos + p * cap, scores + p * cap);
+}
+
+/* The queries Q[B][d] (fp32) for the kernel: q_rows[B][2 K2] their bf16 roundings (to nearest even, as
+ * torch's conversion; an odd d padded with a zero), q_tiles[ceil(B / MR)][K2][MR] the same words by tile
+ * (padding queries zero), and in float64 the norms qh[b] = ||q^_b|| and qr[b] = ||q_b - q^_b||. */
+void prepare_queries(const float *Q, int64_t B, int64_t d, int64_t K2, uint16_t *q_rows, uint32_t *q_tiles,
+                     double *qh, double *qr) {
+    const int64_t tiles = (B + MR - 1) / MR;
+#pragma omp parallel for num_threads(2) if (B >= 256) schedule(static)
+    for (int64_t b = 0; b < B; b++) {
+        const float *q = Q + b * d;
+        uint16_t *o = q_rows + b * 2 * K2;
+        double sh[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t j = 0; j < d; j++) {
+            uint32_t u;
+            memcpy(&u, q + j, 4);
+            const uint16_t h =
+                (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+            o[j] = h;
+            const uint32_t w = (uint32_t)h << 16;
+            float hf;
+            memcpy(&hf, &w, 4);
+            const double x = (double)hf, r = (double)q[j] - x;
+            sh[j & 7] += x * x;
+            sr[j & 7] += r * r;
+        }
+        for (int64_t j = d; j < 2 * K2; j++)
+            o[j] = 0;
+        double a = 0.0, c = 0.0;
+        for (int l = 0; l < 8; l++) {
+            a += sh[l];
+            c += sr[l];
+        }
+        qh[b] = sqrt(a);
+        qr[b] = sqrt(c);
+    }
+    for (int64_t t = 0; t < tiles; t++)
+        for (int64_t kk = 0; kk < K2; kk++)
+            for (int64_t r = 0; r < MR; r++) {
+                const int64_t b = t * MR + r;
+                uint32_t w = 0;
+                if (b < B)
+                    memcpy(&w, q_rows + b * 2 * K2 + 2 * kk, 4);
+                q_tiles[(t * K2 + kk) * MR + r] = w;
+            }
 }
 
 #else

@@ -12,6 +12,11 @@ void pair_sqdist(const float *q, const float *e, const int64_t *rows, const int6
                  int64_t i1, double *out) {
     for (int64_t i = i0; i < i1; i++) {
         const float *a = q + rows[i] * d, *b = e + pos[i] * d;
+        if (i + 2 < i1) { /* rows of E are read at random: ask for the one after next ahead of time */
+            const char *nb = (const char *)(e + pos[i + 2] * d);
+            for (int64_t off = 0; off < d * 4; off += 64)
+                __builtin_prefetch(nb + off);
+        }
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int64_t j = 0;
         for (; j + 8 <= d; j += 8) {
@@ -28,5 +33,43 @@ void pair_sqdist(const float *q, const float *e, const int64_t *rows, const int6
         for (int l = 0; l < 8; l++)
             s += acc[l];
         out[i] = s;
+    }
+}
+
+/* pair_sqdist over pairs 0 .. n - 1 split between `threads` threads of the OpenMP team (built with -fopenmp;
+ * else one thread). */
+void pair_sqdist_team(const float *q, const float *e, const int64_t *rows, const int64_t *pos, int64_t d, int64_t n,
+                      int64_t threads, double *out) {
+    const int m = threads > 1 ? (int)threads : 1;
+#pragma omp parallel for num_threads(m) if (m > 1) schedule(static, 1)
+    for (int p = 0; p < m; p++)
+        pair_sqdist(q, e, rows, pos, d, n * p / m, n * (p + 1) / m, out);
+}
+
+/* The exact search's verification for k = 1 (docs/mechanisms/space.md §5.4): candidate i is (query rows[i],
+ * position pos[i]) at float64 distance D[i], certified to lie in [D - cD, D + cD] with c = coef (the err of
+ * search.py's _verify, the same float64 operations). best[b] = the candidate of query b smallest in (D,
+ * position) order, -1 if b has none; tie[b] = 1 when another candidate's interval is not strictly above
+ * the best one's (its exact order is then open: the caller decides it exactly). Candidates in any order. */
+void verify_nearest(const double *D, const int64_t *rows, const int64_t *pos, int64_t n, int64_t B, double coef,
+                    int64_t *best, double *best_d, int8_t *tie) {
+    for (int64_t b = 0; b < B; b++) {
+        best[b] = -1;
+        tie[b] = 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t b = rows[i];
+        if (best[b] < 0 || D[i] < best_d[b] || (D[i] == best_d[b] && pos[i] < best[b])) {
+            best[b] = pos[i];
+            best_d[b] = D[i];
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t b = rows[i];
+        if (pos[i] == best[b])
+            continue;
+        const double eb = coef * best_d[b], ei = coef * D[i];
+        if (!(best_d[b] + eb < D[i] - ei))
+            tie[b] = 1;
     }
 }

@@ -22,6 +22,7 @@ import torch
 
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
+from ..cpu.noise import native_metric_laplace_shift, noise_kernel_available
 from ..errors import InvalidParameterError
 from ..gpu import triton_ready
 from ..gpu.noise import metric_laplace_shift
@@ -29,7 +30,7 @@ from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import ExactIndex
 from ..validation import check_choice
-from .base import AdditiveMechanism
+from .base import PERTURB_CHUNK, AdditiveMechanism
 
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Madlib", "add_metric_laplace", "sample_madlib_noise", "sample_metric_laplace"]
+
+#: tokens per perturb call when the compiled noise kernel runs (it writes only the fp32 sums)
+SHIFT_CHUNK = 4096
 
 
 def sample_metric_laplace(
@@ -66,14 +70,16 @@ def sample_madlib_noise(
 def add_metric_laplace(x: torch.Tensor, streams: Streams | torch.Generator, scale: float) -> torch.Tensor:
     """``fl32(x + Z)`` ``[n, k]`` for x ``[n, k]`` (fp32 or float64), Z of :func:`sample_metric_laplace` per row.
 
-    On a GPU one fused kernel draws the normals, normalises them and adds them (:mod:`hf_textdp.gpu.noise`:
-    the same numbers up to an ulp of a float64 logarithm, cosine or sine); elsewhere the torch form.
+    One fused kernel draws the normals, normalises them and adds them, on a GPU (:mod:`hf_textdp.gpu.noise`)
+    and on the CPU (:mod:`hf_textdp.cpu.noise`): the same numbers as the torch form up to an ulp of a float64
+    logarithm, cosine or sine; the torch form runs where neither does.
     """
     n, k = x.shape
     s = as_streams(streams, n, x.device)
-    if n and triton_ready(x.device):
+    if n and (x.device.type == "cpu" or triton_ready(x.device)):
         r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
-        out = metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE))
+        shift = native_metric_laplace_shift if x.device.type == "cpu" else metric_laplace_shift
+        out = shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE))
         if out is not None:
             return out
     return (x.double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
@@ -131,6 +137,10 @@ class Madlib(AdditiveMechanism):
             )
         # rounded to fp32 like the searched rows T(E), so the metric is exactly that of the rows diam is taken over
         return self._bounded[1].apply(x).float().double()
+
+    def perturb_chunk(self) -> int:
+        # the compiled kernel keeps a token's float64 noise in registers: larger calls, fewer of them
+        return SHIFT_CHUNK if noise_kernel_available() and self.options["bound"] == "none" else PERTURB_CHUNK
 
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         xt = self.transform_input(x) if self.options["bound"] != "none" else x

@@ -29,7 +29,7 @@ __all__ = ["load_kernel", "native_enabled", "run_parts", "run_team"]
 logger = get_logger(__name__)
 
 _KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-_FLAG_SETS = (["-O3", "-march=native"], ["-O3"])
+_FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno"], ["-O3", "-fno-math-errno"])
 _loaded: dict[str, ctypes.CDLL | None] = {}
 _pool: ThreadPoolExecutor | None = None
 

@@ -1,0 +1,119 @@
+"""Box–Muller normals and madlib's noisy vectors from the Philox stream by a compiled kernel (``kernels/noise.c``).
+
+In tensor operations a normal costs a pass for the uniforms, then a logarithm, a square root, a cosine
+and a sine, each a pass over a float64 ``[tokens, d]`` tensor, and madlib adds a norm, a scaling, a sum
+and a rounding to fp32 (a dozen passes in all). The kernel draws a token's normals in registers and,
+for madlib, writes only the fp32 sums. Its logarithm, cosine and sine are its own (vectorised
+polynomials within a few ulp, docs/mechanisms/randomness.md §4): the law is Box–Muller's on the same
+exact uniforms; the values may differ from the torch form's by an ulp, and so may a released id at an
+exact float64 near-tie.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import torch
+
+from ..utils.native import load_kernel, native_enabled, run_parts
+
+
+__all__ = ["box_muller", "native_normals", "native_metric_laplace_shift", "noise_kernel_available"]
+
+#: normals per thread below which one call on the calling thread is faster than splitting
+_NORMALS_PER_THREAD = 1 << 15
+
+
+@functools.cache
+def _lib() -> Any:
+    lib = load_kernel("noise")
+    if lib is not None:
+        p, i = ctypes.c_void_p, ctypes.c_int64
+        lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, p]
+        lib.philox_normals.restype = None
+        lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, i, i, i, i, p]
+        lib.metric_laplace_shift.restype = ctypes.c_int
+        lib.box_muller.argtypes = [p, p, i, p]
+        lib.box_muller.restype = None
+    return lib
+
+
+def noise_kernel_available() -> bool:
+    """Whether the kernel runs here: a C compiler and ``HF_TEXTDP_NATIVE`` not ``0``."""
+    return native_enabled() and _lib() is not None
+
+
+def box_muller(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """The kernel's Box–Muller transform of float64 uniforms ``u``, ``v`` ``[n]`` (on (0, 1)): ``[n, 2]``, the pairs
+    (r cos 2πv, r sin 2πv) with r = √(−2 ln u); ``None`` where the kernel does not run. For the tests."""
+    if not native_enabled() or (lib := _lib()) is None:
+        return None
+    uc, vc = u.to(torch.float64).contiguous(), v.to(torch.float64).contiguous()
+    z = torch.empty((uc.numel(), 2), dtype=torch.float64)
+    lib.box_muller(uc.data_ptr(), vc.data_ptr(), uc.numel(), z.data_ptr())
+    return z
+
+
+def _keys(k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(torch.int64).contiguous() for t in (k0, k1, position))
+
+
+def _parts(tokens: int, per_token: int) -> int:
+    return min(torch.get_num_threads(), tokens * per_token // _NORMALS_PER_THREAD)
+
+
+def native_normals(
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    position: torch.Tensor,
+    draw: int,
+    blocks: int,
+    extra: int | torch.Tensor = 0,
+) -> torch.Tensor | None:
+    """``[N, 2·blocks]`` float64 normals of blocks ``0 … blocks − 1`` of ``draw`` per token, or ``None`` where
+    the kernel does not run (no compiler, ``HF_TEXTDP_NATIVE=0``, another device)."""
+    if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
+        return None
+    N = int(position.shape[0])
+    out = torch.empty((N, 2 * blocks), dtype=torch.float64)
+    if N == 0 or blocks == 0:
+        return out
+    k0, k1, pos = _keys(k0, k1, position)
+    if isinstance(extra, torch.Tensor):
+        ext, stride = extra.to("cpu", torch.int64).contiguous(), 1
+    else:
+        ext, stride = torch.tensor([int(extra)], dtype=torch.int64), 0
+    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), blocks)
+    run_parts(lambda i0, i1: lib.philox_normals(*args, i0, i1, out.data_ptr()), N, _parts(N, 2 * blocks))
+    return out
+
+
+def native_metric_laplace_shift(
+    x: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor, radius: torch.Tensor, draw: int
+) -> torch.Tensor | None:
+    """``[n, d]`` fp32: fl32(x + r·G/‖G‖) per token, G its first d normals of ``draw`` (those of
+    :func:`native_normals`), r ``radius`` (float64, already scaled); ``None`` where the kernel does not run.
+
+    ``x`` is fp32 or float64 ``[n, d]``; the sum is taken in float64 and rounded once to fp32.
+    """
+    if x.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
+        return None
+    n, d = x.shape
+    out = torch.empty((n, d), dtype=torch.float32)
+    if n == 0 or d == 0:
+        return out
+    f64 = x.dtype == torch.float64
+    xc = (x if f64 else x.to(torch.float32)).contiguous()
+    k0, k1, pos = _keys(k0, k1, position)
+    r = radius.to(torch.float64).contiguous()
+    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), int(draw), r.data_ptr(), xc.data_ptr(), int(f64), d)
+    failed: list[int] = []
+
+    def call(i0: int, i1: int) -> None:
+        if lib.metric_laplace_shift(*args, i0, i1, out.data_ptr()) != 0:
+            failed.append(i0)
+
+    run_parts(call, n, _parts(n, d))
+    return None if failed else out
