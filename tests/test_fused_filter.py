@@ -415,3 +415,20 @@ def test_mutation_verification_without_tie_flags_is_caught(monkeypatch: pytest.M
 
     monkeypatch.setattr(search_module, "nearest_of_pairs", trusting)
     assert sum(search(E, q, 1).tolist() != [[0]] for E, q in cases) > 0
+
+
+@needs_kernel
+def test_threshold_in_the_kernel_equals_the_torch_steps(noisy_case: Any) -> None:
+    """For k = 1 the selection kernel derives each query's threshold itself: the same candidate lists as with
+    the thresholds of the float64 tensor steps passed in."""
+    E, Q = noisy_case
+    packed = fused_index(E)._packed_rows(1)
+    assert packed is not None
+    q_rows, q_tiles, bound = fused._prepare(packed, torch.from_numpy(Q))
+    M = fused.block_maxima(packed, q_tiles, 2)[: Q.shape[0]]
+    lim = fused._threshold(M, bound, 1)
+    ours = fused._select(packed, M, None, bound, None, 1, q_rows, 1 << 16, 2)
+    theirs = fused._select(packed, M, lim, bound, None, 1, q_rows, 1 << 16, 2)
+    assert ours is not None and theirs is not None
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert ours[0].numel() >= Q.shape[0]

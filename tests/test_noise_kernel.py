@@ -77,6 +77,20 @@ def test_normals_match_the_torch_form(n: int) -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("n", [2, 30, 32, 34, 768, 1000])
+def test_normals_are_box_muller_of_the_streams_uniforms(n: int) -> None:
+    """The kernel's own Philox rounds (16 counters a vector where the CPU has AVX-512, one at a time for the
+    rest) give the stream's uniforms bit for bit: its normals are exactly its Box–Muller of those uniforms."""
+    s = streams(3, 11)
+    for draw, ex in ((Draw.NOISE, 0), (Draw.SAMPLER, torch.arange(len(s)) * 7 + 2**31)):
+        z = s.normals(draw, n, ex)
+        u = s.uniforms(draw, n, ex)  # the compiled philox.c, itself equal to the int64 tensor form
+        ref = noise.box_muller(u[:, 0::2].reshape(-1), u[:, 1::2].reshape(-1))
+        assert ref is not None
+        assert torch.equal(z, ref.view(len(s), n))
+
+
+@needs_kernel
 def test_box_muller_accuracy_on_random_and_extreme_uniforms() -> None:
     g = torch.Generator().manual_seed(5)
     m = torch.randint(0, 2**52, (20_000,), generator=g, dtype=torch.int64)
@@ -151,3 +165,26 @@ def test_kernel_off_gives_none(monkeypatch: pytest.MonkeyPatch) -> None:
     assert noise.native_normals(*streams_parts(s), int(Draw.NOISE), 2) is None
     assert noise.native_metric_laplace_shift(torch.zeros(3, 4), *streams_parts(s), torch.ones(3), 1) is None
     assert noise.box_muller(torch.full((1,), 0.5), torch.full((1,), 0.5)) is None
+
+
+@needs_kernel
+def test_madlib_reads_the_rows_itself_with_the_same_result() -> None:
+    """madlib's CPU release gives the kernel E and the positions (no gathered copy, no chunks): the same
+    vectors as perturbing the gathered rows, and within an fp32 ulp of the tensor form."""
+    from hf_textdp.mechanisms.madlib import Madlib
+    from tests.utils import synthetic_space
+
+    E = np.random.default_rng(8).standard_normal((300, 24)).astype(np.float32)
+    space = synthetic_space(E)
+    mech = Madlib(epsilon=3.0)
+    positions = torch.from_numpy(np.random.default_rng(9).integers(0, 300, 700))
+    s = streams(7, 100)
+    out = mech.perturb_positions(space, positions, s)
+    assert torch.equal(out, mech.perturb(space.E[positions], s))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_TEXTDP_NATIVE", "0")
+        ref = mech.perturb_positions(space, positions, s)
+    ulp = torch.nextafter(ref.abs(), torch.tensor(math.inf)) - ref.abs()
+    assert bool(((out - ref).abs() <= ulp).all())
+    with pytest.raises(IndexError, match="rows must lie"):
+        noise.native_metric_laplace_shift(space.E, s.k0, s.k1, s.position, torch.ones(len(s)), 1, rows=positions + 300)

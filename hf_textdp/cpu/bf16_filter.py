@@ -217,10 +217,19 @@ def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return q_rows, q_tiles, bound
 
 
+def _threshold(M: torch.Tensor, bound: torch.Tensor, k: int) -> torch.Tensor:
+    """The candidates' fp32 threshold of :func:`fused_candidates` from the block maxima ``M`` (for k = 1 the
+    selection kernel takes the same steps itself, from each row's largest maximum)."""
+    kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
+    thr = kth - 2.0 * bound
+    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
+    return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
+
+
 def _select(
     packed: PackedRows,
     M: torch.Tensor,
-    lim: torch.Tensor,
+    lim: torch.Tensor | None,
     beta: torch.Tensor,
     ex: torch.Tensor | None,
     k: int,
@@ -234,9 +243,10 @@ def _select(
     parts = max(1, min(threads, B // _MIN_QUERIES_PER_PART))
     rows, pos = torch.empty((parts, cap), dtype=torch.int64), torch.empty((parts, cap), dtype=torch.int64)
     scores, counts = torch.empty((parts, cap), dtype=torch.float32), torch.empty(parts, dtype=torch.int64)
-    M, lim, beta = M.contiguous(), lim.contiguous(), beta.contiguous()
+    M, beta = M.contiguous(), beta.contiguous()
+    lim_ptr = None if lim is None else lim.contiguous().data_ptr()
     _lib().select_candidates(
-        M.data_ptr(), lim.data_ptr(), beta.data_ptr(), None if ex is None else ex.data_ptr(), k, B, packed.blocks,
+        M.data_ptr(), lim_ptr, beta.data_ptr(), None if ex is None else ex.data_ptr(), k, B, packed.blocks,
         q_rows.view(torch.int32).data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.K2, parts, cap,
         rows.data_ptr(), pos.data_ptr(), scores.data_ptr(), counts.data_ptr(),
     )  # fmt: skip
@@ -311,17 +321,15 @@ def fused_candidates(
     q_rows, q_tiles, bound = _prepare(packed, Q)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
-    kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
-    thr = kth - 2.0 * bound
-    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
-    lim = round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
+    lim = None if k == 1 else _threshold(M, bound, k)  # k = 1: in the kernel
     found = _select(packed, M, lim, bound, ex, k, q_rows, max(1024, 8 * B * k), threads)
     if found is not None:
         rows, pos = found
     else:  # more candidates than cap (clusters of near-duplicate rows): the same selection in tensor operations
-        hr, hb = torch.nonzero(M >= lim[:, None], as_tuple=True)
+        lim_t = _threshold(M, bound, k) if lim is None else lim
+        hr, hb = torch.nonzero(M >= lim_t[:, None], as_tuple=True)
         S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
-        hit, j = torch.nonzero(S >= lim[hr][:, None], as_tuple=True)
+        hit, j = torch.nonzero(S >= lim_t[hr][:, None], as_tuple=True)
         rows, pos = hr[hit], hb[hit] * NB + j
         if ex is not None:
             keep = pos != ex[rows]

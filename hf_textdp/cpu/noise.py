@@ -33,7 +33,7 @@ def _lib() -> Any:
         p, i = ctypes.c_void_p, ctypes.c_int64
         lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, p]
         lib.philox_normals.restype = None
-        lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, i, i, i, i, p]
+        lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, p, i, i, i, i, p]
         lib.metric_laplace_shift.restype = ctypes.c_int
         lib.box_muller.argtypes = [p, p, i, p]
         lib.box_muller.restype = None
@@ -91,24 +91,38 @@ def native_normals(
 
 
 def native_metric_laplace_shift(
-    x: torch.Tensor, k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor, radius: torch.Tensor, draw: int
+    x: torch.Tensor,
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    position: torch.Tensor,
+    radius: torch.Tensor,
+    draw: int,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
-    """``[n, d]`` fp32: fl32(x + r·G/‖G‖) per token, G its first d normals of ``draw`` (those of
+    """``[n, d]`` fp32: fl32(x_i + r_i·G_i/‖G_i‖) per token i, G_i its first d normals of ``draw`` (those of
     :func:`native_normals`), r ``radius`` (float64, already scaled); ``None`` where the kernel does not run.
 
-    ``x`` is fp32 or float64 ``[n, d]``; the sum is taken in float64 and rounded once to fp32.
+    ``x`` is fp32 or float64 ``[n, d]``, or with ``rows`` (``[n]`` int64) a matrix whose row ``rows[i]`` is
+    token i's input; the sum is taken in float64 and rounded once to fp32.
     """
     if x.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
         return None
-    n, d = x.shape
+    d = x.shape[1]
+    n = x.shape[0] if rows is None else int(rows.numel())
     out = torch.empty((n, d), dtype=torch.float32)
     if n == 0 or d == 0:
         return out
     f64 = x.dtype == torch.float64
     xc = (x if f64 else x.to(torch.float32)).contiguous()
+    idx = None if rows is None else rows.to("cpu", torch.int64).contiguous()
+    if idx is not None and n and not 0 <= int(idx.min()) <= int(idx.max()) < x.shape[0]:
+        raise IndexError(f"rows must lie in [0, {x.shape[0]}), got values outside it.")
     k0, k1, pos = _keys(k0, k1, position)
     r = radius.to(torch.float64).contiguous()
-    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), int(draw), r.data_ptr(), xc.data_ptr(), int(f64), d)
+    args = (
+        k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), int(draw), r.data_ptr(), xc.data_ptr(),
+        None if idx is None else idx.data_ptr(), int(f64), d,
+    )  # fmt: skip
     failed: list[int] = []
 
     def call(i0: int, i1: int) -> None:

@@ -144,7 +144,8 @@ static inline float round_up_float(double x) {
     return v.f;
 }
 
-/* For each query b and block j with maxima[b][j] >= lim[b]: the block's positions whose score (as
+/* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k = 1: the threshold
+ * fused_candidates would compute from the query's largest maximum): the block's positions whose score (as
  * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order
  * (without the position ex[b] when ex is given).
  * Then, for k <= MAX_REFINE, the query's list is cut again at the k-th largest of these scores, Mk: k of its
@@ -158,7 +159,18 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
     int64_t n = 0;
     float s[NB];
     for (int64_t b = b0; b < b1; b++) {
-        const float *m = maxima + b * blocks, l = lim[b];
+        const float *m = maxima + b * blocks;
+        float l;
+        if (lim) {
+            l = lim[b];
+        } else { /* k = 1: the threshold of fused_candidates from the row's largest maximum, the same float64 steps */
+            float top = m[0];
+            for (int64_t j = 1; j < blocks; j++)
+                top = m[j] > top ? m[j] : top;
+            double thr = (double)top - 2.0 * beta[b];
+            thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
+            l = round_up_float(thr);
+        }
         const int64_t start = n;
         float top[MAX_REFINE];
         int64_t have = 0;

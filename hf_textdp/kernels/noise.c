@@ -28,10 +28,59 @@ static inline double uniform52(uint32_t hi, uint32_t lo) {
     return ((double)((((uint64_t)hi << 32) | lo) >> 12) + 0.5) * 0x1p-52;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+
+/* high and low 32 bits of the 16 products a_l * m */
+static inline __m512i mulhi32(__m512i a, __m512i m) {
+    const __m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, m), 32);
+    const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
+    return _mm512_mask_blend_epi32(0xAAAA, even, odd);
+}
+
+/* the uniforms of 64-bit words hi:lo for lanes 0-7 (half 0) or 8-15 (half 1) of two vectors of words */
+static inline __m512d uniform52x8(__m512i hi, __m512i lo, int half) {
+    const __m512i idx = half ? _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8)
+                             : _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i x = _mm512_permutex2var_epi32(lo, idx, hi); /* 64-bit lanes lo | hi << 32 */
+    const __m512d top = _mm512_cvtepu64_pd(_mm512_srli_epi64(x, 12));
+    return _mm512_mul_pd(_mm512_add_pd(top, _mm512_set1_pd(0.5)), _mm512_set1_pd(0x1p-52));
+}
+
+/* blocks j .. j + 15: the same words as the scalar rounds below, 16 counters a vector */
+static inline void uniform_pairs16(uint32_t ka0, uint32_t kb0, uint32_t p, uint32_t draw, uint32_t e, int64_t j,
+                                   double *restrict u, double *restrict v) {
+    const __m512i m0 = _mm512_set1_epi32((int)M0), m1 = _mm512_set1_epi32((int)M1);
+    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)j),
+                                  _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    __m512i c1 = _mm512_set1_epi32((int)p), c2 = _mm512_set1_epi32((int)draw), c3 = _mm512_set1_epi32((int)e);
+    uint32_t ka = ka0, kb = kb0;
+    for (int r = 0; r < 10; r++) {
+        const __m512i h0 = mulhi32(c0, m0), h1 = mulhi32(c2, m1);
+        const __m512i l0 = _mm512_mullo_epi32(c0, m0), l1 = _mm512_mullo_epi32(c2, m1);
+        c0 = _mm512_xor_si512(_mm512_xor_si512(h1, c1), _mm512_set1_epi32((int)ka));
+        c2 = _mm512_xor_si512(_mm512_xor_si512(h0, c3), _mm512_set1_epi32((int)kb));
+        c1 = l1;
+        c3 = l0;
+        ka += W0;
+        kb += W1;
+    }
+    _mm512_storeu_pd(u, uniform52x8(c0, c1, 0));
+    _mm512_storeu_pd(u + 8, uniform52x8(c0, c1, 1));
+    _mm512_storeu_pd(v, uniform52x8(c2, c3, 0));
+    _mm512_storeu_pd(v + 8, uniform52x8(c2, c3, 1));
+}
+#endif
+
 /* uniforms u[j], v[j] of blocks start .. start + n - 1 of one token */
 static void uniform_pairs(uint32_t ka0, uint32_t kb0, uint32_t p, uint32_t draw, uint32_t e, int64_t start,
                           int64_t n, double *restrict u, double *restrict v) {
-    for (int64_t j = 0; j < n; j++) {
+    int64_t j = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    for (; j + 16 <= n; j += 16)
+        uniform_pairs16(ka0, kb0, p, draw, e, start + j, u + j, v + j);
+#endif
+    for (; j < n; j++) {
         uint32_t c0 = (uint32_t)(start + j), c1 = p, c2 = draw, c3 = e, ka = ka0, kb = kb0;
         for (int r = 0; r < 10; r++) {
             const uint64_t p0 = (uint64_t)M0 * c0, p1 = (uint64_t)M1 * c2;
@@ -139,12 +188,12 @@ void philox_normals(const int64_t *k0, const int64_t *k1, const int64_t *pos, co
                      (uint32_t)extra[i * extra_stride], 0, blocks, out + i * 2 * blocks);
 }
 
-/* madlib's release fl32(x_i + G_i r_i / ||G_i||) for rows i0 .. i1 - 1 of x[N][k] (fp32, or float64 when
- * x_f64), G_i the token's first k normals of `draw`, r_i = radius[i]: out[N][k] fp32. Returns 0, or -1 when
- * the row buffer cannot be allocated (nothing written). */
+/* madlib's release fl32(x_i + G_i r_i / ||G_i||) for tokens i0 .. i1 - 1, x_i row i of x[][k] (or row rows[i]
+ * when rows is given; fp32, or float64 when x_f64), G_i the token's first k normals of `draw`, r_i = radius[i]:
+ * out[N][k] fp32. Returns 0, or -1 when the row buffer cannot be allocated (nothing written). */
 int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw,
-                         const double *radius, const void *x, int64_t x_f64, int64_t k, int64_t i0, int64_t i1,
-                         float *out) {
+                         const double *radius, const void *x, const int64_t *rows, int64_t x_f64, int64_t k,
+                         int64_t i0, int64_t i1, float *out) {
     const int64_t blocks = (k + 1) / 2;
     double *buf = malloc((size_t)(2 * blocks) * sizeof(double));
     if (buf == NULL)
@@ -163,12 +212,13 @@ int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *po
             ss += acc[l];
         const double scale = radius[i] / sqrt(ss);
         float *o = out + i * k;
+        const int64_t xi = rows ? rows[i] : i;
         if (x_f64) {
-            const double *xr = (const double *)x + i * k;
+            const double *xr = (const double *)x + xi * k;
             for (j = 0; j < k; j++)
                 o[j] = (float)(xr[j] + buf[j] * scale);
         } else {
-            const float *xr = (const float *)x + i * k;
+            const float *xr = (const float *)x + xi * k;
             for (j = 0; j < k; j++)
                 o[j] = (float)((double)xr[j] + buf[j] * scale);
         }

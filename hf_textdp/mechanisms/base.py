@@ -123,18 +123,13 @@ class AdditiveMechanism(Mechanism):
         On a GPU the batch is one call: a few kernels over all its tokens.
         """
         n = int(positions.numel())
-        chunk = self.perturb_chunk()
-        if n <= chunk or space.device.type != "cpu":  # a GPU wants the whole batch in one pass
+        if n <= PERTURB_CHUNK or space.device.type != "cpu":  # a GPU wants the whole batch in one pass
             return self.perturb(self.inputs(space, positions), streams)
         parts = [
-            self.perturb(self.inputs(space, positions[s : s + chunk]), streams.slice(s, s + chunk))
-            for s in range(0, n, chunk)
+            self.perturb(self.inputs(space, positions[s : s + PERTURB_CHUNK]), streams.slice(s, s + PERTURB_CHUNK))
+            for s in range(0, n, PERTURB_CHUNK)
         ]
         return torch.cat(parts)
-
-    def perturb_chunk(self) -> int:
-        """Tokens per :meth:`perturb` call on the CPU in :meth:`perturb_positions`."""
-        return PERTURB_CHUNK
 
     @abc.abstractmethod
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
-from ..cpu.noise import native_metric_laplace_shift, noise_kernel_available
+from ..cpu.noise import native_metric_laplace_shift
 from ..errors import InvalidParameterError
 from ..gpu import triton_ready
 from ..gpu.noise import metric_laplace_shift
@@ -30,7 +30,7 @@ from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import ExactIndex
 from ..validation import check_choice
-from .base import PERTURB_CHUNK, AdditiveMechanism
+from .base import AdditiveMechanism
 
 
 if TYPE_CHECKING:
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 
 
 __all__ = ["Madlib", "add_metric_laplace", "sample_madlib_noise", "sample_metric_laplace"]
-
-#: tokens per perturb call when the compiled noise kernel runs (it writes only the fp32 sums)
-SHIFT_CHUNK = 4096
 
 
 def sample_metric_laplace(
@@ -138,9 +135,19 @@ class Madlib(AdditiveMechanism):
         # rounded to fp32 like the searched rows T(E), so the metric is exactly that of the rows diam is taken over
         return self._bounded[1].apply(x).float().double()
 
-    def perturb_chunk(self) -> int:
-        # the compiled kernel keeps a token's float64 noise in registers: larger calls, fewer of them
-        return SHIFT_CHUNK if noise_kernel_available() and self.options["bound"] == "none" else PERTURB_CHUNK
+    def perturb_positions(self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """:meth:`perturb` of rows ``positions`` of E; on the CPU without a bound, one call of the compiled kernel
+        that reads the rows itself (it keeps each token's float64 noise in registers, so the batch needs no
+        chunks and no gathered copy of its inputs)."""
+        n = int(positions.numel())
+        if n and self.options["bound"] == "none" and not math.isinf(self.epsilon) and space.device.type == "cpu":
+            d = space.E.shape[1]
+            s = as_streams(streams, n)
+            r = s.gamma(Draw.RADIUS, float(d)).mul_(1.0 / self.epsilon)
+            out = native_metric_laplace_shift(space.E, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=positions)
+            if out is not None:
+                return out
+        return super().perturb_positions(space, positions, streams)
 
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
         xt = self.transform_input(x) if self.options["bound"] != "none" else x
