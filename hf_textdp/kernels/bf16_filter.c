@@ -130,6 +130,19 @@ void block_scores(const uint32_t *q_rows, const uint32_t *e, const float *init, 
         score_block(q_rows + rows[i] * K2, e + blk[i] * K2 * NB, init + blk[i] * NB, K2, out + i * NB);
 }
 
+/* The first min(r, 16) of 16 lanes. */
+static inline __mmask16 tail_mask(int64_t r) { return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1); }
+
+/* The largest of m[0 .. n) (n >= 1, no NaN). */
+static inline float row_max(const float *m, int64_t n) {
+    __m512 acc = _mm512_set1_ps(-__builtin_inff());
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 in = tail_mask(n - j);
+        acc = _mm512_mask_max_ps(acc, in, acc, _mm512_maskz_loadu_ps(in, m + j));
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+
 /* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
 static inline float round_up_float(double x) {
     union {
@@ -164,9 +177,7 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
         if (lim) {
             l = lim[b];
         } else { /* k = 1: the threshold of fused_candidates from the row's largest maximum, the same float64 steps */
-            float top = m[0];
-            for (int64_t j = 1; j < blocks; j++)
-                top = m[j] > top ? m[j] : top;
+            const float top = row_max(m, blocks);
             double thr = (double)top - 2.0 * beta[b];
             thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
             l = round_up_float(thr);
@@ -174,25 +185,29 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
         const int64_t start = n;
         float top[MAX_REFINE];
         int64_t have = 0;
-        for (int64_t j = 0; j < blocks; j++) {
-            if (!(m[j] >= l))
-                continue;
-            score_block(q_rows + b * K2, e + j * K2 * NB, init + j * NB, K2, s);
-            for (int c = 0; c < NB; c++) {
-                if (s[c] >= l && !(ex && ex[b] == j * NB + c)) {
-                    if (n >= cap)
-                        return -1;
-                    rows[n] = b;
-                    pos[n] = j * NB + c;
-                    scores[n] = s[c];
-                    n++;
-                    if (k <= MAX_REFINE && (have < k || s[c] > top[k - 1])) {
-                        int64_t i = have < k ? have++ : k - 1; /* top: the k largest so far, decreasing */
-                        while (i > 0 && top[i - 1] < s[c]) {
-                            top[i] = top[i - 1];
-                            i--;
+        for (int64_t j0 = 0; j0 < blocks; j0 += 16) { /* the blocks whose maximum reaches l, 16 tested at once */
+            const __mmask16 in = tail_mask(blocks - j0);
+            const __m512 mj = _mm512_maskz_loadu_ps(in, m + j0);
+            uint32_t hit = _mm512_mask_cmp_ps_mask(in, mj, _mm512_set1_ps(l), _CMP_GE_OQ);
+            for (; hit; hit &= hit - 1) {
+                const int64_t j = j0 + __builtin_ctz(hit);
+                score_block(q_rows + b * K2, e + j * K2 * NB, init + j * NB, K2, s);
+                for (int c = 0; c < NB; c++) {
+                    if (s[c] >= l && !(ex && ex[b] == j * NB + c)) {
+                        if (n >= cap)
+                            return -1;
+                        rows[n] = b;
+                        pos[n] = j * NB + c;
+                        scores[n] = s[c];
+                        n++;
+                        if (k <= MAX_REFINE && (have < k || s[c] > top[k - 1])) {
+                            int64_t i = have < k ? have++ : k - 1; /* top: the k largest so far, decreasing */
+                            while (i > 0 && top[i - 1] < s[c]) {
+                                top[i] = top[i - 1];
+                                i--;
+                            }
+                            top[i] = s[c];
                         }
-                        top[i] = s[c];
                     }
                 }
             }
