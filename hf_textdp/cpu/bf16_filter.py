@@ -67,7 +67,7 @@ def _lib() -> Any:
     lib.block_scores.restype = None
     lib.select_candidates.argtypes = [p, p, p, p, i, i, i, p, p, p, i, i, i, p, p, p, p]
     lib.select_candidates.restype = None
-    lib.prepare_queries.argtypes = [p, i, i, i, p, p, p, p]
+    lib.prepare_queries.argtypes = [p, i, i, i, i, p, p, p, p]
     lib.prepare_queries.restype = None
     return lib
 
@@ -211,8 +211,9 @@ def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.T
     q_tiles = torch.empty((-(-B // tile), K2, tile), dtype=torch.int32)
     qh, qr = torch.empty(B, dtype=torch.float64), torch.empty(B, dtype=torch.float64)
     _lib().prepare_queries(
-        Qc.data_ptr(), B, d, K2, q_rows.data_ptr(), q_tiles.data_ptr(), qh.data_ptr(), qr.data_ptr()
-    )
+        Qc.data_ptr(), B, d, K2, torch.get_num_threads(), q_rows.data_ptr(), q_tiles.data_ptr(), qh.data_ptr(),
+        qr.data_ptr(),
+    )  # fmt: skip
     bound = fused_filter_bound(qh, qr, rho=packed.rho, e_hat=packed.e_hat, nu_max=packed.nu_max, d=packed.d)
     return q_rows, q_tiles, bound
 

@@ -247,30 +247,27 @@ void select_candidates(const float *maxima, const float *lim, const double *beta
                                  cap, rows + p * cap, pos + p * cap, scores + p * cap);
 }
 
-/* The queries Q[B][d] (fp32) for the kernel: q_rows[B][2 K2] their bf16 roundings (to nearest even, as
- * torch's conversion; an odd d padded with a zero), q_tiles[ceil(B / MR)][K2][MR] the same words by tile
- * (padding queries zero), and in float64 the norms qh[b] = ||q^_b|| and qr[b] = ||q_b - q^_b||. */
-void prepare_queries(const float *Q, int64_t B, int64_t d, int64_t K2, uint16_t *q_rows, uint32_t *q_tiles,
-                     double *qh, double *qr) {
-    const int64_t tiles = (B + MR - 1) / MR;
-#pragma omp parallel for num_threads(2) if (B >= 256) schedule(static)
-    for (int64_t b = 0; b < B; b++) {
+/* prepare_queries for the queries of tile t */
+static void prepare_tile(const float *Q, int64_t B, int64_t d, int64_t K2, int64_t t, uint16_t *q_rows,
+                         uint32_t *q_tiles, double *qh, double *qr) {
+    for (int64_t b = t * MR; b < B && b < (t + 1) * MR; b++) {
         const float *q = Q + b * d;
         uint16_t *o = q_rows + b * 2 * K2;
         double sh[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t j = 0; j < d; j++) {
-            uint32_t u;
-            memcpy(&u, q + j, 4);
-            const uint16_t h =
-                (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-            o[j] = h;
-            const uint32_t w = (uint32_t)h << 16;
-            float hf;
-            memcpy(&hf, &w, 4);
-            const double x = (double)hf, r = (double)q[j] - x;
-            sh[j & 7] += x * x;
-            sr[j & 7] += r * r;
-        }
+        for (int64_t j0 = 0; j0 < d; j0 += 8)
+            for (int64_t l = 0; l < 8 && j0 + l < d; l++) {
+                uint32_t u;
+                memcpy(&u, q + j0 + l, 4);
+                const uint16_t h =
+                    (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+                o[j0 + l] = h;
+                const uint32_t w = (uint32_t)h << 16;
+                float hf;
+                memcpy(&hf, &w, 4);
+                const double x = (double)hf, r = (double)q[j0 + l] - x;
+                sh[l] += x * x;
+                sr[l] += r * r;
+            }
         for (int64_t j = d; j < 2 * K2; j++)
             o[j] = 0;
         double a = 0.0, c = 0.0;
@@ -281,15 +278,27 @@ void prepare_queries(const float *Q, int64_t B, int64_t d, int64_t K2, uint16_t 
         qh[b] = sqrt(a);
         qr[b] = sqrt(c);
     }
+    for (int64_t kk = 0; kk < K2; kk++)
+        for (int64_t r = 0; r < MR; r++) {
+            const int64_t b = t * MR + r;
+            uint32_t w = 0;
+            if (b < B)
+                memcpy(&w, q_rows + b * 2 * K2 + 2 * kk, 4);
+            q_tiles[(t * K2 + kk) * MR + r] = w;
+        }
+}
+
+/* The queries Q[B][d] (fp32) for the kernel: q_rows[B][2 K2] their bf16 roundings (to nearest even, as
+ * torch's conversion; an odd d padded with a zero), q_tiles[ceil(B / MR)][K2][MR] the same words by tile
+ * (padding queries zero), and in float64 the norms qh[b] = ||q^_b|| and qr[b] = ||q_b - q^_b||; tiles split
+ * between `threads` threads of the OpenMP team. */
+void prepare_queries(const float *Q, int64_t B, int64_t d, int64_t K2, int64_t threads, uint16_t *q_rows,
+                     uint32_t *q_tiles, double *qh, double *qr) {
+    const int64_t tiles = (B + MR - 1) / MR;
+    const int n = threads > 1 && tiles >= 16 ? (int)threads : 1;
+#pragma omp parallel for num_threads(n) if (n > 1) schedule(static)
     for (int64_t t = 0; t < tiles; t++)
-        for (int64_t kk = 0; kk < K2; kk++)
-            for (int64_t r = 0; r < MR; r++) {
-                const int64_t b = t * MR + r;
-                uint32_t w = 0;
-                if (b < B)
-                    memcpy(&w, q_rows + b * 2 * K2 + 2 * kk, 4);
-                q_tiles[(t * K2 + kk) * MR + r] = w;
-            }
+        prepare_tile(Q, B, d, K2, t, q_rows, q_tiles, qh, qr);
 }
 
 #else
