@@ -467,3 +467,37 @@ def test_minilm_smoke_input_frequency():
         hits += int((mech.sample(space, torch.full((1000,), pos), g) == pos).sum())
     se = math.sqrt(p_self * (1 - p_self) / n)
     assert abs(hits / n - p_self) <= 4 * se
+
+
+# ------------------------------------------------------------ the sampler's groups and distances (exponential.py)
+def test_sampler_output_does_not_depend_on_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each token's bounds and tries are its own: groups of 64, 256 or the kernel's larger ones give the same
+    draws (with the compiled key kernel and without it)."""
+    from hf_textdp.mechanisms import exponential as X
+    from hf_textdp.rng import derive_row_seed, streams_for_rows
+
+    E = torch.from_numpy(np.random.default_rng(6610).standard_normal((3000, 16)).astype(np.float32))
+    pos = torch.from_numpy(np.random.default_rng(6611).integers(0, 3000, 1500))
+    streams = streams_for_rows([derive_row_seed(2**40 + 3, r) for r in range(15)], [100] * 15)
+    for native in ("1", "0"):
+        monkeypatch.setenv("HF_TEXTDP_NATIVE", native)
+        sampler = ExponentialSampler(E)
+        first = sampler.sample(pos, streams, scale=3.0, gamma=math.inf)
+        for group, kernel_group in ((256, 256), (64, 64), (256, 4096)):
+            monkeypatch.setattr(X, "GROUP", group)
+            monkeypatch.setattr(X, "GROUP_KERNEL", kernel_group)
+            assert torch.equal(sampler.sample(pos, streams, scale=3.0, gamma=math.inf), first)
+        monkeypatch.undo()
+
+
+def test_acceptance_distances_match_the_tensor_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tries' float64 distances by the compiled kernel are those of the tensor form within a few ulp."""
+    E = torch.from_numpy(np.random.default_rng(6612).standard_normal((500, 40)).astype(np.float32))
+    sampler = ExponentialSampler(E)
+    x = torch.from_numpy(np.random.default_rng(6613).integers(0, 500, 300))
+    c = torch.from_numpy(np.random.default_rng(6614).integers(0, 500, (300, 3)))
+    ours = sampler._distances(x, c)
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+    ref = sampler._distances(x, c)
+    assert ours.shape == ref.shape == (300, 3)
+    torch.testing.assert_close(ours, ref, rtol=1e-14, atol=0)
