@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from .cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
-from .cpu.distances import nearest_of_pairs, pair_sqdist
+from .cpu.distances import pair_sqdist, top_of_pairs
 from .errors import InvalidParameterError, NumericalRangeError
 from .gpu import triton_ready
 from .gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
@@ -821,19 +821,19 @@ class ExactIndex:
     def _verify(self, Qb: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, k: int, B: int) -> torch.Tensor:
         """The exact top k ``[B, k]`` among each query's candidates (docs/mechanisms/space.md §5.4)."""
         coef = 2.0 * (self.d + 3) * U64  # the certified interval [D − cD, D + cD] of a float64 D
-        found = nearest_of_pairs(Qb, self.E, rows, pos, B, coef) if k == 1 else None
+        found = top_of_pairs(Qb, self.E, rows, pos, B, k, coef)
         if found is None:
             return self._verify_sorted(Qb, rows, pos, k, B)
-        best, tie = found
-        if bool((best < 0).any()):  # cannot happen: the candidates always hold the true nearest
+        best, count, tie = found
+        if bool((count < k).any()):  # cannot happen: the candidates always hold the true top k
             raise AssertionError("exact search kept fewer candidates than k")
         if bool(tie.any()):  # an open order: those queries' candidates through the sorted form, exactly
             t = torch.nonzero(tie).squeeze(1)
             sel = tie[rows]
             renum = torch.full((B,), -1, dtype=torch.int64)
             renum[t] = torch.arange(t.numel())
-            best[t] = self._verify_sorted(Qb[t], renum[rows[sel]], pos[sel], 1, t.numel())[:, 0]
-        return best[:, None]
+            best[t] = self._verify_sorted(Qb[t], renum[rows[sel]], pos[sel], k, t.numel())
+        return best
 
     def _verify_sorted(self, Qb: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, k: int, B: int) -> torch.Tensor:
         D = self._sqdist64(Qb, rows, pos)

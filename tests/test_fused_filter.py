@@ -386,9 +386,10 @@ def test_nearest_verification_equals_the_sorted_form(noisy_case: Any) -> None:
 def fused_nearest_of_pairs(
     Q: torch.Tensor, idx: ExactIndex, rows: torch.Tensor, pos: torch.Tensor, B: int, coef: float
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    from hf_textdp.cpu.distances import nearest_of_pairs
+    from hf_textdp.cpu.distances import top_of_pairs
 
-    return nearest_of_pairs(Q, idx.E, rows, pos, B, coef)
+    found = top_of_pairs(Q, idx.E, rows, pos, B, 1, coef)
+    return None if found is None else (found[0][:, 0], found[2])
 
 
 @needs_kernel
@@ -407,28 +408,64 @@ def test_mutation_verification_without_tie_flags_is_caught(monkeypatch: pytest.M
         cases.append((np.stack([a, a[::-1]]), np.full((1, d), rng.standard_normal(), dtype=F32)))
     assert all(exact_knn(q, E, 1) == [[0]] for E, q in cases)  # exact ties: the lower position
     assert all(search(E, q, 1).tolist() == [[0]] for E, q in cases)
-    real = search_module.nearest_of_pairs
+    real = search_module.top_of_pairs
 
-    def trusting(*args: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def trusting(*args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         found = real(*args)
-        return None if found is None else (found[0], torch.zeros_like(found[1]))
+        return None if found is None else (found[0], found[1], torch.zeros_like(found[2]))
 
-    monkeypatch.setattr(search_module, "nearest_of_pairs", trusting)
+    monkeypatch.setattr(search_module, "top_of_pairs", trusting)
     assert sum(search(E, q, 1).tolist() != [[0]] for E, q in cases) > 0
 
 
 @needs_kernel
-def test_threshold_in_the_kernel_equals_the_torch_steps(noisy_case: Any) -> None:
-    """For k = 1 the selection kernel derives each query's threshold itself: the same candidate lists as with
-    the thresholds of the float64 tensor steps passed in."""
+@pytest.mark.parametrize("k", [1, 2, 5, 16])
+def test_threshold_in_the_kernel_equals_the_torch_steps(noisy_case: Any, k: int) -> None:
+    """For k ≤ 16 the selection kernel derives each query's threshold itself (the k-th largest block maximum,
+    repeats counted as torch's topk does): the same candidate lists as with the thresholds of the float64
+    tensor steps passed in; rows with repeated maxima included."""
     E, Q = noisy_case
-    packed = fused_index(E)._packed_rows(1)
+    packed = fused_index(E)._packed_rows(k)
     assert packed is not None
     q_rows, q_tiles, bound = fused._prepare(packed, torch.from_numpy(Q))
-    M = fused.block_maxima(packed, q_tiles, 2)[: Q.shape[0]]
-    lim = fused._threshold(M, bound, 1)
-    ours = fused._select(packed, M, None, bound, None, 1, q_rows, 1 << 16, 2)
-    theirs = fused._select(packed, M, lim, bound, None, 1, q_rows, 1 << 16, 2)
+    M = fused.block_maxima(packed, q_tiles, 2)[: Q.shape[0]].clone()
+    M[::7, 3:9] = M[::7].amax(1, keepdim=True)  # repeats of the largest maximum
+    lim = fused._threshold(M, bound, k)
+    ours = fused._select(packed, M, None, bound, None, k, q_rows, 1 << 18, 2)
+    theirs = fused._select(packed, M, lim, bound, None, k, q_rows, 1 << 18, 2)
     assert ours is not None and theirs is not None
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
     assert ours[0].numel() >= Q.shape[0]
+
+
+@needs_kernel
+@pytest.mark.parametrize("k", [2, 4, 16])
+def test_top_k_verification_equals_the_sorted_form(noisy_case: Any, k: int) -> None:
+    """The compiled verification for k > 1: the sorted form's first k on shuffled candidate lists that hold
+    each query's true top k, brute force's answer through the search's own ``_verify``, and a flag wherever
+    the sorted form needs exact arithmetic (duplicated rows of E)."""
+    from hf_textdp.cpu.distances import top_of_pairs
+
+    E, Q = noisy_case
+    idx = fused_index(E)
+    rng = np.random.default_rng(7116 + k)
+    B = 200
+    Qt = torch.from_numpy(Q[:B])
+    truth = torch.from_numpy(brute64(Q[:B], E, k + 1))
+    extra = torch.from_numpy(rng.integers(0, idx.V, (B, 5)))
+    rows = torch.arange(B).repeat_interleave(k + 1 + 5)
+    pos = torch.cat([truth, extra], 1).reshape(-1)
+    keep = torch.tensor([i % (k + 6) <= k or int(pos[i]) not in truth[i // (k + 6)] for i in range(pos.numel())])
+    rows, pos = rows[keep], pos[keep]  # no (query, position) pair twice, as in the search's lists
+    order = torch.from_numpy(rng.permutation(rows.numel()))
+    rows, pos = rows[order], pos[order]
+    coef = 2.0 * (idx.d + 3) * fused.U64
+    found = top_of_pairs(Qt, idx.E, rows, pos, B, k, coef)
+    assert found is not None
+    best, count, tie = found
+    assert bool((count >= k).all())
+    sorted_form = idx._verify_sorted(Qt, rows, pos, k, B)
+    assert torch.equal(best[~tie], sorted_form[~tie])
+    assert torch.equal(idx._verify(Qt, rows, pos, k, B), truth[:, :k])
+    twins = [b for b in range(B) if any((E == E[int(p)]).all(1).sum() > 1 for p in truth[b, : k + 1])]
+    assert not twins or bool(tie[twins].any())

@@ -219,8 +219,8 @@ def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def _threshold(M: torch.Tensor, bound: torch.Tensor, k: int) -> torch.Tensor:
-    """The candidates' fp32 threshold of :func:`fused_candidates` from the block maxima ``M`` (for k = 1 the
-    selection kernel takes the same steps itself, from each row's largest maximum)."""
+    """The candidates' fp32 threshold of :func:`fused_candidates` from the block maxima ``M`` (for k ≤ MAX_REFINE
+    the selection kernel takes the same steps itself, from each row's k-th largest maximum)."""
     kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
     thr = kth - 2.0 * bound
     thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
@@ -322,7 +322,7 @@ def fused_candidates(
     q_rows, q_tiles, bound = _prepare(packed, Q)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
-    lim = None if k == 1 else _threshold(M, bound, k)  # k = 1: in the kernel
+    lim = None if k <= MAX_REFINE else _threshold(M, bound, k)  # k ≤ MAX_REFINE: in the kernel
     found = _select(packed, M, lim, bound, ex, k, q_rows, max(1024, 8 * B * k), threads)
     if found is not None:
         rows, pos = found

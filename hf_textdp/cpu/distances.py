@@ -17,7 +17,10 @@ import torch
 from ..utils.native import load_kernel, native_enabled
 
 
-__all__ = ["nearest_of_pairs", "pair_sqdist"]
+__all__ = ["MAX_TOP", "pair_sqdist", "top_of_pairs"]
+
+#: the largest k that :func:`top_of_pairs` verifies
+MAX_TOP = 16
 
 #: pairs per thread below which one thread computes the distances
 _PAIRS_PER_THREAD = 256
@@ -32,8 +35,8 @@ def _lib() -> Any:
         lib.pair_sqdist.restype = None
         lib.pair_sqdist_team.argtypes = [p, p, p, p, i, i, i, p]
         lib.pair_sqdist_team.restype = None
-        lib.verify_nearest.argtypes = [p, p, p, i, i, ctypes.c_double, p, p, p]
-        lib.verify_nearest.restype = None
+        lib.verify_top.argtypes = [p, p, p, i, i, i, ctypes.c_double, p, p, p, p, p]
+        lib.verify_top.restype = None
     return lib
 
 
@@ -53,24 +56,28 @@ def pair_sqdist(Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch
     return out
 
 
-def nearest_of_pairs(
-    Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, B: int, coef: float
-) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The verification of a k = 1 search (docs/mechanisms/space.md §5.4) for candidate pairs (``rows``, ``pos``):
-    ``(best, tie)``, ``[B]`` each, or ``None`` where the kernel does not run.
+def top_of_pairs(
+    Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, B: int, k: int, coef: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The verification of a search for the k ≤ :data:`MAX_TOP` nearest (docs/mechanisms/space.md §5.4) among
+    candidate pairs (``rows``, ``pos``): ``(best, count, tie)``, or ``None`` where the kernel does not run.
 
-    ``best[b]`` is query b's candidate smallest in (D, position) order (−1: it has none), D of
-    :func:`pair_sqdist`; ``tie[b]`` is true where another candidate's certified interval [D − cD, D + cD]
-    (c = ``coef``) is not strictly above the best one's, so their exact order is open.
+    ``best`` ``[B, k]``: each query's first k candidates in (D, position) order, D of :func:`pair_sqdist`
+    (−1 where it has fewer); ``count`` ``[B]``: its candidates; ``tie`` ``[B]``: true where one of those k
+    certified intervals [D − cD, D + cD] (c = ``coef``) is not strictly below the next candidate's, so their
+    exact order is open.
     """
+    if k > MAX_TOP:
+        return None
     D = pair_sqdist(Q, E, rows, pos)
     if D is None:
         return None
     r, p = rows.to(torch.int64).contiguous(), pos.to(torch.int64).contiguous()
-    best, best_d = torch.empty(B, dtype=torch.int64), torch.empty(B, dtype=torch.float64)
+    best, count = torch.empty((B, k), dtype=torch.int64), torch.empty(B, dtype=torch.int64)
     tie = torch.empty(B, dtype=torch.bool)
-    _lib().verify_nearest(
-        D.data_ptr(), r.data_ptr(), p.data_ptr(), r.numel(), B, coef, best.data_ptr(), best_d.data_ptr(),
-        tie.data_ptr(),
+    top_d, top_p = torch.empty(B * (k + 1), dtype=torch.float64), torch.empty(B * (k + 1), dtype=torch.int64)
+    _lib().verify_top(
+        D.data_ptr(), r.data_ptr(), p.data_ptr(), r.numel(), B, k, coef, best.data_ptr(), count.data_ptr(),
+        tie.data_ptr(), top_d.data_ptr(), top_p.data_ptr(),
     )  # fmt: skip
-    return best, tie
+    return best, count, tie

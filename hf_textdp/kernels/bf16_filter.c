@@ -23,6 +23,7 @@
 
 #define MR 12
 #define NB 32
+#define MAX_REFINE 16 /* the largest k whose threshold and second cut the selection takes itself */
 
 int bf16_filter_tile(void) { return MR; }
 
@@ -143,6 +144,32 @@ static inline float row_max(const float *m, int64_t n) {
     return _mm512_reduce_max_ps(acc);
 }
 
+/* The k-th largest of m[0 .. n) counting repeats, as torch's topk (1 <= k <= MAX_REFINE <= n, no NaN): the
+ * k largest so far kept in order, and only the values above the k-th of them read one by one. */
+static inline float row_kth(const float *m, int64_t n, int64_t k) {
+    if (k == 1)
+        return row_max(m, n);
+    float top[MAX_REFINE];
+    int64_t have = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const __mmask16 in = tail_mask(n - j0);
+        const __m512 mj = _mm512_maskz_loadu_ps(in, m + j0);
+        uint32_t hit = have < k ? in : _mm512_mask_cmp_ps_mask(in, mj, _mm512_set1_ps(top[k - 1]), _CMP_GT_OQ);
+        for (; hit; hit &= hit - 1) {
+            const float v = m[j0 + __builtin_ctz(hit)];
+            if (have == k && !(v > top[k - 1]))
+                continue;
+            int64_t i = have < k ? have++ : k - 1;
+            while (i > 0 && top[i - 1] < v) {
+                top[i] = top[i - 1];
+                i--;
+            }
+            top[i] = v;
+        }
+    }
+    return top[k - 1];
+}
+
 /* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
 static inline float round_up_float(double x) {
     union {
@@ -157,15 +184,14 @@ static inline float round_up_float(double x) {
     return v.f;
 }
 
-/* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k = 1: the threshold
- * fused_candidates would compute from the query's largest maximum): the block's positions whose score (as
+/* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k <= MAX_REFINE: the threshold
+ * fused_candidates would compute from the query's k-th largest maximum): the block's positions whose score (as
  * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order
  * (without the position ex[b] when ex is given).
  * Then, for k <= MAX_REFINE, the query's list is cut again at the k-th largest of these scores, Mk: k of its
  * positions have scores >= Mk, so the k-th best t is >= Mk - beta and a top-k position scores >= Mk - 2 beta
  * (cpu/bf16_filter.py, fused_candidates; the same float64 arithmetic and rounding up to fp32 as there).
  * Returns how many, or -1 if that would exceed cap. */
-#define MAX_REFINE 16
 static int64_t select_range(const float *maxima, const float *lim, const double *beta, const int64_t *ex, int64_t k,
                             int64_t b0, int64_t b1, int64_t blocks, const uint32_t *q_rows, const uint32_t *e,
                             const float *init, int64_t K2, int64_t cap, int64_t *rows, int64_t *pos, float *scores) {
@@ -176,9 +202,8 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
         float l;
         if (lim) {
             l = lim[b];
-        } else { /* k = 1: the threshold of fused_candidates from the row's largest maximum, the same float64 steps */
-            const float top = row_max(m, blocks);
-            double thr = (double)top - 2.0 * beta[b];
+        } else { /* the threshold of fused_candidates from the row's k-th largest maximum, the same float64 steps */
+            double thr = (double)row_kth(m, blocks, k) - 2.0 * beta[b];
             thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
             l = round_up_float(thr);
         }

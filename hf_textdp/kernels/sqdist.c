@@ -46,30 +46,50 @@ void pair_sqdist_team(const float *q, const float *e, const int64_t *rows, const
         pair_sqdist(q, e, rows, pos, d, n * p / m, n * (p + 1) / m, out);
 }
 
-/* The exact search's verification for k = 1 (docs/mechanisms/space.md §5.4): candidate i is (query rows[i],
+/* The exact search's verification for k <= 16 (docs/mechanisms/space.md §5.4): candidate i is (query rows[i],
  * position pos[i]) at float64 distance D[i], certified to lie in [D - cD, D + cD] with c = coef (the err of
- * search.py's _verify, the same float64 operations). best[b] = the candidate of query b smallest in (D,
- * position) order, -1 if b has none; tie[b] = 1 when another candidate's interval is not strictly above
- * the best one's (its exact order is then open: the caller decides it exactly). Candidates in any order. */
-void verify_nearest(const double *D, const int64_t *rows, const int64_t *pos, int64_t n, int64_t B, double coef,
-                    int64_t *best, double *best_d, int8_t *tie) {
+ * search.py's _verify_sorted, the same float64 operations). best[b][0 .. k) = query b's first k candidates in
+ * (D, position) order; count[b] = its number of candidates (best's unused entries -1 when fewer than k);
+ * tie[b] = 1 when one of those k intervals is not strictly below the next candidate's in that order (their
+ * exact order is then open: the caller decides it exactly). Candidates in any order, repeats allowed.
+ * top_d, top_p: scratch of B (k + 1) entries. */
+void verify_top(const double *D, const int64_t *rows, const int64_t *pos, int64_t n, int64_t B, int64_t k,
+                double coef, int64_t *best, int64_t *count, int8_t *tie, double *top_d, int64_t *top_p) {
+    const int64_t m = k + 1; /* the first k and the one after them */
     for (int64_t b = 0; b < B; b++) {
-        best[b] = -1;
+        count[b] = 0;
         tie[b] = 0;
     }
     for (int64_t i = 0; i < n; i++) {
-        const int64_t b = rows[i];
-        if (best[b] < 0 || D[i] < best_d[b] || (D[i] == best_d[b] && pos[i] < best[b])) {
-            best[b] = pos[i];
-            best_d[b] = D[i];
-        }
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t b = rows[i];
-        if (pos[i] == best[b])
+        const int64_t b = rows[i], have = count[b] < m ? count[b] : m;
+        double *td = top_d + b * m;
+        int64_t *tp = top_p + b * m;
+        int dup = 0;
+        for (int64_t j = 0; j < have; j++)
+            dup |= tp[j] == pos[i];
+        if (dup)
             continue;
-        const double eb = coef * best_d[b], ei = coef * D[i];
-        if (!(best_d[b] + eb < D[i] - ei))
-            tie[b] = 1;
+        count[b]++;
+        if (have == m && !(D[i] < td[m - 1] || (D[i] == td[m - 1] && pos[i] < tp[m - 1])))
+            continue;
+        int64_t j = have < m ? have : m - 1; /* insertion into the sorted prefix */
+        while (j > 0 && (D[i] < td[j - 1] || (D[i] == td[j - 1] && pos[i] < tp[j - 1]))) {
+            td[j] = td[j - 1];
+            tp[j] = tp[j - 1];
+            j--;
+        }
+        td[j] = D[i];
+        tp[j] = pos[i];
+    }
+    for (int64_t b = 0; b < B; b++) {
+        const double *td = top_d + b * m;
+        const int64_t *tp = top_p + b * m, have = count[b] < m ? count[b] : m;
+        for (int64_t r = 0; r < k; r++)
+            best[b * k + r] = r < have ? tp[r] : -1;
+        for (int64_t r = 0; r < k && r + 1 < have; r++) {
+            const double e0 = coef * td[r], e1 = coef * td[r + 1];
+            if (!(td[r] + e0 < td[r + 1] - e1))
+                tie[b] = 1;
+        }
     }
 }
