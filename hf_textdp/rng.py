@@ -291,7 +291,7 @@ class Streams:
         """``[N, n]`` float64 standard normals by Box–Muller on uniform pairs (2j, 2j + 1), i.e. block j.
 
         z₂ⱼ = r·cos 2πu₂ⱼ₊₁ and z₂ⱼ₊₁ = r·sin 2πu₂ⱼ₊₁ with r = √(−2 ln u₂ⱼ). On the CPU one compiled kernel
-        draws them (``kernels/noise.c``: its own logarithm, cosine and sine, within an ulp or so of torch's).
+        draws them (``kernels/philox.c``: its own logarithm, cosine and sine, within an ulp or so of torch's).
         """
         blocks = (n + 1) // 2
         if (

@@ -1,4 +1,4 @@
-"""The compiled noise kernel (``hf_textdp/cpu/noise.py``, ``kernels/noise.c``).
+"""The compiled noise kernel (``hf_textdp/cpu/noise.py``, ``kernels/philox.c``).
 
 Its logarithm, cosine and sine are its own, so its normals are compared with the torch form's (torch's
 float64 functions) and with extended-precision references to within a few units of 2⁻⁵³ of the pair's

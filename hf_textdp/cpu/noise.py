@@ -1,4 +1,4 @@
-"""Box–Muller normals and madlib's noisy vectors from the Philox stream by a compiled kernel (``kernels/noise.c``).
+"""Box–Muller normals and madlib's noisy vectors from the Philox stream by a compiled kernel (``kernels/philox.c``).
 
 In tensor operations a normal costs a pass for the uniforms, then a logarithm, a square root, a cosine
 and a sine, each a pass over a float64 ``[tokens, d]`` tensor, and madlib adds a norm, a scaling, a sum
@@ -28,7 +28,7 @@ _NORMALS_PER_THREAD = 1 << 15
 
 @functools.cache
 def _lib() -> Any:
-    lib = load_kernel("noise")
+    lib = load_kernel("philox")
     if lib is not None:
         p, i = ctypes.c_void_p, ctypes.c_int64
         lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, p]

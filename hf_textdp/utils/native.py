@@ -1,10 +1,11 @@
 """Small C kernels, compiled once per machine with the system's C compiler and loaded with :mod:`ctypes`.
 
 A kernel is a C file in ``hf_textdp/kernels/``. The first use compiles it with ``$CC`` (else ``cc``,
-``gcc`` or ``clang``), ``-O3 -march=native``, into ``<cache>/native/<name>-<hash>.so``; the hash covers
-the source, the flags and the CPU's model and feature flags, so a cache shared between machines never
-loads another CPU's build. Without a compiler, or with ``HF_TEXTDP_NATIVE=0``, :func:`load_kernel`
-returns ``None`` and callers run their torch form, which gives the same bits more slowly.
+``gcc`` or ``clang``), ``-O3 -march=native -fno-math-errno``, into ``<cache>/native/<name>-<hash>.so``; the
+hash covers the source, the flags and the CPU's model and feature flags, so a cache shared between machines
+never loads another CPU's build. Without a compiler, or with ``HF_TEXTDP_NATIVE=0``, :func:`load_kernel`
+returns ``None`` and callers run their torch form, more slowly: the same answers, and the same bits but for
+the normals, whose logarithm, cosine and sine are the kernel's own (docs/mechanisms/randomness.md §4).
 """
 
 from __future__ import annotations
