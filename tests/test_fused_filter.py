@@ -469,3 +469,21 @@ def test_top_k_verification_equals_the_sorted_form(noisy_case: Any, k: int) -> N
     assert torch.equal(idx._verify(Qt, rows, pos, k, B), truth[:, :k])
     twins = [b for b in range(B) if any((E == E[int(p)]).all(1).sum() > 1 for p in truth[b, : k + 1])]
     assert not twins or bool(tie[twins].any())
+
+
+def test_distance_kernels_refuse_indices_out_of_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled distances and verification index memory with the pairs: an index past the end is refused."""
+    from hf_textdp.cpu.distances import top_of_pairs
+
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
+    if _compiler() is None:
+        pytest.skip("no C compiler")
+    Q, E = torch.zeros(3, 4), torch.zeros(5, 4)
+    ok = torch.tensor([0, 2])
+    with pytest.raises(IndexError, match="rows must lie in"):
+        pair_sqdist(Q, E, torch.tensor([0, 3]), ok)
+    with pytest.raises(IndexError, match="pos must lie in"):
+        pair_sqdist(Q, E, ok, torch.tensor([-1, 0]))
+    with pytest.raises(IndexError, match="rows must lie in"):
+        top_of_pairs(Q, E, ok, ok, 2, 1, 1e-13)
+    assert pair_sqdist(Q, E, ok, ok) is not None
