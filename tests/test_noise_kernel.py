@@ -11,6 +11,7 @@ batch or on the thread split. The law of its draws is tested where the rng and m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,3 +189,23 @@ def test_madlib_reads_the_rows_itself_with_the_same_result() -> None:
     assert bool(((out - ref).abs() <= ulp).all())
     with pytest.raises(IndexError, match="rows must lie"):
         noise.native_metric_laplace_shift(space.E, s.k0, s.k1, s.position, torch.ones(len(s)), 1, rows=positions + 300)
+
+
+@needs_kernel
+def test_same_bits_without_native_vector_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Built with the portable flags only (``-O3 -fno-math-errno``: no AVX-512 rounds, libm's ``fma``), the
+    kernel gives the same uniforms and normals bit for bit as the machine's own build."""
+    from hf_textdp.utils import native
+
+    s = streams(4, 300)
+    ref_u, ref_z = s.uniforms(Draw.NOISE, 386), s.normals(Draw.NOISE, 385)
+    monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_FLAG_SETS", (native._FLAG_SETS[1],))
+    monkeypatch.setattr(native, "_loaded", {})
+    noise._lib.cache_clear()
+    try:
+        u, z = s.uniforms(Draw.NOISE, 386), s.normals(Draw.NOISE, 385)
+        assert list((tmp_path / "native").glob("philox-*.so"))  # the portable build ran
+    finally:
+        noise._lib.cache_clear()  # the next use reloads the machine's build
+    assert torch.equal(u, ref_u) and torch.equal(z, ref_z)
