@@ -374,6 +374,11 @@ class ExactIndex:
         #: queries the fused GPU path handed to the generic search (overflow, near-ties), since creation
         self.fallback_queries = 0
 
+    @property
+    def interval(self) -> float:
+        """c of the certified interval [D − cD, D + cD] around a float64 squared distance D (space.md §5.4)."""
+        return 2.0 * (self.d + 3) * U64
+
     # ------------------------------------------------------------------ prepared matrices (lazy)
     @property
     def Em2T(self) -> torch.Tensor:
@@ -559,7 +564,7 @@ class ExactIndex:
             return none, none.bool()
         D = torch.stack([self._dist2_all(q) for q in Q.double()])  # [n, V]
         ar = torch.arange(self.V, device=Q.device)
-        c = 2.0 * (self.d + 3) * U64  # the interval of _verify
+        c = self.interval
         dmin = D.min(1, keepdim=True).values
         best = torch.where(D == dmin, ar, self.V).min(1).values
         band = D * (1.0 - c) <= dmin * (1.0 + c)
@@ -820,8 +825,7 @@ class ExactIndex:
 
     def _verify(self, Qb: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, k: int, B: int) -> torch.Tensor:
         """The exact top k ``[B, k]`` among each query's candidates (docs/mechanisms/space.md §5.4)."""
-        coef = 2.0 * (self.d + 3) * U64  # the certified interval [D − cD, D + cD] of a float64 D
-        found = top_of_pairs(Qb, self.E, rows, pos, B, k, coef)
+        found = top_of_pairs(Qb, self.E, rows, pos, B, k, self.interval)
         if found is None:
             return self._verify_sorted(Qb, rows, pos, k, B)
         best, count, tie = found
@@ -837,7 +841,7 @@ class ExactIndex:
 
     def _verify_sorted(self, Qb: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, k: int, B: int) -> torch.Tensor:
         D = self._sqdist64(Qb, rows, pos)
-        err = 2.0 * (self.d + 3) * U64 * D
+        err = self.interval * D
         # sort by (row, D, pos): stable sorts from the last key to the first
         o = torch.argsort(pos, stable=True)
         o = o[torch.argsort(D[o], stable=True)]
