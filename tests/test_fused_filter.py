@@ -50,6 +50,20 @@ def kernel_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_TEXTDP_SEARCH_FILTER", raising=False)
 
 
+def torch_query_bounds(packed: fused.PackedRows, Q: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
+    """The tensor form of the kernel's β per query: :func:`fused_filter_bound` of ‖q̂‖ and ‖q − q̂‖ in float64,
+    ``q_rows`` the bf16 rows of ``fused._queries``."""
+    q_hat = q_rows[:, : packed.d].double()
+    return fused.fused_filter_bound(
+        torch.linalg.vector_norm(q_hat, dim=1),
+        torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
+        rho=packed.rho,
+        e_hat=packed.e_hat,
+        nu_max=packed.nu_max,
+        d=packed.d,
+    )
+
+
 def fused_index(E: np.ndarray) -> ExactIndex:
     idx = ExactIndex(torch.from_numpy(E), filter="bf16")
     assert idx._packed_rows(1) is not None  # the search below runs the kernel
@@ -132,7 +146,7 @@ def test_fused_bound_holds_on_random_data() -> None:
     rows = torch.arange(300).repeat_interleave(packed.blocks)
     blocks = torch.arange(packed.blocks).repeat(300)
     A = fused.block_scores(packed, q_rows.view(torch.int32), rows, blocks).view(300, -1)[:, : idx.V].double()
-    beta = fused.query_bounds(packed, Qt, q_rows)
+    beta = torch_query_bounds(packed, Qt, q_rows)
     t = Qt.double() @ idx.E.double().T - idx.sq64 / 2
     err = (t - A).abs() / beta[:, None]
     assert float(err.max()) <= 1.0
@@ -267,7 +281,7 @@ def test_second_threshold_cuts_the_list_for_k2(noisy_case: Any) -> None:
     rows, pos, _ = fused.fused_candidates(packed, Qt, 2)
     # the block threshold alone, in tensor operations (fused_candidates' overflow path)
     q_rows, q_tiles = fused._queries(Qt, packed.K2)
-    beta = fused.query_bounds(packed, Qt, q_rows)
+    beta = torch_query_bounds(packed, Qt, q_rows)
     M = fused.block_maxima(packed, q_tiles, 1)[: len(Q)]
     thr = M.topk(2, dim=1).values[:, 1].double() - 2.0 * beta
     lim = fused.round_up_fp32(thr - 2.0**-40 * (thr.abs() + beta))
@@ -322,7 +336,7 @@ def test_fused_diameter_equals_float64_pairs(V: int, d: int, kind: str) -> None:
 @pytest.mark.parametrize(("B", "d"), [(1, 1), (37, 7), (300, 384)])
 def test_prepared_queries_equal_the_torch_form(B: int, d: int) -> None:
     """The kernel's query preparation gives the words of the torch form's bf16 rounding (to nearest even,
-    halfway cases included) bit for bit, and the norms of ``query_bounds`` within float64 rounding."""
+    halfway cases included) bit for bit, and the bounds of the tensor form within float64 rounding."""
     rng = np.random.default_rng(7113 + d)
     Q = rng.standard_normal((B, d)).astype(F32)
     # fp32 values halfway between two bf16 numbers (the low 16 bits 0x8000): ties to even, both ways
@@ -335,7 +349,7 @@ def test_prepared_queries_equal_the_torch_form(B: int, d: int) -> None:
     ref_rows, ref_tiles = fused._queries(Qt, packed.K2)
     assert torch.equal(q_rows.view(torch.int16), ref_rows.view(torch.int16))
     assert torch.equal(q_tiles, ref_tiles)
-    torch.testing.assert_close(beta, fused.query_bounds(packed, Qt, ref_rows), rtol=1e-13, atol=0)
+    torch.testing.assert_close(beta, torch_query_bounds(packed, Qt, ref_rows), rtol=1e-13, atol=0)
 
 
 @needs_kernel

@@ -35,7 +35,6 @@ __all__ = [
     "fused_filter_available",
     "fused_filter_bound",
     "farthest_pair_candidates",
-    "query_bounds",
     "query_tiles",
 ]
 
@@ -175,20 +174,6 @@ def fused_filter_bound(
     return beta
 
 
-def query_bounds(packed: PackedRows, Q: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
-    """:func:`fused_filter_bound` of each query of ``Q`` (fp32 ``[B, d]``) against ``packed``, ``q_rows`` its bf16
-    rows (from :func:`_queries`): ‖q̂‖ and ‖q − q̂‖ in float64."""
-    q_hat = q_rows[:, : packed.d].double()
-    return fused_filter_bound(
-        torch.linalg.vector_norm(q_hat, dim=1),
-        torch.linalg.vector_norm(Q.double() - q_hat, dim=1),
-        rho=packed.rho,
-        e_hat=packed.e_hat,
-        nu_max=packed.nu_max,
-        d=packed.d,
-    )
-
-
 def _queries(Q: torch.Tensor, K2: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(q̂ as rows ``[B, 2·K2]`` bf16, q̂ packed in tiles ``[tiles, K2, tile]`` of words)."""
     B, d = Q.shape
@@ -201,9 +186,9 @@ def _queries(Q: torch.Tensor, K2: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q_rows, q_tiles, β) of :func:`_queries` and :func:`query_bounds` by one pass of the kernel over ``Q``:
-    the same bf16 words; the float64 norms summed in another order (within their own rounding, which the
-    bound's factor 1 + 2⁻²⁰ covers)."""
+    """(q_rows, q_tiles, β): the queries' words of :func:`_queries` and each query's :func:`fused_filter_bound`
+    from ‖q̂‖ and ‖q − q̂‖ in float64, by one pass of the kernel over ``Q`` (the tests hold it to the tensor
+    form: the same words, the norms within float64 rounding, which the bound's factor 1 + 2⁻²⁰ covers)."""
     Qc = Q.to(torch.float32).contiguous()
     B, d = Qc.shape
     tile, K2 = _tile(), packed.K2
@@ -395,8 +380,7 @@ def farthest_pair_candidates(
     maxima, betas, rows_q = [], [], []
     for s in range(0, V, queries):
         Q = -E[s : s + queries]
-        q_rows, q_tiles = _queries(Q, packed.K2)
-        beta = query_bounds(packed, Q, q_rows)
+        q_rows, q_tiles, beta = _prepare(packed, Q)
         maxima.append(block_maxima(packed, q_tiles, torch.get_num_threads())[: Q.shape[0]])
         betas.append(beta)
         rows_q.append(q_rows)
