@@ -144,6 +144,18 @@ static inline float row_max(const float *m, int64_t n) {
     return _mm512_reduce_max_ps(acc);
 }
 
+/* top[0 .. *have) holds the k largest values seen so far, in decreasing order (repeats counted): take v in. */
+static inline void keep_largest(float *top, int64_t *have, int64_t k, float v) {
+    if (*have == k && !(v > top[k - 1]))
+        return;
+    int64_t i = *have < k ? (*have)++ : k - 1;
+    while (i > 0 && top[i - 1] < v) {
+        top[i] = top[i - 1];
+        i--;
+    }
+    top[i] = v;
+}
+
 /* The k-th largest of m[0 .. n) counting repeats, as torch's topk (1 <= k <= MAX_REFINE <= n, no NaN): the
  * k largest so far kept in order, and only the values above the k-th of them read one by one. */
 static inline float row_kth(const float *m, int64_t n, int64_t k) {
@@ -155,17 +167,8 @@ static inline float row_kth(const float *m, int64_t n, int64_t k) {
         const __mmask16 in = tail_mask(n - j0);
         const __m512 mj = _mm512_maskz_loadu_ps(in, m + j0);
         uint32_t hit = have < k ? in : _mm512_mask_cmp_ps_mask(in, mj, _mm512_set1_ps(top[k - 1]), _CMP_GT_OQ);
-        for (; hit; hit &= hit - 1) {
-            const float v = m[j0 + __builtin_ctz(hit)];
-            if (have == k && !(v > top[k - 1]))
-                continue;
-            int64_t i = have < k ? have++ : k - 1;
-            while (i > 0 && top[i - 1] < v) {
-                top[i] = top[i - 1];
-                i--;
-            }
-            top[i] = v;
-        }
+        for (; hit; hit &= hit - 1)
+            keep_largest(top, &have, k, m[j0 + __builtin_ctz(hit)]);
     }
     return top[k - 1];
 }
@@ -184,6 +187,15 @@ static inline float round_up_float(double x) {
     return v.f;
 }
 
+/* The fp32 threshold 2 beta below a score M that is the Ã of a real position (cpu/bf16_filter.py, _threshold):
+ * thr = M - 2 beta, lowered by 2^-40 (|thr| + beta) for its own float64 rounding, then rounded up to fp32
+ * (for an fp32 score x: x >= thr exactly when x >= the result). */
+static inline float cut_below(float M, double beta) {
+    double thr = (double)M - 2.0 * beta;
+    thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta);
+    return round_up_float(thr);
+}
+
 /* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k <= MAX_REFINE: the threshold
  * fused_candidates would compute from the query's k-th largest maximum): the block's positions whose score (as
  * block_scores) is >= lim[b], appended as (b, position) to rows and pos, queries and positions in order
@@ -199,14 +211,8 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
     float s[NB];
     for (int64_t b = b0; b < b1; b++) {
         const float *m = maxima + b * blocks;
-        float l;
-        if (lim) {
-            l = lim[b];
-        } else { /* the threshold of fused_candidates from the row's k-th largest maximum, the same float64 steps */
-            double thr = (double)row_kth(m, blocks, k) - 2.0 * beta[b];
-            thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
-            l = round_up_float(thr);
-        }
+        /* without lim: the threshold of fused_candidates from the row's k-th largest maximum */
+        const float l = lim ? lim[b] : cut_below(row_kth(m, blocks, k), beta[b]);
         const int64_t start = n;
         float top[MAX_REFINE];
         int64_t have = 0;
@@ -225,22 +231,14 @@ static int64_t select_range(const float *maxima, const float *lim, const double 
                         pos[n] = j * NB + c;
                         scores[n] = s[c];
                         n++;
-                        if (k <= MAX_REFINE && (have < k || s[c] > top[k - 1])) {
-                            int64_t i = have < k ? have++ : k - 1; /* top: the k largest so far, decreasing */
-                            while (i > 0 && top[i - 1] < s[c]) {
-                                top[i] = top[i - 1];
-                                i--;
-                            }
-                            top[i] = s[c];
-                        }
+                        if (k <= MAX_REFINE)
+                            keep_largest(top, &have, k, s[c]);
                     }
                 }
             }
         }
         if (k <= MAX_REFINE && have == k) {
-            double thr = (double)top[k - 1] - 2.0 * beta[b];
-            thr -= 0x1p-40 * ((thr < 0 ? -thr : thr) + beta[b]);
-            const float l2 = round_up_float(thr);
+            const float l2 = cut_below(top[k - 1], beta[b]);
             if (l2 > l) {
                 int64_t w = start;
                 for (int64_t i = start; i < n; i++) {

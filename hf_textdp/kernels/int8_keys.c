@@ -77,8 +77,7 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const int32_t *in
 /* out[t * MR + r][b] = the largest key of block b for token r of tile t, tiles split between threads of the
  * OpenMP team (torch's own when built with -fopenmp). */
 void int8_block_maxima(const uint32_t *q, const uint32_t *e, const int32_t *init, const int32_t *norms, int64_t K4,
-                       int64_t blocks, int64_t t0, int64_t t1, int64_t pass,
-                  int64_t threads, int32_t *out) {
+                       int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, int32_t *out) {
     const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
     const int n = want > 1 ? (int)want : 1;
 #pragma omp parallel num_threads(n) if (n > 1)
