@@ -22,7 +22,7 @@ import torch
 
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
-from ..cpu.noise import native_metric_laplace_shift
+from ..cpu.noise import native_metric_laplace_shift, noise_kernel_available
 from ..errors import InvalidParameterError
 from ..gpu import triton_ready
 from ..gpu.noise import metric_laplace_shift
@@ -64,22 +64,30 @@ def sample_madlib_noise(
     return sample_metric_laplace(streams, n, d, 1.0 / epsilon, device)
 
 
-def add_metric_laplace(x: torch.Tensor, streams: Streams | torch.Generator, scale: float) -> torch.Tensor:
-    """``fl32(x + Z)`` ``[n, k]`` for x ``[n, k]`` (fp32 or float64), Z of :func:`sample_metric_laplace` per row.
+def add_metric_laplace(
+    x: torch.Tensor, streams: Streams | torch.Generator, scale: float, rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``fl32(x + Z)`` ``[n, k]`` for x ``[n, k]`` (fp32 or float64), Z of :func:`sample_metric_laplace` per row;
+    with ``rows`` (``[n]`` int64), token i's input is row ``rows[i]`` of ``x``.
 
     One fused kernel draws the normals, normalises them and adds them, on a GPU (:mod:`hf_textdp.gpu.noise`)
-    and on the CPU (:mod:`hf_textdp.cpu.noise`): the same numbers as the torch form up to an ulp of a float64
-    logarithm, cosine or sine; the torch form runs where neither does.
+    and on the CPU (:mod:`hf_textdp.cpu.noise`, which also reads the rows itself): the same numbers as the
+    torch form up to an ulp of a float64 logarithm, cosine or sine; the torch form runs where neither does.
     """
-    n, k = x.shape
+    n, k = (x.shape[0] if rows is None else int(rows.numel())), x.shape[1]
     s = as_streams(streams, n, x.device)
-    if n and (x.device.type == "cpu" or triton_ready(x.device)):
+    cpu = x.device.type == "cpu"
+    if n and (cpu or triton_ready(x.device)):
         r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
-        shift = native_metric_laplace_shift if x.device.type == "cpu" else metric_laplace_shift
-        out = shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE))
+        if cpu:
+            out = native_metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=rows)
+        else:
+            xr = x if rows is None else x[rows.to(x.device)]
+            out = metric_laplace_shift(xr, s.k0, s.k1, s.position, r, int(Draw.NOISE))
         if out is not None:
             return out
-    return (x.double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
+    xr = x if rows is None else x[rows.to(x.device)]
+    return (xr.double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
 
 
 class Madlib(AdditiveMechanism):
@@ -139,14 +147,9 @@ class Madlib(AdditiveMechanism):
         """:meth:`perturb` of rows ``positions`` of E; on the CPU without a bound, one call of the compiled kernel
         that reads the rows itself (it keeps each token's float64 noise in registers, so the batch needs no
         chunks and no gathered copy of its inputs)."""
-        n = int(positions.numel())
-        if n and self.options["bound"] == "none" and not math.isinf(self.epsilon) and space.device.type == "cpu":
-            d = space.E.shape[1]
-            s = as_streams(streams, n)
-            r = s.gamma(Draw.RADIUS, float(d)).mul_(1.0 / self.epsilon)
-            out = native_metric_laplace_shift(space.E, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=positions)
-            if out is not None:
-                return out
+        native = space.device.type == "cpu" and noise_kernel_available()
+        if native and self.options["bound"] == "none" and not math.isinf(self.epsilon):
+            return add_metric_laplace(space.E, streams, 1.0 / self.epsilon, rows=positions)
         return super().perturb_positions(space, positions, streams)
 
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:
