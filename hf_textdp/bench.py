@@ -4,7 +4,7 @@ Every figure comes from one process and one run, so that it can be compared acro
 ratio rather than as an absolute speed:
 
 * **bounds** — for each arithmetic (:data:`ARITHMETICS`), the best of at least five products shaped
-  like the work, 1,024 noisy vectors against every candidate (1024×d @ d×V): fp32 and bf16
+  like the work, :data:`BOUND_ROWS` (2,048) noisy vectors against every candidate on a CPU: fp32 and bf16
   ``torch.mm`` (fp32 with TF32 and reduced-precision reductions off) and int8 ``torch._int_mm``
   (int8 × int8 → int32; skipped, with a note, where the device has none); where the search runs the
   fused bf16 kernel, the bf16 bound is the faster of ``torch.mm`` and that kernel. Each is converted to
