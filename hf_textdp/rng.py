@@ -20,7 +20,6 @@ The seed is a secret key: whoever knows it can recompute every draw.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import hashlib
 import math
@@ -31,10 +30,9 @@ from typing import Any
 
 import torch
 
-from .cpu.noise import native_normals
+from .cpu.noise import native_normals, native_uniforms
 from .errors import InvalidParameterError, ParameterTypeError
 from .gpu.philox import philox_uniforms
-from .utils.native import load_kernel, run_parts
 
 
 __all__ = [
@@ -279,7 +277,7 @@ class Streams:
         every way.
         """
         blocks = (n + 1) // 2
-        u = _native_uniforms(self, draw, blocks, extra, start)
+        u = native_uniforms(self.k0, self.k1, self.position, draw, blocks, extra, start)
         if u is None:
             u = philox_uniforms(self.k0, self.k1, self.position, extra, draw, start, blocks)
         if u is None:
@@ -348,43 +346,6 @@ class Streams:
             todo = todo[~done]
             start += 4
         return out
-
-
-# --------------------------------------------------------------------------- compiled kernel (CPU)
-#: blocks per thread below which one call on the calling thread is faster than splitting
-_BLOCKS_PER_THREAD = 1 << 14
-
-
-def _kernel() -> Any:
-    """The compiled ``philox_uniforms`` (typed for ctypes), or ``None`` (no compiler, or ``HF_TEXTDP_NATIVE=0``)."""
-    lib = load_kernel("philox")
-    if lib is None:
-        return None
-    fn = lib.philox_uniforms
-    if fn.restype is not None:  # ctypes' default restype is c_int: not typed yet
-        p, i = ctypes.c_void_p, ctypes.c_int64
-        fn.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
-        fn.restype = None
-    return lib
-
-
-def _native_uniforms(s: Streams, draw: int, blocks: int, extra: int | torch.Tensor, start: int) -> torch.Tensor | None:
-    """:meth:`Streams.uniforms` (``2·blocks`` of them) by the compiled kernel; ``None`` off the CPU or without it."""
-    if s.device.type != "cpu" or (lib := _kernel()) is None:
-        return None
-    N = len(s)
-    out = torch.empty((N, 2 * blocks), dtype=torch.float64)
-    if N == 0 or blocks == 0:
-        return out
-    k0, k1, pos = (t.to(torch.int64).contiguous() for t in (s.k0, s.k1, s.position))
-    if isinstance(extra, torch.Tensor):
-        ext, stride = extra.to("cpu", torch.int64).contiguous(), 1
-    else:
-        ext, stride = torch.tensor([int(extra)], dtype=torch.int64), 0
-    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), int(start), blocks)
-    parts = min(torch.get_num_threads(), N * blocks // _BLOCKS_PER_THREAD)
-    run_parts(lambda i0, i1: lib.philox_uniforms(*args, i0, i1, out.data_ptr()), N, parts)
-    return out
 
 
 def streams_for_rows(

@@ -17,6 +17,7 @@ import torch
 from scipy import stats
 
 from hf_textdp import rng as rng_module
+from hf_textdp.cpu.noise import native_uniforms
 from hf_textdp.rng import Draw, Streams, _uniform52, as_streams, derive_row_seed, philox4x32, streams_for_rows
 from hf_textdp.utils import native
 from tests.utils import one_row, row_key
@@ -24,7 +25,7 @@ from tests.utils import one_row, row_key
 
 ALPHA = 1e-3
 MASK = 0xFFFFFFFF
-_REAL_KERNEL = rng_module._kernel
+_REAL_KERNEL = rng_module.native_uniforms
 
 # ----------------------------------------------------------- pure-Python reference (docs/mechanisms/kat/philox.py)
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
@@ -105,11 +106,11 @@ def test_stream_words_follow_the_counter_layout():
 @pytest.fixture
 def torch_form(monkeypatch: pytest.MonkeyPatch):
     """Run draws on the int64 tensor form, as where no C compiler is found."""
-    monkeypatch.setattr(rng_module, "_kernel", lambda: None)
+    monkeypatch.setattr(rng_module, "native_uniforms", lambda *args: None)
 
 
 def _kernel_uniforms(s: Streams, draw: int, n: int, extra=0, start: int = 0) -> torch.Tensor:
-    u = rng_module._native_uniforms(s, draw, (n + 1) // 2, extra, start)
+    u = native_uniforms(s.k0, s.k1, s.position, draw, (n + 1) // 2, extra, start)
     assert u is not None, "the philox kernel did not build here (a C compiler is part of the test setup)"
     return u[:, :n]
 
@@ -172,11 +173,11 @@ def test_without_the_kernel_draws_are_the_same():
     """The fallback (no compiler): normals, Gamma and exponentials equal the kernel's, bit for bit."""
     s = streams_for_rows([row_key(5, 0), row_key(5, 1)], [30, 40])
     a = (s.normals(Draw.NOISE, 9), s.gamma(Draw.RADIUS, 384.0), s.exponentials(Draw.SAMPLER, 3, extra=2))
-    rng_module._kernel = _REAL_KERNEL  # type: ignore[attr-defined]
+    rng_module.native_uniforms = _REAL_KERNEL
     try:
         b = (s.normals(Draw.NOISE, 9), s.gamma(Draw.RADIUS, 384.0), s.exponentials(Draw.SAMPLER, 3, extra=2))
     finally:
-        rng_module._kernel = lambda: None  # type: ignore[attr-defined]
+        rng_module.native_uniforms = lambda *args: None  # type: ignore[assignment]
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 

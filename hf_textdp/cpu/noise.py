@@ -17,27 +17,38 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled, run_parts
+from ..utils.native import load_kernel, native_enabled, run_team
 
 
-__all__ = ["box_muller", "native_normals", "native_metric_laplace_shift", "noise_kernel_available"]
+__all__ = [
+    "box_muller", "native_normals", "native_metric_laplace_shift", "native_uniforms", "noise_kernel_available",
+]  # fmt: skip
 
-#: normals per thread below which one call on the calling thread is faster than splitting
-_NORMALS_PER_THREAD = 1 << 15
+#: values (normals or uniforms) per thread below which one call on one thread is faster than splitting
+_VALUES_PER_THREAD = 1 << 15
 
 
 @functools.cache
 def _lib() -> Any:
-    lib = load_kernel("philox")
+    lib = load_kernel("philox", openmp=True)
     if lib is not None:
         p, i = ctypes.c_void_p, ctypes.c_int64
-        lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, p]
+        lib.philox_uniforms.argtypes = [p, p, p, p, i, i, i, i, i, i, i, p]
+        lib.philox_uniforms.restype = None
+        lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
         lib.philox_normals.restype = None
-        lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, p, i, i, i, i, p]
+        lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, p, i, i, i, i, i, p]
         lib.metric_laplace_shift.restype = ctypes.c_int
         lib.box_muller.argtypes = [p, p, i, p]
         lib.box_muller.restype = None
     return lib
+
+
+def _run(lib: Any, call: Any, n: int, per_row: int) -> None:
+    """``call(lo, hi, threads)`` over rows ``0 … n``: on the OpenMP team (torch's threads) where the kernel has one,
+    else on Python threads; one thread below :data:`_VALUES_PER_THREAD` values a thread."""
+    parts = max(1, min(torch.get_num_threads(), n * per_row // _VALUES_PER_THREAD))
+    run_team(call, n, parts, openmp=bool(lib.philox_openmp()))
 
 
 def noise_kernel_available() -> bool:
@@ -60,8 +71,35 @@ def _keys(k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor) -> tuple[t
     return tuple(t.to(torch.int64).contiguous() for t in (k0, k1, position))
 
 
-def _parts(tokens: int, per_token: int) -> int:
-    return min(torch.get_num_threads(), tokens * per_token // _NORMALS_PER_THREAD)
+def _extra(extra: int | torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The 4th counter word: per token (stride 1) or one for all (stride 0)."""
+    if isinstance(extra, torch.Tensor):
+        return extra.to("cpu", torch.int64).contiguous(), 1
+    return torch.tensor([int(extra)], dtype=torch.int64), 0
+
+
+def native_uniforms(
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    position: torch.Tensor,
+    draw: int,
+    blocks: int,
+    extra: int | torch.Tensor,
+    start: int,
+) -> torch.Tensor | None:
+    """``[N, 2·blocks]`` float64 uniforms of blocks ``start … start + blocks − 1`` of ``draw`` per token (those of
+    the tensor form in :mod:`hf_textdp.rng`, bit for bit), or ``None`` where the kernel does not run."""
+    if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
+        return None
+    N = int(position.shape[0])
+    out = torch.empty((N, 2 * blocks), dtype=torch.float64)
+    if N == 0 or blocks == 0:
+        return out
+    k0, k1, pos = _keys(k0, k1, position)
+    ext, stride = _extra(extra)
+    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), int(start), blocks)
+    _run(lib, lambda i0, i1, team: lib.philox_uniforms(*args, i0, i1, team, out.data_ptr()), N, 2 * blocks)
+    return out
 
 
 def native_normals(
@@ -81,12 +119,9 @@ def native_normals(
     if N == 0 or blocks == 0:
         return out
     k0, k1, pos = _keys(k0, k1, position)
-    if isinstance(extra, torch.Tensor):
-        ext, stride = extra.to("cpu", torch.int64).contiguous(), 1
-    else:
-        ext, stride = torch.tensor([int(extra)], dtype=torch.int64), 0
+    ext, stride = _extra(extra)
     args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), blocks)
-    run_parts(lambda i0, i1: lib.philox_normals(*args, i0, i1, out.data_ptr()), N, _parts(N, 2 * blocks))
+    _run(lib, lambda i0, i1, team: lib.philox_normals(*args, i0, i1, team, out.data_ptr()), N, 2 * blocks)
     return out
 
 
@@ -125,9 +160,9 @@ def native_metric_laplace_shift(
     )  # fmt: skip
     failed: list[int] = []
 
-    def call(i0: int, i1: int) -> None:
-        if lib.metric_laplace_shift(*args, i0, i1, out.data_ptr()) != 0:
+    def call(i0: int, i1: int, team: int) -> None:
+        if lib.metric_laplace_shift(*args, i0, i1, team, out.data_ptr()) != 0:
             failed.append(i0)
 
-    run_parts(call, n, _parts(n, d))
+    _run(lib, call, n, d)
     return None if failed else out

@@ -20,12 +20,31 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define M0 0xD2511F53u
 #define M1 0xCD9E8D57u
 #define W0 0x9E3779B9u
 #define W1 0xBB67AE85u
 #define CHUNK 256 /* blocks per pass: the row's uniforms stay in L1 */
+
+/* 1 when built with OpenMP (the exported functions split their rows between `threads` threads of the team
+ * torch's intra-op pool uses), else 0 (one thread per call) */
+int philox_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* rows lo .. hi - 1 of i0 .. i1 - 1 for part p of m near-equal consecutive parts */
+static inline void part_range(int64_t i0, int64_t i1, int64_t p, int64_t m, int64_t *lo, int64_t *hi) {
+    *lo = i0 + (i1 - i0) * p / m;
+    *hi = i0 + (i1 - i0) * (p + 1) / m;
+}
 
 static inline double uniform52(uint32_t hi, uint32_t lo) {
     return ((double)((((uint64_t)hi << 32) | lo) >> 12) + 0.5) * 0x1p-52;
@@ -184,9 +203,9 @@ static void normal_pairs(uint32_t ka, uint32_t kb, uint32_t p, uint32_t draw, ui
 }
 
 /* rows i0 .. i1 - 1 of out[N][2 * blocks]: the uniforms of blocks start .. start + blocks - 1 */
-void philox_uniforms(const int64_t *k0, const int64_t *k1, const int64_t *pos, const int64_t *extra,
-                     int64_t extra_stride, int64_t draw, int64_t start, int64_t blocks, int64_t i0, int64_t i1,
-                     double *out) {
+static void uniforms_range(const int64_t *k0, const int64_t *k1, const int64_t *pos, const int64_t *extra,
+                           int64_t extra_stride, int64_t draw, int64_t start, int64_t blocks, int64_t i0, int64_t i1,
+                           double *out) {
     double u[CHUNK], v[CHUNK];
     for (int64_t i = i0; i < i1; i++) {
         double *o = out + i * 2 * blocks;
@@ -202,20 +221,38 @@ void philox_uniforms(const int64_t *k0, const int64_t *k1, const int64_t *pos, c
     }
 }
 
-/* rows i0 .. i1 - 1 of out[N][2 * blocks]: the normals of blocks 0 .. blocks - 1 */
+/* the same on `threads` threads (the rows split in consecutive parts: each row's values do not depend on it) */
+void philox_uniforms(const int64_t *k0, const int64_t *k1, const int64_t *pos, const int64_t *extra,
+                     int64_t extra_stride, int64_t draw, int64_t start, int64_t blocks, int64_t i0, int64_t i1,
+                     int64_t threads, double *out) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
+    for (int64_t p = 0; p < threads; p++) {
+        int64_t lo, hi;
+        part_range(i0, i1, p, threads, &lo, &hi);
+        uniforms_range(k0, k1, pos, extra, extra_stride, draw, start, blocks, lo, hi, out);
+    }
+}
+
+/* rows i0 .. i1 - 1 of out[N][2 * blocks]: the normals of blocks 0 .. blocks - 1, on `threads` threads */
 void philox_normals(const int64_t *k0, const int64_t *k1, const int64_t *pos, const int64_t *extra,
-                    int64_t extra_stride, int64_t draw, int64_t blocks, int64_t i0, int64_t i1, double *out) {
-    for (int64_t i = i0; i < i1; i++)
-        normal_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw,
-                     (uint32_t)extra[i * extra_stride], 0, blocks, out + i * 2 * blocks);
+                    int64_t extra_stride, int64_t draw, int64_t blocks, int64_t i0, int64_t i1, int64_t threads,
+                    double *out) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
+    for (int64_t p = 0; p < threads; p++) {
+        int64_t lo, hi;
+        part_range(i0, i1, p, threads, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++)
+            normal_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw,
+                         (uint32_t)extra[i * extra_stride], 0, blocks, out + i * 2 * blocks);
+    }
 }
 
 /* madlib's release fl32(x_i + G_i r_i / ||G_i||) for tokens i0 .. i1 - 1, x_i row i of x[][k] (or row rows[i]
  * when rows is given; fp32, or float64 when x_f64), G_i the token's first k normals of `draw`, r_i = radius[i]:
  * out[N][k] fp32. Returns 0, or -1 when the row buffer cannot be allocated (nothing written). */
-int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw,
-                         const double *radius, const void *x, const int64_t *rows, int64_t x_f64, int64_t k,
-                         int64_t i0, int64_t i1, float *out) {
+static int shift_range(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw, const double *radius,
+                       const void *x, const int64_t *rows, int64_t x_f64, int64_t k, int64_t i0, int64_t i1,
+                       float *out) {
     const int64_t blocks = (k + 1) / 2;
     double *buf = malloc((size_t)(2 * blocks) * sizeof(double));
     if (buf == NULL)
@@ -247,4 +284,19 @@ int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *po
     }
     free(buf);
     return 0;
+}
+
+/* metric_laplace_shift's rows i0 .. i1 - 1 on `threads` threads: 0, or -1 when a part's buffer cannot be
+ * allocated (its rows are then not written) */
+int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw,
+                         const double *radius, const void *x, const int64_t *rows, int64_t x_f64, int64_t k,
+                         int64_t i0, int64_t i1, int64_t threads, float *out) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1) reduction(| : failed)
+    for (int64_t p = 0; p < threads; p++) {
+        int64_t lo, hi;
+        part_range(i0, i1, p, threads, &lo, &hi);
+        failed |= shift_range(k0, k1, pos, draw, radius, x, rows, x_f64, k, lo, hi, out) != 0;
+    }
+    return failed ? -1 : 0;
 }
