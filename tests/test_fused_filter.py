@@ -333,15 +333,18 @@ def test_fused_diameter_equals_float64_pairs(V: int, d: int, kind: str) -> None:
 
 
 @needs_kernel
-@pytest.mark.parametrize(("B", "d"), [(1, 1), (37, 7), (300, 384)])
+@pytest.mark.parametrize(("B", "d"), [(1, 1), (37, 7), (5, 13), (300, 384)])
 def test_prepared_queries_equal_the_torch_form(B: int, d: int) -> None:
-    """The kernel's query preparation gives the words of the torch form's bf16 rounding (to nearest even,
-    halfway cases included) bit for bit, and the bounds of the tensor form within float64 rounding."""
+    """The kernel's query preparation (vector groups of 8 coordinates and a scalar tail) gives the words of the
+    torch form's bf16 rounding (to nearest even, halfway cases and subnormals included) bit for bit, and the
+    bounds of the tensor form within float64 rounding."""
     rng = np.random.default_rng(7113 + d)
     Q = rng.standard_normal((B, d)).astype(F32)
     # fp32 values halfway between two bf16 numbers (the low 16 bits 0x8000): ties to even, both ways
     bits = Q.view(np.uint32)
     bits[:, ::3] = (bits[:, ::3] & np.uint32(0xFFFF0000)) | np.uint32(0x8000)
+    bits[:, 1::5] = np.uint32(0x00018000)  # a subnormal halfway case: rounds to even, not flushed to zero
+    bits[:, 2::7] = np.uint32(0x80000001)  # the smallest negative subnormal
     E = rng.standard_normal((100, d)).astype(F32)
     packed = fused.PackedRows.build(torch.from_numpy(E), (torch.from_numpy(E).double() ** 2).sum(1))
     Qt = torch.from_numpy(Q)

@@ -18,7 +18,7 @@
 #include <omp.h>
 #endif
 
-#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VL__)
 #include <immintrin.h>
 
 #define MR 12
@@ -270,27 +270,50 @@ void select_candidates(const float *maxima, const float *lim, const double *beta
                                  cap, rows + p * cap, pos + p * cap, scores + p * cap);
 }
 
-/* prepare_queries for the queries of tile t */
+/* the bf16 word of q (round to nearest even, as torch's conversion; NaN kept quiet), adding its square and the
+ * square of its rounding error, in float64, to *sh and *sr */
+static inline uint16_t round_bf16(float q, double *sh, double *sr) {
+    uint32_t u;
+    memcpy(&u, &q, 4);
+    const uint16_t h = (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    const uint32_t w = (uint32_t)h << 16;
+    float hf;
+    memcpy(&hf, &w, 4);
+    const double x = (double)hf, r = (double)q - x;
+    *sh += x * x;
+    *sr += r * r;
+    return h;
+}
+
+/* prepare_queries for the queries of tile t: coordinate j's squares go to lane j mod 8, in whole groups of 8
+ * as in the tail (the same float64 steps as the scalar round_bf16, no contraction) */
 static void prepare_tile(const float *Q, int64_t B, int64_t d, int64_t K2, int64_t t, uint16_t *q_rows,
                          uint32_t *q_tiles, double *qh, double *qr) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i qnan = _mm256_set1_epi32(0x7FC0);
     for (int64_t b = t * MR; b < B && b < (t + 1) * MR; b++) {
         const float *q = Q + b * d;
         uint16_t *o = q_rows + b * 2 * K2;
-        double sh[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t j0 = 0; j0 < d; j0 += 8)
-            for (int64_t l = 0; l < 8 && j0 + l < d; l++) {
-                uint32_t u;
-                memcpy(&u, q + j0 + l, 4);
-                const uint16_t h =
-                    (u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0 : (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-                o[j0 + l] = h;
-                const uint32_t w = (uint32_t)h << 16;
-                float hf;
-                memcpy(&hf, &w, 4);
-                const double x = (double)hf, r = (double)q[j0 + l] - x;
-                sh[l] += x * x;
-                sr[l] += r * r;
-            }
+        __m512d vh = _mm512_setzero_pd(), vr = _mm512_setzero_pd();
+        int64_t j0 = 0;
+        for (; j0 + 8 <= d; j0 += 8) {
+            const __m256 v = _mm256_loadu_ps(q + j0);
+            const __m256i u = _mm256_castps_si256(v);
+            const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+            __m256i h = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, half), lsb), 16);
+            h = _mm256_mask_blend_epi32(_mm256_cmpgt_epu32_mask(_mm256_and_si256(u, abs_mask), inf), h, qnan);
+            _mm_storeu_si128((__m128i *)(o + j0), _mm256_cvtepi32_epi16(h));
+            const __m512d x = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+            const __m512d r = _mm512_sub_pd(_mm512_cvtps_pd(v), x);
+            vh = _mm512_add_pd(vh, _mm512_mul_pd(x, x));
+            vr = _mm512_add_pd(vr, _mm512_mul_pd(r, r));
+        }
+        double sh[8], sr[8];
+        _mm512_storeu_pd(sh, vh);
+        _mm512_storeu_pd(sr, vr);
+        for (int l = 0; j0 + l < d; l++)
+            o[j0 + l] = round_bf16(q[j0 + l], sh + l, sr + l);
         for (int64_t j = d; j < 2 * K2; j++)
             o[j] = 0;
         double a = 0.0, c = 0.0;
