@@ -257,7 +257,12 @@ static int shift_range(const int64_t *k0, const int64_t *k1, const int64_t *pos,
     double *buf = malloc((size_t)(2 * blocks) * sizeof(double));
     if (buf == NULL)
         return -1;
+    const int64_t row_bytes = k * (x_f64 ? 8 : 4);
     for (int64_t i = i0; i < i1; i++) {
+        if (rows && i + 1 < i1) /* the next token's row, gathered from anywhere in x: on its way while this one's
+                                   normals are drawn */
+            for (int64_t b = 0; b < row_bytes; b += 64)
+                __builtin_prefetch((const char *)x + rows[i + 1] * row_bytes + b);
         normal_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw, 0, 0, blocks, buf);
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int64_t j = 0;
