@@ -35,7 +35,7 @@ def _lib() -> Any:
         p, i = ctypes.c_void_p, ctypes.c_int64
         lib.philox_uniforms.argtypes = [p, p, p, p, i, i, i, i, i, i, i, p]
         lib.philox_uniforms.restype = None
-        lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
+        lib.philox_normals.argtypes = [p, p, p, p, i, i, i, i, i, i, i, p]
         lib.philox_normals.restype = None
         lib.metric_laplace_shift.argtypes = [p, p, p, i, p, p, p, i, i, i, i, i, p]
         lib.metric_laplace_shift.restype = ctypes.c_int
@@ -78,7 +78,8 @@ def _extra(extra: int | torch.Tensor) -> tuple[torch.Tensor, int]:
     return torch.tensor([int(extra)], dtype=torch.int64), 0
 
 
-def native_uniforms(
+def _draw(
+    name: str,
     k0: torch.Tensor,
     k1: torch.Tensor,
     position: torch.Tensor,
@@ -87,8 +88,9 @@ def native_uniforms(
     extra: int | torch.Tensor,
     start: int,
 ) -> torch.Tensor | None:
-    """``[N, 2·blocks]`` float64 uniforms of blocks ``start … start + blocks − 1`` of ``draw`` per token (those of
-    the tensor form in :mod:`hf_textdp.rng`, bit for bit), or ``None`` where the kernel does not run."""
+    """``[N, 2·blocks]`` float64 values of blocks ``start … start + blocks − 1`` of ``draw`` per token by the
+    kernel's ``name`` (``philox_uniforms`` or ``philox_normals``), or ``None`` where the kernel does not run (no
+    compiler, ``HF_TEXTDP_NATIVE=0``, another device)."""
     if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
         return None
     N = int(position.shape[0])
@@ -98,31 +100,29 @@ def native_uniforms(
     k0, k1, pos = _keys(k0, k1, position)
     ext, stride = _extra(extra)
     args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), int(start), blocks)
-    _run(lib, lambda i0, i1, team: lib.philox_uniforms(*args, i0, i1, team, out.data_ptr()), N, 2 * blocks)
+    fn = getattr(lib, name)
+    _run(lib, lambda i0, i1, team: fn(*args, i0, i1, team, out.data_ptr()), N, 2 * blocks)
     return out
 
 
-def native_normals(
+def native_uniforms(
     k0: torch.Tensor,
     k1: torch.Tensor,
     position: torch.Tensor,
     draw: int,
     blocks: int,
-    extra: int | torch.Tensor = 0,
+    extra: int | torch.Tensor,
+    start: int,
 ) -> torch.Tensor | None:
-    """``[N, 2·blocks]`` float64 normals of blocks ``0 … blocks − 1`` of ``draw`` per token, or ``None`` where
-    the kernel does not run (no compiler, ``HF_TEXTDP_NATIVE=0``, another device)."""
-    if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
-        return None
-    N = int(position.shape[0])
-    out = torch.empty((N, 2 * blocks), dtype=torch.float64)
-    if N == 0 or blocks == 0:
-        return out
-    k0, k1, pos = _keys(k0, k1, position)
-    ext, stride = _extra(extra)
-    args = (k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), ext.data_ptr(), stride, int(draw), blocks)
-    _run(lib, lambda i0, i1, team: lib.philox_normals(*args, i0, i1, team, out.data_ptr()), N, 2 * blocks)
-    return out
+    """The uniforms of :func:`_draw` (those of the tensor form in :mod:`hf_textdp.rng`, bit for bit)."""
+    return _draw("philox_uniforms", k0, k1, position, draw, blocks, extra, start)
+
+
+def native_normals(
+    k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor, draw: int, blocks: int, extra: int | torch.Tensor = 0
+) -> torch.Tensor | None:
+    """The Box–Muller normals of :func:`_draw` from block 0 (normals 2j, 2j + 1 from the uniforms of block j)."""
+    return _draw("philox_normals", k0, k1, position, draw, blocks, extra, 0)
 
 
 def native_metric_laplace_shift(

@@ -233,17 +233,18 @@ void philox_uniforms(const int64_t *k0, const int64_t *k1, const int64_t *pos, c
     }
 }
 
-/* rows i0 .. i1 - 1 of out[N][2 * blocks]: the normals of blocks 0 .. blocks - 1, on `threads` threads */
+/* rows i0 .. i1 - 1 of out[N][2 * blocks]: the normals of blocks start .. start + blocks - 1, on `threads`
+ * threads */
 void philox_normals(const int64_t *k0, const int64_t *k1, const int64_t *pos, const int64_t *extra,
-                    int64_t extra_stride, int64_t draw, int64_t blocks, int64_t i0, int64_t i1, int64_t threads,
-                    double *out) {
+                    int64_t extra_stride, int64_t draw, int64_t start, int64_t blocks, int64_t i0, int64_t i1,
+                    int64_t threads, double *out) {
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
     for (int64_t p = 0; p < threads; p++) {
         int64_t lo, hi;
         part_range(i0, i1, p, threads, &lo, &hi);
         for (int64_t i = lo; i < hi; i++)
             normal_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw,
-                         (uint32_t)extra[i * extra_stride], 0, blocks, out + i * 2 * blocks);
+                         (uint32_t)extra[i * extra_stride], start, blocks, out + i * 2 * blocks);
     }
 }
 
