@@ -135,6 +135,13 @@ def test_draws_do_not_depend_on_the_batch_or_the_threads(monkeypatch: pytest.Mon
     assert torch.equal(s.normals(Draw.NOISE, 384), full)
     x = torch.randn(len(s), 384, generator=torch.Generator().manual_seed(1))
     one = add_metric_laplace(x, s, 0.5)
+    u = s.uniforms(Draw.NOISE, 384)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)  # three uneven parts on the OpenMP team …
+    assert torch.equal(s.normals(Draw.NOISE, 384), full)
+    assert torch.equal(add_metric_laplace(x, s, 0.5), one) and torch.equal(s.uniforms(Draw.NOISE, 384), u)
+    monkeypatch.setattr(noise._lib(), "philox_openmp", lambda: 0)  # … and on Python threads (no OpenMP)
+    assert torch.equal(s.normals(Draw.NOISE, 384), full)
+    assert torch.equal(add_metric_laplace(x, s, 0.5), one) and torch.equal(s.uniforms(Draw.NOISE, 384), u)
     monkeypatch.undo()
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
     assert torch.equal(add_metric_laplace(x, s, 0.5), one)
