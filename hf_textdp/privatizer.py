@@ -28,7 +28,7 @@ from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import (
     Streams,
-    derive_row_seed,
+    derive_row_seeds,
     fresh_seed,
     streams_for_rows,
     validate_secret_seed,
@@ -599,4 +599,4 @@ class Privatizer:
         stream = self.stream if stream is None else stream
         if self.seed is None:
             return [fresh_seed() for _ in row_ids]
-        return [derive_row_seed(self.seed, int(r), self.split, stream) for r in row_ids]
+        return derive_row_seeds(self.seed, [int(r) for r in row_ids], self.split, stream)

@@ -41,6 +41,7 @@ __all__ = [
     "Draw",
     "Streams",
     "derive_row_seed",
+    "derive_row_seeds",
     "fresh_seed",
     "philox4x32",
     "streams_for_rows",
@@ -140,21 +141,36 @@ def derive_row_seed(seed: int, row_id: int, split: str = "", stream: int = 0) ->
     >>> derive_row_seed(42, 17, "train", 0)
     3880023052778407084
     """
+    return derive_row_seeds(seed, [row_id], split, stream)[0]
+
+
+def derive_row_seeds(seed: int, row_ids: Sequence[int], split: str = "", stream: int = 0) -> list[int]:
+    """:func:`derive_row_seed` of each of ``row_ids`` (the arguments checked and the hash's prefix built once).
+
+    Example:
+
+    >>> derive_row_seeds(42, [17, 18], "train") == [derive_row_seed(42, 17, "train"), derive_row_seed(42, 18, "train")]
+    True
+    """
     validate_seed(seed)
-    if isinstance(row_id, bool) or not isinstance(row_id, int) or not 0 <= row_id < _I63:
-        raise InvalidParameterError(f"row_id must be an int in [0, 2**63), got {row_id!r}.")
     validate_stream(stream)
     validate_split(split)
     split_utf8 = split.encode("utf-8")
-    key = (
+    prefix = hashlib.sha256(
         _KEY_PREFIX
         + seed.to_bytes(8, "little")
         + stream.to_bytes(8, "little")
         + len(split_utf8).to_bytes(4, "little")
         + split_utf8
-        + row_id.to_bytes(8, "little")
     )
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (_I63 - 1)
+    keys = []
+    for row_id in row_ids:
+        if isinstance(row_id, bool) or not isinstance(row_id, int) or not 0 <= row_id < _I63:
+            raise InvalidParameterError(f"row_id must be an int in [0, 2**63), got {row_id!r}.")
+        h = prefix.copy()
+        h.update(row_id.to_bytes(8, "little"))
+        keys.append(int.from_bytes(h.digest()[:8], "little") & (_I63 - 1))
+    return keys
 
 
 def fresh_seed() -> int:
