@@ -13,14 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from .accounting import format_report
-from .audit import audit
-from .bench import format_table, run_bench
-from .calibrate import calibrate, format_calibration, plot_calibration
 from .candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
-from .cards import render_card
 from .config import PrivatizerConfig
 from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
-from .hub import push_to_hub
 from .io.files import dumps_json
 from .io.models import load_space
 from .io.paths import report_path_for
@@ -28,7 +23,6 @@ from .io.reports import privacy_report
 from .mechanisms import get_mechanism_class, list_mechanisms
 from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
 from .postprocess import list_postprocess
-from .ray import privatize_ray_files
 from .space import DEFAULT_MODEL
 from .version import __version__
 
@@ -212,6 +206,8 @@ class PrivatizeCommand:
                     "--resume is not available with --engine ray: Ray Data retries lost work within a run; rerun "
                     "with --overwrite."
                 )
+            from .ray import privatize_ray_files  # Ray Data only with --engine ray
+
             report = privatize_ray_files(
                 args.input,
                 args.output,
@@ -339,6 +335,8 @@ class CalibrateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from .calibrate import calibrate, format_calibration, plot_calibration
+
         if args.plot is not None:  # fail before the work when matplotlib is missing
             try:
                 import matplotlib  # noqa: F401
@@ -398,6 +396,8 @@ class AuditCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from .audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
+
         config = _config_from_args(args)
         space = load_space(config.model, config.device, config.candidates)
         seed = int(args.seed, 0) if args.seed is not None else None
@@ -618,6 +618,8 @@ class CardCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from .cards import render_card
+
         card = render_card(args.path)
         if args.output:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -648,6 +650,8 @@ class PushCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from .hub import push_to_hub
+
         url = push_to_hub(
             args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
         )
@@ -696,6 +700,8 @@ class BenchCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from .bench import format_table, run_bench
+
         report = run_bench(
             model=args.model or DEFAULT_MODEL,
             mechanisms=args.mechanism,

@@ -35,6 +35,19 @@ def test_importing_the_package_stays_light():
     assert out.strip() == "[]"
 
 
+def test_the_cli_imports_what_privatize_needs_only():
+    """``hf-textdp privatize``'s cold start: the CLI module leaves scipy, the audit, bench, calibration, cards,
+    hub and Ray modules and transformers' modelling code to the commands that use them (3.3 → 2.6 s for 30 rows
+    on a 2-vCPU machine)."""
+    heavy = (
+        "scipy.stats", "scipy.special", "transformers.modeling_utils", "hf_textdp.audit", "hf_textdp.bench",
+        "hf_textdp.calibrate", "hf_textdp.cards", "hf_textdp.hub", "hf_textdp.ray",
+    )  # fmt: skip
+    code = f"import sys, hf_textdp.cli, hf_textdp.pipeline; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_submodule_import_keeps_the_function_names():
     code = (
         "import hf_textdp.audit, hf_textdp.calibrate, hf_textdp; "

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from huggingface_hub import snapshot_download
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from ..candidates import (
     CLASS_NAMES,
@@ -90,6 +90,8 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
 # --------------------------------------------------------------------------- HF models
 def _embedding_param_name(config: Any) -> tuple[str, str]:
     """Name of the input-embedding weight, built on the meta device (no weights are loaded)."""
+    from transformers import AutoModel  # the modelling code: imported only where a model is built (cold start)
+
     with torch.device("meta"):
         model = AutoModel.from_config(config)  # type: ignore[no-untyped-call]
     weight = model.get_input_embeddings().weight
@@ -164,6 +166,8 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
     except Exception as err:  # noqa: BLE001 - fall back to the full load below
         logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
     if weight is None:
+        from transformers import AutoModel
+
         model = AutoModel.from_pretrained(folder)
         weight = model.get_input_embeddings().weight.detach()
     return weight.to(torch.float32).contiguous()

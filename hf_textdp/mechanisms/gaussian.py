@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 import torch
-from scipy.special import log_ndtr
 
 from ..bounding import Sensitivity
 from ..errors import InvalidParameterError
@@ -30,6 +29,8 @@ def gaussian_delta(sigma: float, epsilon: float, l2_sensitivity: float) -> float
     ``Φ(Δ/(2σ) − εσ/Δ) − e^ε·Φ(−Δ/(2σ) − εσ/Δ)``, with ``e^ε·Φ(−u) = exp(ε + log_ndtr(−u))`` so that
     nothing overflows.
     """
+    from scipy.special import log_ndtr  # scipy only where the gaussian mechanism calibrates (cold start)
+
     a = l2_sensitivity / (2.0 * sigma)
     b = epsilon * sigma / l2_sensitivity
     return math.exp(float(log_ndtr(a - b))) - math.exp(epsilon + float(log_ndtr(-a - b)))
