@@ -62,7 +62,7 @@ def matrix_key(prefix: bytes, E: torch.Tensor, *more: bytes) -> str:
         return entry[2][tag]
     h = hashlib.sha256(prefix)
     h.update(np.asarray(E.shape, dtype="<i8").tobytes())
-    h.update(np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4"))  # no copy where E already is fp32
+    h.update(np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4").data)  # no copy where E already is fp32
     for m in more:
         h.update(m)
     key = h.hexdigest()
