@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled
+from ..utils.native import check_index_range, load_kernel, native_enabled
 
 
 __all__ = ["MAX_TOP", "pair_sqdist", "top_of_pairs"]
@@ -40,12 +40,6 @@ def _lib() -> Any:
     return lib
 
 
-def _check_range(index: torch.Tensor, n: int, name: str) -> None:
-    """The kernels index memory with these: refuse an index outside [0, n) instead of reading past the end."""
-    if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < n:
-        raise IndexError(f"{name} must lie in [0, {n}), got values outside it.")
-
-
 def pair_sqdist(Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor | None:
     """``[n]`` float64 D of query ``rows[i]`` of ``Q`` and row ``pos[i]`` of ``E`` (both fp32 on the CPU), or
     ``None`` where the kernel does not run (no compiler, ``HF_TEXTDP_NATIVE=0``, other devices)."""
@@ -54,8 +48,8 @@ def pair_sqdist(Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch
     Qc, Ec = Q.to(torch.float32).contiguous(), E.to(torch.float32).contiguous()
     r, p = rows.to(torch.int64).contiguous(), pos.to(torch.int64).contiguous()
     out = torch.empty(r.numel(), dtype=torch.float64)
-    _check_range(r, Qc.shape[0], "rows")
-    _check_range(p, Ec.shape[0], "pos")
+    check_index_range(r, Qc.shape[0], "rows")
+    check_index_range(p, Ec.shape[0], "pos")
     if r.numel():
         threads = min(torch.get_num_threads(), r.numel() // _PAIRS_PER_THREAD)
         lib.pair_sqdist_team(
@@ -81,7 +75,7 @@ def top_of_pairs(
     if D is None:
         return None
     r, p = rows.to(torch.int64).contiguous(), pos.to(torch.int64).contiguous()
-    _check_range(r, B, "rows")
+    check_index_range(r, B, "rows")
     best, count = torch.empty((B, k), dtype=torch.int64), torch.empty(B, dtype=torch.int64)
     tie = torch.empty(B, dtype=torch.bool)
     top_d, top_p = torch.empty(B * (k + 1), dtype=torch.float64), torch.empty(B * (k + 1), dtype=torch.int64)

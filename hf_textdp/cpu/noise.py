@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..utils.native import load_kernel, native_enabled, run_team
+from ..utils.native import check_index_range, load_kernel, native_enabled, run_team
 
 
 __all__ = [
@@ -150,8 +150,8 @@ def native_metric_laplace_shift(
     f64 = x.dtype == torch.float64
     xc = (x if f64 else x.to(torch.float32)).contiguous()
     idx = None if rows is None else rows.to("cpu", torch.int64).contiguous()
-    if idx is not None and n and not 0 <= int(idx.min()) <= int(idx.max()) < x.shape[0]:
-        raise IndexError(f"rows must lie in [0, {x.shape[0]}), got values outside it.")
+    if idx is not None:
+        check_index_range(idx, x.shape[0], "rows")
     k0, k1, pos = _keys(k0, k1, position)
     r = radius.to(torch.float64).contiguous()
     args = (

@@ -20,12 +20,13 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .cache_path import cache_dir
 from .logging import get_logger
 
 
-__all__ = ["load_kernel", "native_enabled", "run_parts", "run_team"]
+__all__ = ["check_index_range", "load_kernel", "native_enabled", "run_parts", "run_team"]
 
 logger = get_logger(__name__)
 
@@ -60,6 +61,13 @@ def run_parts(call: Callable[[int, int], object], n: int, parts: int) -> None:
     cuts = [n * p // parts for p in range(parts + 1)]
     for done in [_pool.submit(call, cuts[p], cuts[p + 1]) for p in range(parts)]:
         done.result()
+
+
+def check_index_range(index: Any, n: int, name: str) -> None:
+    """Kernels index memory with ``index`` (a tensor of ints): refuse values outside [0, n) instead of reading past
+    the end of the array."""
+    if index.numel() and not 0 <= int(index.min()) <= int(index.max()) < n:
+        raise IndexError(f"{name} must lie in [0, {n}), got values outside it.")
 
 
 def native_enabled() -> bool:
