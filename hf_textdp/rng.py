@@ -308,10 +308,7 @@ class Streams:
         draws them (``kernels/philox.c``: its own logarithm, cosine and sine, within an ulp or so of torch's).
         """
         blocks = (n + 1) // 2
-        if (
-            self.device.type == "cpu"
-            and (z := native_normals(self.k0, self.k1, self.position, draw, blocks, extra)) is not None
-        ):
+        if (z := native_normals(self.k0, self.k1, self.position, draw, blocks, extra)) is not None:  # CPU only
             return z[:, :n] if 2 * blocks != n else z
         u = self.uniforms(draw, 2 * blocks, extra).view(len(self), blocks, 2)
         r = u[:, :, 0].log().mul_(-2.0).sqrt_()
