@@ -79,15 +79,18 @@ def add_metric_laplace(
     cpu = x.device.type == "cpu"
     if n and (cpu or triton_ready(x.device)):
         r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
-        if cpu:
+        if cpu:  # the CPU kernel reads the rows itself
             out = native_metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=rows)
         else:
-            xr = x if rows is None else x[rows.to(x.device)]
-            out = metric_laplace_shift(xr, s.k0, s.k1, s.position, r, int(Draw.NOISE))
+            out = metric_laplace_shift(_inputs(x, rows), s.k0, s.k1, s.position, r, int(Draw.NOISE))
         if out is not None:
             return out
-    xr = x if rows is None else x[rows.to(x.device)]
-    return (xr.double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
+    return (_inputs(x, rows).double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
+
+
+def _inputs(x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """Token i's input of :func:`add_metric_laplace`: row i of ``x``, or row ``rows[i]``."""
+    return x if rows is None else x[rows.to(x.device)]
 
 
 class Madlib(AdditiveMechanism):
