@@ -391,7 +391,7 @@ def test_nearest_verification_equals_the_sorted_form(noisy_case: Any) -> None:
     order = torch.from_numpy(rng.permutation(rows.numel()))
     rows = torch.cat([rows[order], rows[:50], torch.tensor(dup)])
     pos = torch.cat([pos[order], pos[:50], torch.tensor(twins)])
-    coef = 2.0 * (idx.d + 3) * fused.U64
+    coef = idx.interval
     found = fused_nearest_of_pairs(Qt, idx, rows, pos, B, coef)
     assert found is not None
     best, tie = found
@@ -476,7 +476,7 @@ def test_top_k_verification_equals_the_sorted_form(noisy_case: Any, k: int) -> N
     rows, pos = rows[keep], pos[keep]  # no (query, position) pair twice, as in the search's lists
     order = torch.from_numpy(rng.permutation(rows.numel()))
     rows, pos = rows[order], pos[order]
-    coef = 2.0 * (idx.d + 3) * fused.U64
+    coef = idx.interval
     found = top_of_pairs(Qt, idx.E, rows, pos, B, k, coef)
     assert found is not None
     best, count, tie = found
