@@ -356,16 +356,103 @@ def test_prepared_queries_equal_the_torch_form(B: int, d: int) -> None:
 
 
 @needs_kernel
-def test_candidates_same_for_every_thread_split(noisy_case: Any) -> None:
-    """The candidate selection split between 1, 2 or 3 parts gives the same lists in the same order."""
+@pytest.mark.parametrize("k", [2, 3])
+def test_candidates_same_for_every_thread_split(noisy_case: Any, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidates split between 1, 2 or 3 parts, on OpenMP's threads or on Python's, are the same in the same
+    order: the kernel's running lists (k = 2) and the selection after the maxima (k = 3)."""
     E, Q = noisy_case
-    packed = fused_index(E)._packed_rows(2)
+    packed = fused_index(E)._packed_rows(k)
     assert packed is not None
     Qt = torch.from_numpy(Q[:700])
-    one = fused.fused_candidates(packed, Qt, 2, threads=1)
+    one = fused.fused_candidates(packed, Qt, k, threads=1)
     for threads in (2, 3):
-        other = fused.fused_candidates(packed, Qt, 2, threads=threads)
+        other = fused.fused_candidates(packed, Qt, k, threads=threads)
         assert all(torch.equal(a, b) for a, b in zip(one, other, strict=True))
+    monkeypatch.setattr(fused._lib(), "bf16_filter_openmp", lambda: 0)
+    other = fused.fused_candidates(packed, Qt, k, threads=2)
+    assert all(torch.equal(a, b) for a, b in zip(one, other, strict=True))
+
+
+def _list_candidates(packed: fused.PackedRows, Q: torch.Tensor, k: int, ex: torch.Tensor | None = None) -> Any:
+    """The running lists' candidates of ``Q`` (``None``: a list was dropped)."""
+    _, q_tiles, bound = fused._prepare(packed, Q)
+    lists = fused.RunningLists.empty(bound, q_tiles.shape[0] * fused._tile(), k)
+    fused.block_lists(packed, q_tiles, 2, lists, ex)
+    return lists.candidates(Q.shape[0])
+
+
+@needs_kernel
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("exclude", [False, True])
+def test_running_lists_hold_the_true_top_k(noisy_case: Any, k: int, exclude: bool) -> None:
+    """k ≤ LIST_K: the lists the kernel keeps while it scores hold each query's true top k (brute force, the
+    excluded row left out), positions ascending within a query, about as many as the selection after the
+    maxima keeps (both cut at 2β below a real score)."""
+    E, Q = noisy_case
+    assert k <= fused.LIST_K
+    packed = fused_index(E)._packed_rows(k)
+    assert packed is not None
+    Qt = torch.from_numpy(Q)
+    ex = torch.from_numpy(np.random.default_rng(7121).integers(0, len(E), len(Q))) if exclude else None
+    found = _list_candidates(packed, Qt, k, ex)
+    assert found is not None
+    rows, pos = found
+    assert torch.equal(rows, torch.sort(rows, stable=True).values)
+    same_row = rows[1:] == rows[:-1]
+    assert bool((pos[1:][same_row] > pos[:-1][same_row]).all())
+    D = ((Q.astype(np.float64)[:, None, :] - E.astype(np.float64)[None]) ** 2).sum(-1)
+    if ex is not None:
+        assert not bool((pos == ex[rows]).any())
+        D[np.arange(len(Q)), ex.numpy()] = np.inf
+    top = np.argsort(D, axis=1, kind="stable")[:, :k]
+    kept = set(zip(rows.tolist(), pos.tolist(), strict=True))
+    assert all((i, int(c)) in kept for i in range(len(Q)) for c in top[i])
+    q_rows, q_tiles, bound = fused._prepare(packed, Qt)
+    M = fused.block_maxima(packed, q_tiles, 2, ex)[: len(Q)]
+    selected = fused._select(packed, M, None, bound, ex, k, q_rows, 1 << 18, 2)
+    assert selected is not None
+    assert abs(rows.numel() - selected[0].numel()) <= 0.01 * selected[0].numel()
+
+
+@needs_kernel
+def test_full_running_lists_fall_back_to_the_selection() -> None:
+    """A list that outgrows its room (a cluster of 1,000 rows within 1e-4 of the queries) is dropped: the
+    candidates come from the block maxima and the selection instead, and the search still gives brute force's
+    answer."""
+    rng = np.random.default_rng(7122)
+    d = 32
+    base = rng.standard_normal(d)
+    E = np.concatenate([base + 1e-4 * rng.standard_normal((1000, d)), rng.standard_normal((1000, d))]).astype(F32)
+    Q = torch.from_numpy((base + 1e-4 * rng.standard_normal((20, d))).astype(F32))
+    packed = fused_index(E)._packed_rows(1)
+    assert packed is not None
+    assert _list_candidates(packed, Q, 1) is None
+    rows, pos, _ = fused.fused_candidates(packed, Q, 1)
+    q_rows, q_tiles, bound = fused._prepare(packed, Q)
+    M = fused.block_maxima(packed, q_tiles, 1)[: len(Q)]
+    selected = fused._select(packed, M, None, bound, None, 1, q_rows, 1 << 18, 1)
+    assert selected is not None
+    assert torch.equal(rows, selected[0]) and torch.equal(pos, selected[1])
+    assert np.array_equal(search(E, Q.numpy(), 1)[:, 0], brute64(Q.numpy(), E)[:, 0])
+
+
+@needs_kernel
+def test_mutation_lists_without_margin_are_caught(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: running lists cut at their k-th largest maximum itself (β = 0 in the lists only, the
+    selection keeps its β) lose true nearest rows, so the brute-force tests would fail."""
+    E, Q = noisy_case
+    real = fused.RunningLists.empty
+
+    def no_margin(bound: torch.Tensor, rows: int, k: int) -> fused.RunningLists:
+        return real(torch.zeros_like(bound), rows, k)
+
+    monkeypatch.setattr(fused.RunningLists, "empty", staticmethod(no_margin))
+    try:
+        wrong = int((search(E, Q, 1)[:, 0] != brute64(Q, E)[:, 0]).sum())
+    except AssertionError as err:
+        assert "fewer candidates than k" in str(err)
+        wrong = -1
+    assert wrong != 0
 
 
 @needs_kernel

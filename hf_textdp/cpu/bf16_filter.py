@@ -50,6 +50,9 @@ _MIN_TILES_PER_THREAD = 4
 _MIN_QUERIES_PER_PART = 64
 #: the kernel's second cut applies for k up to this (kernels/bf16_filter.c, MAX_REFINE)
 MAX_REFINE = 16
+#: the largest k whose candidates the kernel lists while it scores (fused_candidates: nearest and top2); a list
+#: holds NB·(k + 2) positions, so larger k (the rank's neighbour tables) select after the maxima
+LIST_K = 2
 
 
 @functools.cache
@@ -59,8 +62,8 @@ def _lib() -> Any:
     if lib is None or lib.bf16_filter_tile() <= 0:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int64
-    # q, e, init, exclude, K2, blocks, t0, t1, pass, threads, out
-    lib.block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, i, p]
+    # q, e, init, exclude, K2, blocks, t0, t1, pass, threads, beta, k, cap, top, lim, cnt, pos, score, out
+    lib.block_maxima.argtypes = [p, p, p, p, i, i, i, i, i, i, p, i, i, p, p, p, p, p, p]
     lib.block_maxima.restype = None
     lib.block_scores.argtypes = [p, p, p, p, p, i, i, i, p]
     lib.block_scores.restype = None
@@ -68,6 +71,8 @@ def _lib() -> Any:
     lib.select_candidates.restype = None
     lib.prepare_queries.argtypes = [p, i, i, i, i, p, p, p, p]
     lib.prepare_queries.restype = None
+    lib.list_candidates.argtypes = [i, i, i, p, p, p, p, p, p, p]
+    lib.list_candidates.restype = i
     return lib
 
 
@@ -203,13 +208,66 @@ def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return q_rows, q_tiles, bound
 
 
+def _cut(kth: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """The fp32 threshold 2β below the scores ``kth`` (each the Ã of a real position) of :func:`fused_candidates`:
+    the same float64 steps and rounding up as the kernel's ``cut_below``."""
+    thr = kth.double() - 2.0 * bound
+    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
+    return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
+
+
 def _threshold(M: torch.Tensor, bound: torch.Tensor, k: int) -> torch.Tensor:
     """The candidates' fp32 threshold of :func:`fused_candidates` from the block maxima ``M`` (for k ≤ MAX_REFINE
     the selection kernel takes the same steps itself, from each row's k-th largest maximum)."""
-    kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
-    thr = kth - 2.0 * bound
-    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
-    return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
+    return _cut(M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1), bound)
+
+
+@dataclasses.dataclass
+class RunningLists:
+    """Each query's candidate list, kept by :func:`block_lists` while the scores are in registers
+    (``kernels/bf16_filter.c``, ``Lists``): ``top`` its k largest block maxima so far, ``lim`` the threshold
+    2β below the k-th of them, ``cnt`` how many positions (−1: more than ``cap``, dropped), ``pos`` and
+    ``score`` them (fp32 Ã, in position order)."""
+
+    beta: torch.Tensor
+    top: torch.Tensor
+    lim: torch.Tensor
+    cnt: torch.Tensor
+    pos: torch.Tensor
+    score: torch.Tensor
+
+    @classmethod
+    def empty(cls, bound: torch.Tensor, rows: int, k: int) -> RunningLists:
+        """Room for the lists of ``rows`` queries (tile padding included) with bounds ``bound``: the positions of
+        k blocks and two more each (the kernel empties them)."""
+        cap = NB * (k + 2)
+        beta = torch.zeros(rows, dtype=torch.float64)
+        beta[: bound.numel()] = bound
+        return cls(
+            beta=beta,
+            top=torch.empty((rows, k), dtype=torch.float32),
+            lim=torch.empty(rows, dtype=torch.float32),
+            cnt=torch.empty(rows, dtype=torch.int32),
+            pos=torch.empty((rows, cap), dtype=torch.int32),
+            score=torch.empty((rows, cap), dtype=torch.float32),
+        )
+
+    def args(self) -> list[Any]:
+        """The kernel's arguments beta … score."""
+        k, cap = self.top.shape[1], self.pos.shape[1]
+        t = (self.top, self.lim, self.cnt, self.pos, self.score)
+        return [self.beta.data_ptr(), k, cap, *(x.data_ptr() for x in t)]
+
+    def candidates(self, B: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(query rows, positions) of the first ``B`` queries: their listed positions that reach the final
+        threshold, then the second cut of :func:`fused_candidates`; ``None`` if a list was dropped."""
+        cap = self.pos.shape[1]
+        rows, pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
+        n = _lib().list_candidates(
+            B, self.top.shape[1], cap, self.top.data_ptr(), self.beta.data_ptr(), self.cnt.data_ptr(),
+            self.pos.data_ptr(), self.score.data_ptr(), rows.data_ptr(), pos.data_ptr(),
+        )  # fmt: skip
+        return None if n < 0 else (rows[:n], pos[:n])
 
 
 def _select(
@@ -254,9 +312,23 @@ def block_maxima(
 ) -> torch.Tensor:
     """``[tiles·tile, blocks]`` fp32: each query's largest Ã over each block of NB positions (without the
     position ``exclude[i]`` of query i, where given; −1: none)."""
+    out = torch.empty((q_tiles.shape[0] * _tile(), packed.blocks), dtype=torch.float32)
+    _run_kernel(packed, q_tiles, threads, exclude, [None, 0, 0, None, None, None, None, None], out.data_ptr())
+    return out
+
+
+def block_lists(
+    packed: PackedRows, q_tiles: torch.Tensor, threads: int, lists: RunningLists, exclude: torch.Tensor | None = None
+) -> None:
+    """The kernel of :func:`block_maxima` keeping each query's candidate list in ``lists`` instead of maxima."""
+    _run_kernel(packed, q_tiles, threads, exclude, lists.args(), None)
+
+
+def _run_kernel(
+    packed: PackedRows, q_tiles: torch.Tensor, threads: int, exclude: torch.Tensor | None, lists: list[Any], out: Any
+) -> None:
     lib, tile = _lib(), _tile()
     tiles = q_tiles.shape[0]
-    out = torch.empty((tiles * tile, packed.blocks), dtype=torch.float32)
     ex = None
     if exclude is not None:
         ex = torch.full((tiles * tile,), -1, dtype=torch.int64)
@@ -268,11 +340,10 @@ def block_maxima(
     def run(t0: int, t1: int, team: int) -> None:
         lib.block_maxima(
             q_tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), ex_ptr, packed.K2, packed.blocks,
-            t0, t1, per_pass, team, out.data_ptr(),
+            t0, t1, per_pass, team, *lists, out,
         )  # fmt: skip
 
     run_team(run, tiles, parts, openmp=bool(lib.bf16_filter_openmp()))  # torch's OpenMP threads, or Python threads
-    return out
 
 
 def block_scores(packed: PackedRows, q_rows: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
@@ -302,10 +373,24 @@ def fused_candidates(
     new scores (real positions too, k of them at least) gives a second threshold, often higher for k > 1
     (the k best positions share a block), which the kernel also applies (k ≤ 16). Needs at least k blocks
     and finite, moderate queries (the caller's range check).
+
+    For k ≤ :data:`LIST_K` the kernel keeps these candidates itself, while each block's scores are still in
+    registers (:class:`RunningLists`): a query's running k-th largest maximum only grows towards the final
+    one, so a position that reaches the final threshold reached the running one when its block went by and
+    is in the list; the final cuts then apply to the listed scores. No block is scored twice and no maxima are
+    written. A list that outgrows its room (clusters of near-duplicate rows) sends the call the other way.
     """
     B = Q.shape[0]
     q_rows, q_tiles, bound = _prepare(packed, Q)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
+    if k <= LIST_K:
+        lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
+        block_lists(packed, q_tiles, threads, lists, ex)
+        found = lists.candidates(B)
+        if found is not None:
+            rows, pos = found
+            return rows, pos, torch.bincount(rows, minlength=B)
+    # larger k, or a list dropped (clusters of near-duplicate rows): the block maxima, then the selection
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
     lim = None if k <= MAX_REFINE else _threshold(M, bound, k)  # k ≤ MAX_REFINE: in the kernel
     found = _select(packed, M, lim, bound, ex, k, q_rows, max(1024, 8 * B * k), threads)

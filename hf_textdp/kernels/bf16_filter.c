@@ -5,8 +5,9 @@
  * in fp32 and adds it to an fp32 accumulator (round to nearest even, denormals flushed), so A_c is a sum
  * of d + 1 exact terms in fp32, in some order: the setting of the bound in bf16_filter.py, which holds
  * for every order and every summation tree. Positions come in blocks of NB = 32 consecutive ones;
- * block_maxima writes each (query, block) maximum without storing the scores, block_scores recomputes
- * the NB scores of chosen (query, block) pairs.
+ * block_maxima writes each (query, block) maximum without storing the scores and, when asked, keeps each
+ * query's running candidate list (the positions within 2 beta of its running k-th largest maximum) while the
+ * scores are still in registers; block_scores recomputes the NB scores of chosen (query, block) pairs.
  *
  * Operands are 32-bit words holding two bf16 numbers (coordinates 2k and 2k + 1): queries as
  * q[tile][k][MR] (MR queries per tile), rows as e[block][k][NB]; K2 words per vector.
@@ -43,7 +44,18 @@ int bf16_filter_openmp(void) {
         a##r##0 = _mm512_dpbf16_ps(a##r##0, b, e0);                                                    \
         a##r##1 = _mm512_dpbf16_ps(a##r##1, b, e1);                                                    \
     }
-#define STORE(r) o[(r) * blocks] = block_max(a##r##0, a##r##1, ex ? ex[t * MR + (r)] - b * NB : -1);
+#define EXCL(r) (ex ? ex[t * MR + (r)] - b * NB : -1)
+#define STORE(r) o[(r) * blocks] = block_max(a##r##0, a##r##1, EXCL(r));
+/* bit r of need: whether a score of query r reaches its list's threshold (excluded position included) */
+#define GATE(r)                                                                                        \
+    need |= (uint32_t)(_mm512_cmp_ps_mask(_mm512_max_ps(a##r##0, a##r##1), _mm512_set1_ps(L->lim[t * MR + (r)]), \
+                                          _CMP_GE_OQ) != 0)                                            \
+            << (r);
+#define SAVE(r)                                                                                        \
+    if (need >> (r) & 1u) {                                                                            \
+        _mm512_storeu_ps(sc + (r) * NB, a##r##0);                                                      \
+        _mm512_storeu_ps(sc + (r) * NB + 16, a##r##1);                                                 \
+    }
 #define ALL(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
 
 /* The largest of the block's NB scores (two vectors), leaving out position c of the block if 0 <= c < NB. */
@@ -58,38 +70,176 @@ static inline float block_max(__m512 x0, __m512 x1, int64_t c) {
     return _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
 }
 
-/* out[t * MR + r][b] = max of the NB scores of block b for query r of tile t, for tiles t0 .. t1 - 1, without
- * the position ex[t * MR + r] when ex is given (-1: none). Tiles go in passes of `pass` tiles (their queries
- * stay in cache while every block goes by). */
-static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
-                         int64_t blocks, int64_t t0, int64_t t1, int64_t pass, float *out) {
-    for (int64_t tb = t0; tb < t1; tb += pass) {
-        const int64_t te = tb + pass < t1 ? tb + pass : t1;
-        for (int64_t b = 0; b < blocks; b++) {
-            const uint32_t *eb = e + b * K2 * NB;
-            const float *ib = init + b * NB;
-            for (int64_t t = tb; t < te; t++) {
-                const uint32_t *qt = q + t * K2 * MR;
-                ALL(DECL)
-                for (int64_t k = 0; k < K2; k++) {
-                    const __m512bh e0 = (__m512bh)_mm512_loadu_si512(eb + k * NB);
-                    const __m512bh e1 = (__m512bh)_mm512_loadu_si512(eb + k * NB + 16);
-                    const uint32_t *qk = qt + k * MR;
-                    ALL(STEP)
-                }
-                float *o = out + t * MR * blocks + b;
-                ALL(STORE)
-            }
+/* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
+static inline float round_up_float(double x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {(float)x};
+    if ((double)v.f >= x)
+        return v.f;
+    if (v.f == 0.0f)
+        return 0x1p-149f;
+    v.u = v.f > 0.0f ? v.u + 1 : v.u - 1; /* the next float up (from -inf: -FLT_MAX) */
+    return v.f;
+}
+
+/* The fp32 threshold 2 beta below a score M that is the Ã of a real position (cpu/bf16_filter.py, _threshold):
+ * thr = M - 2 beta, lowered by 2^-40 (|thr| + beta) for its own float64 rounding, then rounded up to fp32
+ * (for an fp32 score x: x >= thr exactly when x >= the result). */
+static inline float cut_below(float M, double beta) {
+    double thr = (double)M - 2.0 * beta;
+    thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta);
+    return round_up_float(thr);
+}
+
+/* Each query q's running candidate list (cpu/bf16_filter.py, fused_candidates): top[q][0 .. k) the k largest
+ * block maxima so far (repeats counted; -inf while fewer), lim[q] = cut_below(top[q][k - 1], beta[q]) (-FLT_MAX
+ * while fewer than k), and the positions of the blocks so far whose score reaches lim[q] when their block
+ * goes by: cnt[q] of them in pos[q][0 .. cap) with their scores in score[q][..] (-1: more than cap, the list is
+ * dropped). The final k-th largest maximum is at least every earlier one, so every position that reaches the
+ * final threshold is in the list. */
+typedef struct {
+    const double *beta;
+    int64_t k, cap;
+    float *top, *lim, *score;
+    int32_t *cnt, *pos;
+} Lists;
+
+/* Take block b's scores x0, x1 (without position c of the block if 0 <= c < NB; maximum m >= lim[q]) into
+ * query q's list: m into its top k, then the positions that reach the (new) lim[q], after dropping those of
+ * the list below it when it is full. */
+static inline void add_block(const Lists *L, int64_t q, int64_t b, __m512 x0, __m512 x1, int64_t c, float m) {
+    const int64_t k = L->k;
+    float *top = L->top + q * k;
+    if (m > top[k - 1]) {
+        int64_t i = k - 1;
+        while (i > 0 && top[i - 1] < m) {
+            top[i] = top[i - 1];
+            i--;
         }
+        top[i] = m;
+        if (top[k - 1] > -__builtin_inff())
+            L->lim[q] = cut_below(top[k - 1], L->beta[q]);
+    }
+    int32_t n = L->cnt[q];
+    if (n < 0)
+        return;
+    const __m512 l = _mm512_set1_ps(L->lim[q]);
+    __mmask16 k0 = _mm512_cmp_ps_mask(x0, l, _CMP_GE_OQ), k1 = _mm512_cmp_ps_mask(x1, l, _CMP_GE_OQ);
+    if (c >= 0 && c < 16)
+        k0 &= (__mmask16)~(1u << c);
+    else if (c >= 16 && c < NB)
+        k1 &= (__mmask16)~(1u << (c - 16));
+    const int n0 = __builtin_popcount(k0), n1 = __builtin_popcount(k1);
+    float *s = L->score + q * L->cap;
+    int32_t *p = L->pos + q * L->cap;
+    if (n + n0 + n1 > L->cap) {
+        const float lq = L->lim[q];
+        int32_t w = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (s[i] >= lq) {
+                s[w] = s[i];
+                p[w] = p[i];
+                w++;
+            }
+        n = w;
+        if (n + n0 + n1 > L->cap) {
+            L->cnt[q] = -1;
+            return;
+        }
+    }
+    const __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b * NB)),
+                                        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    _mm512_mask_storeu_ps(s + n, (__mmask16)((1u << n0) - 1), _mm512_maskz_compress_ps(k0, x0));
+    _mm512_mask_storeu_epi32(p + n, (__mmask16)((1u << n0) - 1), _mm512_maskz_compress_epi32(k0, at));
+    n += n0;
+    _mm512_mask_storeu_ps(s + n, (__mmask16)((1u << n1) - 1), _mm512_maskz_compress_ps(k1, x1));
+    _mm512_mask_storeu_epi32(p + n, (__mmask16)((1u << n1) - 1),
+                             _mm512_maskz_compress_epi32(k1, _mm512_add_epi32(at, _mm512_set1_epi32(16))));
+    L->cnt[q] = n + n1;
+}
+
+/* The block into the lists of the tile's queries r with bit r of need set whose maximum (without the excluded
+ * position) reaches the threshold: their scores are sc[r][0 .. NB) (stored so that no accumulator is live
+ * across the call). */
+static __attribute__((noinline)) void add_blocks(const Lists *L, const int64_t *ex, int64_t t, int64_t b,
+                                                 const float *sc, uint32_t need) {
+    for (; need; need &= need - 1) {
+        const int r = __builtin_ctz(need);
+        const int64_t q = t * MR + r, c = ex ? ex[q] - b * NB : -1;
+        const __m512 x0 = _mm512_loadu_ps(sc + r * NB), x1 = _mm512_loadu_ps(sc + r * NB + 16);
+        const float m = block_max(x0, x1, c);
+        if (m >= L->lim[q])
+            add_block(L, q, b, x0, x1, c, m);
+    }
+}
+
+/* The blocks that reach the thresholds into the lists (the maxima are not needed otherwise). */
+#define LIST_ALL                                                                                       \
+    {                                                                                                  \
+        uint32_t need = 0;                                                                             \
+        ALL(GATE)                                                                                      \
+        if (need) {                                                                                    \
+            float sc[MR * NB];                                                                         \
+            ALL(SAVE)                                                                                  \
+            add_blocks(L, ex, t, b, sc, need);                                                         \
+        }                                                                                              \
+    }
+#define STORE_ALL ALL(STORE)
+
+/* For tiles t0 .. t1 - 1: each block's scores of the tile's queries (DECL, STEP), then FINISH for the tile.
+ * Tiles go in passes of `pass` tiles (their queries stay in cache while every block goes by). */
+#define TILES(FINISH)                                                                                  \
+    for (int64_t tb = t0; tb < t1; tb += pass) {                                                       \
+        const int64_t te = tb + pass < t1 ? tb + pass : t1;                                            \
+        for (int64_t b = 0; b < blocks; b++) {                                                         \
+            const uint32_t *eb = e + b * K2 * NB;                                                      \
+            const float *ib = init + b * NB;                                                           \
+            for (int64_t t = tb; t < te; t++) {                                                        \
+                const uint32_t *qt = q + t * K2 * MR;                                                  \
+                ALL(DECL)                                                                              \
+                for (int64_t k = 0; k < K2; k++) {                                                     \
+                    const __m512bh e0 = (__m512bh)_mm512_loadu_si512(eb + k * NB);                     \
+                    const __m512bh e1 = (__m512bh)_mm512_loadu_si512(eb + k * NB + 16);                \
+                    const uint32_t *qk = qt + k * MR;                                                  \
+                    ALL(STEP)                                                                          \
+                }                                                                                      \
+                float *o = out + t * MR * blocks + b;                                                  \
+                (void)o;                                                                               \
+                FINISH                                                                                 \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* out[t * MR + r][b] = max of the NB scores of block b for query r of tile t, for tiles t0 .. t1 - 1, without
+ * the position ex[t * MR + r] when ex is given (-1: none); with L, the lists instead (out not written). */
+static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
+                         int64_t blocks, int64_t t0, int64_t t1, int64_t pass, const Lists *L, float *out) {
+    if (L) {
+        for (int64_t i = t0 * MR; i < t1 * MR; i++) { /* empty lists */
+            for (int64_t j = 0; j < L->k; j++)
+                L->top[i * L->k + j] = -__builtin_inff();
+            L->lim[i] = -__FLT_MAX__;
+            L->cnt[i] = 0;
+        }
+        TILES(LIST_ALL)
+    } else {
+        TILES(STORE_ALL)
     }
 }
 
 /* maxima_range over tiles 0 .. tiles - 1, split between `threads` threads of the OpenMP team (the one
- * torch's intra-op pool uses when the library is built with -fopenmp: no second pool competes with it). */
+ * torch's intra-op pool uses when the library is built with -fopenmp: no second pool competes with it).
+ * With beta (not NULL) each query keeps its running candidate list instead (Lists: k, cap and the arrays of
+ * the tiles' queries, which start empty here) and out is not written. */
 void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
-                  int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, float *out) {
+                  int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, const double *beta, int64_t k,
+                  int64_t cap, float *top, float *lim, int32_t *cnt, int32_t *pos, float *score, float *out) {
     const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
     const int n = want > 1 ? (int)want : 1;
+    const Lists lists = {beta, k, cap, top, lim, score, cnt, pos};
+    const Lists *L = beta ? &lists : NULL;
 #pragma omp parallel num_threads(n) if (n > 1)
     {
 #ifdef _OPENMP
@@ -97,7 +247,7 @@ void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, const
 #else
         const int64_t p = 0, m = 1;
 #endif
-        maxima_range(q, e, init, ex, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
+        maxima_range(q, e, init, ex, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, L, out);
     }
 }
 
@@ -173,27 +323,39 @@ static inline float row_kth(const float *m, int64_t n, int64_t k) {
     return top[k - 1];
 }
 
-/* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
-static inline float round_up_float(double x) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {(float)x};
-    if ((double)v.f >= x)
-        return v.f;
-    if (v.f == 0.0f)
-        return 0x1p-149f;
-    v.u = v.f > 0.0f ? v.u + 1 : v.u - 1; /* the next float up (from -inf: -FLT_MAX) */
-    return v.f;
-}
-
-/* The fp32 threshold 2 beta below a score M that is the Ã of a real position (cpu/bf16_filter.py, _threshold):
- * thr = M - 2 beta, lowered by 2^-40 (|thr| + beta) for its own float64 rounding, then rounded up to fp32
- * (for an fp32 score x: x >= thr exactly when x >= the result). */
-static inline float cut_below(float M, double beta) {
-    double thr = (double)M - 2.0 * beta;
-    thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta);
-    return round_up_float(thr);
+/* The candidates of the lists of queries 0 .. B - 1 (block_maxima's Lists; cpu/bf16_filter.py, fused_candidates):
+ * each query's listed positions whose score reaches cut_below of its k-th largest block maximum, then, for
+ * k <= MAX_REFINE, those that reach cut_below of the k-th largest of their scores too, appended as (query,
+ * position) to rows and out in order. Returns how many, or -1 if a list was dropped. */
+int64_t list_candidates(int64_t B, int64_t k, int64_t cap, const float *top, const double *beta, const int32_t *cnt,
+                        const int32_t *pos, const float *score, int64_t *rows, int64_t *out) {
+    int64_t n = 0;
+    for (int64_t b = 0; b < B; b++) {
+        if (cnt[b] < 0)
+            return -1;
+        const float *s = score + b * cap;
+        const int32_t *p = pos + b * cap;
+        const float kth = top[b * k + k - 1];
+        float l = kth > -__builtin_inff() ? cut_below(kth, beta[b]) : -__FLT_MAX__;
+        if (k <= MAX_REFINE) {
+            float best[MAX_REFINE];
+            int64_t have = 0;
+            for (int32_t i = 0; i < cnt[b]; i++)
+                if (s[i] >= l)
+                    keep_largest(best, &have, k, s[i]);
+            if (have == k) {
+                const float l2 = cut_below(best[k - 1], beta[b]);
+                l = l2 > l ? l2 : l;
+            }
+        }
+        for (int32_t i = 0; i < cnt[b]; i++)
+            if (s[i] >= l) {
+                rows[n] = b;
+                out[n] = p[i];
+                n++;
+            }
+    }
+    return n;
 }
 
 /* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k <= MAX_REFINE: the threshold
