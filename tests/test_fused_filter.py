@@ -374,7 +374,7 @@ def test_candidates_same_for_every_thread_split(noisy_case: Any, k: int, monkeyp
 
 
 def _list_candidates(packed: fused.PackedRows, Q: torch.Tensor, k: int, ex: torch.Tensor | None = None) -> Any:
-    """The running lists' candidates of ``Q`` (``None``: a list was dropped)."""
+    """The running lists' candidates of ``Q``: (query rows, positions, queries whose list was dropped)."""
     _, q_tiles, bound = fused._prepare(packed, Q)
     lists = fused.RunningLists.empty(bound, q_tiles.shape[0] * fused._tile(), k)
     fused.block_lists(packed, q_tiles, 2, lists, ex)
@@ -394,9 +394,8 @@ def test_running_lists_hold_the_true_top_k(noisy_case: Any, k: int, exclude: boo
     assert packed is not None
     Qt = torch.from_numpy(Q)
     ex = torch.from_numpy(np.random.default_rng(7121).integers(0, len(E), len(Q))) if exclude else None
-    found = _list_candidates(packed, Qt, k, ex)
-    assert found is not None
-    rows, pos = found
+    rows, pos, dropped = _list_candidates(packed, Qt, k, ex)
+    assert dropped.numel() == 0
     assert torch.equal(rows, torch.sort(rows, stable=True).values)
     same_row = rows[1:] == rows[:-1]
     assert bool((pos[1:][same_row] > pos[:-1][same_row]).all())
@@ -416,23 +415,27 @@ def test_running_lists_hold_the_true_top_k(noisy_case: Any, k: int, exclude: boo
 
 @needs_kernel
 def test_full_running_lists_fall_back_to_the_selection() -> None:
-    """A list that outgrows its room (a cluster of 1,000 rows within 1e-4 of the queries) is dropped: the
-    candidates come from the block maxima and the selection instead, and the search still gives brute force's
-    answer."""
+    """A list that outgrows its room (queries within 1e-4 of a cluster of 1,000 rows) is dropped: those queries
+    alone take the block maxima and the selection, in their place among the others (queries in order), and the
+    search still gives brute force's answer. The cluster comes after the other rows, so the other queries'
+    running maxima are far above it when it goes by and their lists stay small."""
     rng = np.random.default_rng(7122)
     d = 32
     base = rng.standard_normal(d)
-    E = np.concatenate([base + 1e-4 * rng.standard_normal((1000, d)), rng.standard_normal((1000, d))]).astype(F32)
-    Q = torch.from_numpy((base + 1e-4 * rng.standard_normal((20, d))).astype(F32))
+    E = np.concatenate([rng.standard_normal((1000, d)), base + 1e-4 * rng.standard_normal((1000, d))]).astype(F32)
+    near = (base + 1e-4 * rng.standard_normal((20, d))).astype(F32)
+    Q = torch.from_numpy(rng.standard_normal((40, d)).astype(F32))
+    Q[1::2] = torch.from_numpy(near)  # odd queries in the cluster
     packed = fused_index(E)._packed_rows(1)
     assert packed is not None
-    assert _list_candidates(packed, Q, 1) is None
-    rows, pos, _ = fused.fused_candidates(packed, Q, 1)
-    q_rows, q_tiles, bound = fused._prepare(packed, Q)
-    M = fused.block_maxima(packed, q_tiles, 1)[: len(Q)]
-    selected = fused._select(packed, M, None, bound, None, 1, q_rows, 1 << 18, 1)
-    assert selected is not None
-    assert torch.equal(rows, selected[0]) and torch.equal(pos, selected[1])
+    _, _, dropped = _list_candidates(packed, Q, 1)
+    assert torch.equal(dropped, torch.arange(1, 40, 2))
+    rows, pos, counts = fused.fused_candidates(packed, Q, 1)
+    assert torch.equal(rows, torch.sort(rows, stable=True).values)
+    sub_rows, sub_pos = fused._selected(packed, Q[1::2], 1, 1, None)
+    odd = rows % 2 == 1
+    assert torch.equal(rows[odd], 2 * sub_rows + 1) and torch.equal(pos[odd], sub_pos)
+    assert int(counts[1::2].min()) > 32 * 3  # more than a list holds
     assert np.array_equal(search(E, Q.numpy(), 1)[:, 0], brute64(Q.numpy(), E)[:, 0])
 
 

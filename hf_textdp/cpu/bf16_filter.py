@@ -258,16 +258,17 @@ class RunningLists:
         t = (self.top, self.lim, self.cnt, self.pos, self.score)
         return [self.beta.data_ptr(), k, cap, *(x.data_ptr() for x in t)]
 
-    def candidates(self, B: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def candidates(self, B: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(query rows, positions) of the first ``B`` queries: their listed positions that reach the final
-        threshold, then the second cut of :func:`fused_candidates`; ``None`` if a list was dropped."""
+        threshold, then the second cut of :func:`fused_candidates`; and the queries whose list was dropped
+        (none of their positions are among the first two)."""
         cap = self.pos.shape[1]
         rows, pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
         n = _lib().list_candidates(
             B, self.top.shape[1], cap, self.top.data_ptr(), self.beta.data_ptr(), self.cnt.data_ptr(),
             self.pos.data_ptr(), self.score.data_ptr(), rows.data_ptr(), pos.data_ptr(),
         )  # fmt: skip
-        return None if n < 0 else (rows[:n], pos[:n])
+        return rows[:n], pos[:n], torch.nonzero(self.cnt[:B] < 0).squeeze(1)
 
 
 def _select(
@@ -378,34 +379,47 @@ def fused_candidates(
     registers (:class:`RunningLists`): a query's running k-th largest maximum only grows towards the final
     one, so a position that reaches the final threshold reached the running one when its block went by and
     is in the list; the final cuts then apply to the listed scores. No block is scored twice and no maxima are
-    written. A list that outgrows its room (clusters of near-duplicate rows) sends the call the other way.
+    written. A query whose list outgrows its room (more than NB·(k + 2) positions within 2β of its running
+    maximum: a cluster of near-duplicate rows ahead of its best rows) goes the other way, alone.
     """
     B = Q.shape[0]
-    q_rows, q_tiles, bound = _prepare(packed, Q)
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
-    if k <= LIST_K:
+    if k > LIST_K:
+        rows, pos = _selected(packed, Q, k, threads, ex)
+    else:
+        _, q_tiles, bound = _prepare(packed, Q)
         lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
         block_lists(packed, q_tiles, threads, lists, ex)
-        found = lists.candidates(B)
-        if found is not None:
-            rows, pos = found
-            return rows, pos, torch.bincount(rows, minlength=B)
-    # larger k, or a list dropped (clusters of near-duplicate rows): the block maxima, then the selection
+        rows, pos, dropped = lists.candidates(B)
+        if dropped.numel():  # lists that outgrew their room (clusters of near-duplicate rows)
+            r2, p2 = _selected(packed, Q[dropped], k, threads, None if ex is None else ex[dropped])
+            rows, pos = torch.cat([rows, dropped[r2]]), torch.cat([pos, p2])
+            order = torch.sort(rows, stable=True).indices  # queries in order, each one's positions as they were
+            rows, pos = rows[order], pos[order]
+    return rows, pos, torch.bincount(rows, minlength=B)
+
+
+def _selected(
+    packed: PackedRows, Q: torch.Tensor, k: int, threads: int, ex: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query rows, positions) of :func:`fused_candidates` from the block maxima and the selection after them."""
+    B = Q.shape[0]
+    q_rows, q_tiles, bound = _prepare(packed, Q)
     M = block_maxima(packed, q_tiles, threads, ex)[:B]
     lim = None if k <= MAX_REFINE else _threshold(M, bound, k)  # k ≤ MAX_REFINE: in the kernel
     found = _select(packed, M, lim, bound, ex, k, q_rows, max(1024, 8 * B * k), threads)
     if found is not None:
-        rows, pos = found
-    else:  # more candidates than cap (clusters of near-duplicate rows): the same selection in tensor operations
-        lim_t = _threshold(M, bound, k) if lim is None else lim
-        hr, hb = torch.nonzero(M >= lim_t[:, None], as_tuple=True)
-        S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
-        hit, j = torch.nonzero(S >= lim_t[hr][:, None], as_tuple=True)
-        rows, pos = hr[hit], hb[hit] * NB + j
-        if ex is not None:
-            keep = pos != ex[rows]
-            rows, pos = rows[keep], pos[keep]
-    return rows, pos, torch.bincount(rows, minlength=B)
+        return found
+    # more candidates than cap (clusters of near-duplicate rows): the same selection in tensor operations
+    lim_t = _threshold(M, bound, k) if lim is None else lim
+    hr, hb = torch.nonzero(M >= lim_t[:, None], as_tuple=True)
+    S = block_scores(packed, q_rows.view(torch.int32), hr, hb)
+    hit, j = torch.nonzero(S >= lim_t[hr][:, None], as_tuple=True)
+    rows, pos = hr[hit], hb[hit] * NB + j
+    if ex is not None:
+        keep = pos != ex[rows]
+        rows, pos = rows[keep], pos[keep]
+    return rows, pos
 
 
 def _model_holds() -> bool:

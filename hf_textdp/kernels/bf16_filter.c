@@ -326,13 +326,14 @@ static inline float row_kth(const float *m, int64_t n, int64_t k) {
 /* The candidates of the lists of queries 0 .. B - 1 (block_maxima's Lists; cpu/bf16_filter.py, fused_candidates):
  * each query's listed positions whose score reaches cut_below of its k-th largest block maximum, then, for
  * k <= MAX_REFINE, those that reach cut_below of the k-th largest of their scores too, appended as (query,
- * position) to rows and out in order. Returns how many, or -1 if a list was dropped. */
+ * position) to rows and out in order. Queries whose list was dropped have none (the caller takes them
+ * another way). Returns how many. */
 int64_t list_candidates(int64_t B, int64_t k, int64_t cap, const float *top, const double *beta, const int32_t *cnt,
                         const int32_t *pos, const float *score, int64_t *rows, int64_t *out) {
     int64_t n = 0;
     for (int64_t b = 0; b < B; b++) {
         if (cnt[b] < 0)
-            return -1;
+            continue;
         const float *s = score + b * cap;
         const int32_t *p = pos + b * cap;
         const float kth = top[b * k + k - 1];
