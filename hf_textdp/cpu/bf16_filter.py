@@ -3,8 +3,9 @@
 :class:`~hf_textdp.search.ExactIndex`'s bf16 filter forms a ``[queries, positions]`` tile of bf16 scores with
 oneDNN, then reads it again for the block maxima. This one computes the scores in registers and keeps
 only each block's maximum (blocks of :data:`NB` consecutive positions), so no tile of scores is written or
-read; the few blocks that can hold a winner are scored again for their candidates. The answer is the
-same exact one: the filter only proposes candidates, which float64 verification decides.
+read; the few blocks that can hold a winner are scored again for their candidates. For k ≤ :data:`LIST_K`
+it keeps each query's candidates itself instead (:class:`RunningLists`). The answer is the same exact one:
+the filter only proposes candidates, which float64 verification decides.
 
 Scores (docs/mechanisms/space.md §5.3, "The fused bf16 filter"). With q̂ = bf16(q), ê_c = bf16(e_c) (round to
 nearest) and ν̃_c = fp32(ν64_c), ν64_c the float64 ‖e_c‖²/2, the kernel's score is
@@ -53,6 +54,8 @@ MAX_REFINE = 16
 #: the largest k whose candidates the kernel lists while it scores (fused_candidates: nearest and top2); a list
 #: holds NB·(k + 2) positions, so larger k (the rank's neighbour tables) select after the maxima
 LIST_K = 2
+#: the kernel's list arguments (beta … score) when it writes block maxima instead
+_NO_LISTS = [None, 0, 0, None, None, None, None, None]
 
 
 @functools.cache
@@ -314,7 +317,7 @@ def block_maxima(
     """``[tiles·tile, blocks]`` fp32: each query's largest Ã over each block of NB positions (without the
     position ``exclude[i]`` of query i, where given; −1: none)."""
     out = torch.empty((q_tiles.shape[0] * _tile(), packed.blocks), dtype=torch.float32)
-    _run_kernel(packed, q_tiles, threads, exclude, [None, 0, 0, None, None, None, None, None], out.data_ptr())
+    _run_kernel(packed, q_tiles, threads, exclude, _NO_LISTS, out.data_ptr())
     return out
 
 
