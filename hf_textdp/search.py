@@ -493,7 +493,7 @@ class ExactIndex:
         use_bf16 = self._use_bf16(k)
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
         if query_block is None and use_bf16 and self._packed_rows(k) is not None:
-            qb = FUSED_CPU_QUERIES  # the fused filter keeps no tile of scores, only [queries, V/32] maxima
+            qb = FUSED_CPU_QUERIES  # no tile of scores: lists (k ≤ 2) or [queries, V/32] maxima
         # The work around the products is many medium-sized passes; on a CPU whose cores are shared
         # with other processes each multi-threaded pass can wait a scheduler slice for its second
         # thread, so they run on one thread and only the products use the pool (same results).
