@@ -118,9 +118,11 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_i
 #: needs many more rows than a CPU to reach its rate: it privatizes batches of tens of thousands of tokens)
 #: (on this 2-core AVX-512 BF16 EPYC every product ran faster at 1,024 rows than at 256 or 512: fp32 205 against
 #: 181, bf16 torch.mm 822 against 754, the fused kernel 1,010 against 899, int8 2,000 against 1,699 G/s; and a
-#: little faster again at 2,048, the CPU search's own query block: fp32 197-201 against 190-194, bf16 988-998
-#: against 978-989, int8 1,968 against 1,918-1,926 G/s)
-BOUND_ROWS = 2048
+#: little faster again at 2,048: fp32 197-201 against 190-194, bf16 988-998 against 978-989, int8 1,968 against
+#: 1,918-1,926 G/s; and at 4,096, the CPU search's own query block (search.FUSED_CPU_QUERIES), against 2,048:
+#: fp32 196 against 191, bf16 torch.mm 880 against 869, the fused kernel 998 against 981, int8 1,983 against
+#: 1,929 G/s)
+BOUND_ROWS = 4096
 BOUND_ROWS_CUDA = 16384
 #: ``text=`` value that asks for the packaged 30-row sample (a path to a file named so reads ``./sample``)
 SAMPLE_TEXT = "sample"

@@ -93,8 +93,9 @@ _BF16_MAX_MAGNITUDE = 2.0**60
 #: queries per launch of the fused GPU search (its buffers are O(queries · d))
 FUSED_QUERIES = 1 << 18
 #: queries per call of the fused CPU filter (its kernel ran 963 GFLOPS at 512, 984-993 at 1,024 and 985-1,007 at
-#: 2,048 on 2 cores; half the calls also halve the per-call work around it); the bench's bound uses as many rows
-FUSED_CPU_QUERIES = 2048
+#: 2,048 on 2 cores; with the running lists 998 at 4,096 against 981 at 2,048, and a pass of 4,000 MR rows took
+#: 2.081-2.090 s against 2.117-2.138 s, no faster at 8,192); the bench's bound uses as many rows
+FUSED_CPU_QUERIES = 4096
 #: flagged queries at most that the direct float64 distances resolve (each reads all rows once)
 _FEW_QUERIES = 64
 #: queries with ‖q‖R + R² above this are refused: fp32 scores would come within 2⁸ of overflow (2¹²⁸)
