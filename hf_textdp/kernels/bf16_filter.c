@@ -45,7 +45,7 @@ int bf16_filter_openmp(void) {
         a##r##1 = _mm512_dpbf16_ps(a##r##1, b, e1);                                                    \
     }
 #define EXCL(r) (ex ? ex[t * MR + (r)] - b * NB : -1)
-#define STORE(r) o[(r) * blocks] = block_max(a##r##0, a##r##1, EXCL(r));
+#define STORE(r) out[(t * MR + (r)) * blocks + b] = block_max(a##r##0, a##r##1, EXCL(r));
 /* bit r of need: whether a score of query r reaches its list's threshold (excluded position included) */
 #define GATE(r)                                                                                        \
     need |= (uint32_t)(_mm512_cmp_ps_mask(_mm512_max_ps(a##r##0, a##r##1), _mm512_set1_ps(L->lim[t * MR + (r)]), \
@@ -205,8 +205,6 @@ static __attribute__((noinline)) void add_blocks(const Lists *L, const int64_t *
                     const uint32_t *qk = qt + k * MR;                                                  \
                     ALL(STEP)                                                                          \
                 }                                                                                      \
-                float *o = out + t * MR * blocks + b;                                                  \
-                (void)o;                                                                               \
                 FINISH                                                                                 \
             }                                                                                          \
         }                                                                                              \
