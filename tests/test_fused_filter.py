@@ -440,6 +440,35 @@ def test_full_running_lists_fall_back_to_the_selection() -> None:
 
 
 @needs_kernel
+def test_rows_whose_lists_overflow_stop_being_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster of 1,000 near-duplicate rows ahead of the others overflows every query's list (each such query
+    pays the kernel twice): after 4,096 of them the index stops listing on these rows, and its answers stay
+    brute force's."""
+    rng = np.random.default_rng(7123)
+    d = 32
+    base = rng.standard_normal(d)
+    E = np.concatenate([base + 1e-4 * rng.standard_normal((1000, d)), rng.standard_normal((1000, d))]).astype(F32)
+    Q = rng.standard_normal((4200, d)).astype(F32)
+    idx = fused_index(E)
+    calls: list[int] = []
+    real = fused.block_lists
+
+    def counted(*a: Any, **kw: Any) -> None:
+        calls.append(1)
+        real(*a, **kw)
+
+    monkeypatch.setattr(fused, "block_lists", counted)
+    got = idx.search(torch.from_numpy(Q), 1).numpy()
+    packed = idx._packed_rows(1)
+    assert packed is not None and packed.listed[0] >= 4096 and 4 * packed.listed[1] > packed.listed[0]
+    assert not packed.lists_pay
+    n = len(calls)
+    assert np.array_equal(idx.search(torch.from_numpy(Q[:500]), 1).numpy()[:, 0], got[:500, 0])
+    assert len(calls) == n  # no more lists on these rows
+    assert np.array_equal(got[:, 0], brute64(Q, E)[:, 0])
+
+
+@needs_kernel
 def test_mutation_lists_without_margin_are_caught(noisy_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check: running lists cut at their k-th largest maximum itself (β = 0 in the lists only, the
     selection keeps its β) lose true nearest rows, so the brute-force tests would fail."""

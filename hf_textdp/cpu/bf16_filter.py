@@ -54,6 +54,8 @@ MAX_REFINE = 16
 #: the largest k whose candidates the kernel lists while it scores (fused_candidates: nearest and top2); a list
 #: holds NB·(k + 2) positions, so larger k (the rank's neighbour tables) select after the maxima
 LIST_K = 2
+#: listed queries after which rows whose lists mostly overflow stop being listed (PackedRows.lists_pay)
+_LIST_TRIAL = 4096
 #: the kernel's list arguments (beta … score) when it writes block maxima instead
 _NO_LISTS = [None, 0, 0, None, None, None, None, None]
 
@@ -120,6 +122,16 @@ class PackedRows:
     rho: float  # max_c ‖e_c − ê_c‖
     e_hat: float  # max_c ‖ê_c‖
     nu_max: float  # max_c ν64_c
+    #: queries whose candidates were listed with these rows, and how many of their lists overflowed
+    listed: list[int] = dataclasses.field(default_factory=lambda: [0, 0], compare=False, repr=False)
+
+    @property
+    def lists_pay(self) -> bool:
+        """Whether running lists suit these rows: not when a quarter of 4,096 or more listed queries overflowed
+        (a large cluster of near-duplicate rows ahead of the others makes most lists overflow, and each such
+        query pays the kernel twice)."""
+        queries, overflowed = self.listed
+        return queries < _LIST_TRIAL or 4 * overflowed <= queries
 
     @property
     def K2(self) -> int:
@@ -383,17 +395,20 @@ def fused_candidates(
     one, so a position that reaches the final threshold reached the running one when its block went by and
     is in the list; the final cuts then apply to the listed scores. No block is scored twice and no maxima are
     written. A query whose list outgrows its room (more than NB·(k + 2) positions within 2β of its running
-    maximum: a cluster of near-duplicate rows ahead of its best rows) goes the other way, alone.
+    maximum: a cluster of near-duplicate rows ahead of its best rows) goes the other way, alone; rows on which
+    most lists overflow go the other way for good (:attr:`PackedRows.lists_pay`).
     """
     B = Q.shape[0]
     ex = None if exclude is None else exclude.to(torch.int64).contiguous()
-    if k > LIST_K:
+    if k > LIST_K or not packed.lists_pay:
         rows, pos = _selected(packed, Q, k, threads, ex)
     else:
         _, q_tiles, bound = _prepare(packed, Q)
         lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
         block_lists(packed, q_tiles, threads, lists, ex)
         rows, pos, dropped = lists.candidates(B)
+        packed.listed[0] += B
+        packed.listed[1] += dropped.numel()
         if dropped.numel():  # lists that outgrew their room (clusters of near-duplicate rows)
             r2, p2 = _selected(packed, Q[dropped], k, threads, None if ex is None else ex[dropped])
             rows, pos = torch.cat([rows, dropped[r2]]), torch.cat([pos, p2])
