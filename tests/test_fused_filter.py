@@ -74,6 +74,16 @@ def search(E: np.ndarray, Q: np.ndarray, k: int, **kw: Any) -> np.ndarray:
     return fused_index(E).search(torch.from_numpy(Q), k, **kw).numpy()
 
 
+def wrong_nearest(E: np.ndarray, Q: np.ndarray) -> int:
+    """How many nearest rows the search gets wrong against brute force (−1: it stopped, having kept fewer
+    candidates than k for a query): what a mutation of the filter must make nonzero."""
+    try:
+        return int((search(E, Q, 1)[:, 0] != brute64(Q, E)[:, 0]).sum())
+    except AssertionError as err:
+        assert "fewer candidates than k" in str(err)
+        return -1
+
+
 @needs_kernel
 @pytest.mark.parametrize("k", [1, 2, 4])
 @pytest.mark.parametrize("query_block", [None, 13, 500])
@@ -175,12 +185,7 @@ def test_mutation_filter_without_margin_is_caught(noisy_case: Any, monkeypatch: 
     another order, all fall below its maximum), so that test would fail; with the real β it loses none."""
     E, Q = noisy_case
     monkeypatch.setattr(fused, "fused_filter_bound", lambda *a, **kw: torch.zeros(a[0].shape, dtype=torch.float64))
-    try:
-        wrong = int((search(E, Q, 1)[:, 0] != brute64(Q, E)[:, 0]).sum())
-    except AssertionError as err:
-        assert "fewer candidates than k" in str(err)
-        wrong = -1
-    assert wrong != 0
+    assert wrong_nearest(E, Q) != 0
 
 
 @needs_kernel
@@ -479,12 +484,7 @@ def test_mutation_lists_without_margin_are_caught(noisy_case: Any, monkeypatch: 
         return real(torch.zeros_like(bound), rows, k)
 
     monkeypatch.setattr(fused.RunningLists, "empty", staticmethod(no_margin))
-    try:
-        wrong = int((search(E, Q, 1)[:, 0] != brute64(Q, E)[:, 0]).sum())
-    except AssertionError as err:
-        assert "fewer candidates than k" in str(err)
-        wrong = -1
-    assert wrong != 0
+    assert wrong_nearest(E, Q) != 0
 
 
 @needs_kernel
