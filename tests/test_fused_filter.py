@@ -378,14 +378,6 @@ def test_candidates_same_for_every_thread_split(noisy_case: Any, k: int, monkeyp
     assert all(torch.equal(a, b) for a, b in zip(one, other, strict=True))
 
 
-def _list_candidates(packed: fused.PackedRows, Q: torch.Tensor, k: int, ex: torch.Tensor | None = None) -> Any:
-    """The running lists' candidates of ``Q``: (query rows, positions, queries whose list was dropped)."""
-    _, q_tiles, bound = fused._prepare(packed, Q)
-    lists = fused.RunningLists.empty(bound, q_tiles.shape[0] * fused._tile(), k)
-    fused.block_lists(packed, q_tiles, 2, lists, ex)
-    return lists.candidates(Q.shape[0])
-
-
 @needs_kernel
 @pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("exclude", [False, True])
@@ -399,7 +391,7 @@ def test_running_lists_hold_the_true_top_k(noisy_case: Any, k: int, exclude: boo
     assert packed is not None
     Qt = torch.from_numpy(Q)
     ex = torch.from_numpy(np.random.default_rng(7121).integers(0, len(E), len(Q))) if exclude else None
-    rows, pos, dropped = _list_candidates(packed, Qt, k, ex)
+    rows, pos, dropped = fused._listed(packed, Qt, k, 2, ex)
     assert dropped.numel() == 0
     assert torch.equal(rows, torch.sort(rows, stable=True).values)
     same_row = rows[1:] == rows[:-1]
@@ -433,7 +425,7 @@ def test_full_running_lists_fall_back_to_the_selection() -> None:
     Q[1::2] = torch.from_numpy(near)  # odd queries in the cluster
     packed = fused_index(E)._packed_rows(1)
     assert packed is not None
-    _, _, dropped = _list_candidates(packed, Q, 1)
+    _, _, dropped = fused._listed(packed, Q, 1, 2, None)
     assert torch.equal(dropped, torch.arange(1, 40, 2))
     rows, pos, counts = fused.fused_candidates(packed, Q, 1)
     assert torch.equal(rows, torch.sort(rows, stable=True).values)

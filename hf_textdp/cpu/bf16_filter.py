@@ -403,10 +403,7 @@ def fused_candidates(
     if k > LIST_K or not packed.lists_pay:
         rows, pos = _selected(packed, Q, k, threads, ex)
     else:
-        _, q_tiles, bound = _prepare(packed, Q)
-        lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
-        block_lists(packed, q_tiles, threads, lists, ex)
-        rows, pos, dropped = lists.candidates(B)
+        rows, pos, dropped = _listed(packed, Q, k, threads, ex)
         packed.listed[0] += B
         packed.listed[1] += dropped.numel()
         if dropped.numel():  # lists that outgrew their room (clusters of near-duplicate rows)
@@ -415,6 +412,16 @@ def fused_candidates(
             order = torch.sort(rows, stable=True).indices  # queries in order, each one's positions as they were
             rows, pos = rows[order], pos[order]
     return rows, pos, torch.bincount(rows, minlength=B)
+
+
+def _listed(
+    packed: PackedRows, Q: torch.Tensor, k: int, threads: int, ex: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(query rows, positions, queries whose list was dropped) of :func:`fused_candidates` from the running lists."""
+    _, q_tiles, bound = _prepare(packed, Q)
+    lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
+    block_lists(packed, q_tiles, threads, lists, ex)
+    return lists.candidates(Q.shape[0])
 
 
 def _selected(
