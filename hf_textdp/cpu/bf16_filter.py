@@ -223,18 +223,13 @@ def _prepare(packed: PackedRows, Q: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return q_rows, q_tiles, bound
 
 
-def _cut(kth: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """The fp32 threshold 2β below the scores ``kth`` (each the Ã of a real position) of :func:`fused_candidates`:
-    the same float64 steps and rounding up as the kernel's ``cut_below``."""
-    thr = kth.double() - 2.0 * bound
-    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
-    return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
-
-
 def _threshold(M: torch.Tensor, bound: torch.Tensor, k: int) -> torch.Tensor:
     """The candidates' fp32 threshold of :func:`fused_candidates` from the block maxima ``M`` (for k ≤ MAX_REFINE
     the selection kernel takes the same steps itself, from each row's k-th largest maximum)."""
-    return _cut(M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1), bound)
+    kth = (M.topk(k, dim=1).values[:, k - 1] if k > 1 else M.amax(1)).double()
+    thr = kth - 2.0 * bound
+    thr = thr - 2.0**-40 * (thr.abs() + bound)  # float64 rounding of the line above, far outweighed
+    return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
 
 
 @dataclasses.dataclass
