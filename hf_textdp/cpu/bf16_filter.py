@@ -127,9 +127,9 @@ class PackedRows:
 
     @property
     def lists_pay(self) -> bool:
-        """Whether running lists suit these rows: not when a quarter of 4,096 or more listed queries overflowed
-        (a large cluster of near-duplicate rows ahead of the others makes most lists overflow, and each such
-        query pays the kernel twice)."""
+        """Whether running lists suit these rows: not once 4,096 or more queries were listed and more than a
+        quarter of them overflowed (a large cluster of near-duplicate rows ahead of the others makes most lists
+        overflow, and each such query pays the kernel twice)."""
         queries, overflowed = self.listed
         return queries < _LIST_TRIAL or 4 * overflowed <= queries
 
