@@ -99,7 +99,9 @@ def privatize_dataset(
         resume (`bool`, defaults to `False`): continue a killed run from its finished shards (the same
             config, input, shard size and, to reproduce a clean run, the same seed: the seed is not stored,
             so it cannot be checked).
-        overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run).
+        overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run): a file
+            output, an empty folder or an earlier output folder (it holds ``privacy_report.json``), never
+            another folder.
         batch_size (`int`, defaults to `1000`): rows per ``map`` batch (outputs do not depend on it).
         shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume``
             (outputs do not depend on it).
@@ -113,7 +115,8 @@ def privatize_dataset(
         ``hf_textdp.privacy_report(output_dir)``.
 
     Raises:
-        OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``).
+        OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``); with
+            ``overwrite``, the output is a folder this package did not write.
         ResumeError: ``resume=True`` found a partial run of another config or input.
         ColumnNotFoundError, InvalidRowError, InvalidParameterError: bad columns, rows or parameters (a
             seed below 2**32 without ``allow_weak_seed=True``).
@@ -144,6 +147,8 @@ def privatize_dataset(
     _check_public_inputs(config, [source, *parts.values(), *input_paths(source, parts)])
     if output is not None:
         check_not_input(output, input_paths(source, parts))
+        if overwrite:  # after the input check, which names the more precise reason
+            refuse_existing_output(output, overwrite=True)
         if is_dict and output.suffix.lower() in FILE_FORMATS:
             raise InvalidParameterError(
                 f"output {str(output)!r}: a dataset with splits {sorted(parts)} needs a folder output (no "

@@ -322,8 +322,7 @@ def privatize_ray_files(
             f"output {str(output)!r}: --engine ray writes parquet: a .parquet file or a folder (no extension)."
         )
     check_not_input(out, [source])
-    if not overwrite:
-        refuse_existing_output(out)
+    refuse_existing_output(out, overwrite=overwrite)
     if config.postprocess == "vector":
         raise InvalidParameterError(
             "postprocess='vector' is not available with --engine ray (its report needs the input's token classes); "

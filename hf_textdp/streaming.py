@@ -194,8 +194,8 @@ class _StreamRun(WorkFolderRun):
     # ---------------------------------------------------------------- the work folder
     def open(self, *, resume: bool, overwrite: bool) -> None:
         """Create or take over the locked work folder, after checking the output and any partial run."""
-        if not overwrite and not (resume and (self.work / MANIFEST_NAME).is_file()):
-            refuse_existing_output(self.output, resume=resume)
+        if overwrite or not (resume and (self.work / MANIFEST_NAME).is_file()):
+            refuse_existing_output(self.output, resume=resume, overwrite=overwrite)
         super().open(resume=resume, overwrite=overwrite)
 
     def refusal(self, old: dict[str, Any]) -> str | None:

@@ -36,14 +36,33 @@ def test_existing_output_refused_then_overwritten(tiny_bert, tmp_path):
         with pytest.raises(OutputExistsError, match=r"already exists; pass overwrite=True \(--overwrite\)"):
             privatize_dataset(str(src), cfg, seed=2**40 + 1, output_dir=output)
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, nothing removed
+        if not output.suffix:  # a folder this package did not write is never emptied, even with overwrite
+            with pytest.raises(OutputExistsError, match="not an hf-textdp output"):
+                privatize_dataset(str(src), cfg, seed=2**40 + 1, output_dir=output, overwrite=True)
+            assert (output / "keep.txt").read_text() == "old\n"
+            (output / "keep.txt").unlink()  # an empty folder may be replaced
         privatize_dataset(str(src), cfg, seed=2**40 + 1, output_dir=output, overwrite=True)
         assert report_path_for(output).is_file()
         if output.suffix:
             assert len(read_jsonl(output)) == 12
         else:
-            assert not (output / "keep.txt").exists() and (output / "state.json").is_file()
+            assert (output / "state.json").is_file()
+        privatize_dataset(str(src), cfg, seed=2**40 + 2, output_dir=output, overwrite=True)  # an earlier output
+        assert report_path_for(output).is_file()
     # no temporary siblings or work folders are left behind
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]
+
+
+def test_overwrite_never_replaces_a_file_with_a_folder_output(tiny_bert, tmp_path):
+    """A path without a file extension is a folder output: an existing file there is not replaced."""
+    src = small_jsonl(tmp_path)
+    notes = tmp_path / "notes"
+    notes.write_text("mine\n")
+    with pytest.raises(OutputExistsError, match="a file, where a folder output"):
+        privatize_dataset(
+            str(src), PrivatizerConfig(epsilon=2.0, model=tiny_bert), seed=2**40 + 1, output_dir=notes, overwrite=True
+        )
+    assert notes.read_text() == "mine\n"
 
 
 @pytest.mark.parametrize(

@@ -56,14 +56,35 @@ def input_paths(source: Any, parts: dict[str, Any]) -> list[str]:
     return paths
 
 
-def refuse_existing_output(output: Path, *, resume: bool = False) -> None:
-    """Raise :class:`OutputExistsError` when ``output`` exists (the caller checked ``overwrite``)."""
-    if output.exists():
+def refuse_existing_output(output: Path, *, resume: bool = False, overwrite: bool = False) -> None:
+    """Raise :class:`OutputExistsError` when ``output`` exists, or, with ``overwrite``, when it exists and is not
+    something an earlier run wrote.
+
+    ``overwrite`` replaces a file output, an empty folder or an output folder (one that holds its
+    ``privacy_report.json``); any other folder, or a file where a folder output goes, is refused: replacing it
+    would delete files this package never wrote.
+    """
+    if not output.exists() and not output.is_symlink():
+        return
+    if not overwrite:
         raise OutputExistsError(
             f"output {str(output)!r} already exists"
             + (" (a finished run: there is nothing to resume)" if resume else "")
             + "; pass overwrite=True (--overwrite) to replace it."
         )
+    folder_output = output.suffix.lower() not in FILE_FORMATS
+    if output.is_dir() and not output.is_symlink():
+        if not any(output.iterdir()) or (output / REPORT_NAME).is_file():
+            return
+        what = "a folder that is not an hf-textdp output (it holds no privacy_report.json)"
+    elif not folder_output:
+        return
+    else:
+        what = "a file, where a folder output (a path without a .jsonl/.json/.csv/.parquet extension) goes"
+    raise OutputExistsError(
+        f"output {str(output)!r} is {what}; overwrite=True (--overwrite) replaces only an earlier output or an "
+        "empty folder. Choose another output path, or remove it yourself."
+    )
 
 
 def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path | None = None) -> None:
