@@ -32,9 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
+from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.frequencies import check_not_input as check_public
 from .io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
 from .io.paths import FILE_FORMATS
@@ -92,7 +95,8 @@ def privatize_dataset(
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
             public benchmark data only.
-        id_column (`str`, *optional*): int column used as the row id instead of the index.
+        id_column (`str`, *optional*): int column used as the row id instead of the index. Ids must be unique:
+            a ``Dataset`` with a repeated id is refused before any row is privatized (a stream, batch by batch).
         output_dir (`str`, *optional*): where to save (file by extension, else a folder). Refused when it
             exists (unless ``overwrite``) or when it is, or contains, the input.
         streaming (`bool`, defaults to `False`): stream the source (``IterableDataset``).
@@ -165,6 +169,8 @@ def privatize_dataset(
             raise ColumnNotFoundError(
                 f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
             )
+        if id_column is not None and isinstance(part, datasets.Dataset):
+            _check_unique_ids(part, id_column, name)
         privatizers[name] = Privatizer(
             config,
             seed=seed,
@@ -228,6 +234,23 @@ def privatize_dataset(
         output,
     )
     return result
+
+
+def _check_unique_ids(ds: datasets.Dataset, id_column: str, split: str) -> None:
+    """Refuse an ``id_column`` that holds one id twice anywhere in the split (a :class:`Privatizer` sees one batch
+    at a time): two rows with one id share their noise, and comparing their outputs shows where they differ."""
+    column = ds.with_format("arrow")[id_column]  # through any indices mapping (select, shuffle)
+    if not pa.types.is_integer(column.type) or pc.count_distinct(column, mode="all").as_py() == len(column):
+        return  # other types and nulls are refused row by row, with the row named
+    ids = column.to_numpy(zero_copy_only=False)
+    order = np.argsort(ids, kind="stable")
+    first = int(np.flatnonzero(ids[order][1:] == ids[order][:-1])[0])
+    a, b = sorted((int(order[first]), int(order[first + 1])))
+    where = f" of split {split!r}" if split else ""
+    raise InvalidRowError(
+        f"rows {a} and {b}{where}: id_column={id_column!r} holds the id {int(ids[a])} twice; ids must be unique "
+        "(two rows with one id would share their noise)."
+    )
 
 
 def _check_public_inputs(config: PrivatizerConfig, sources: list[Any]) -> None:

@@ -70,7 +70,8 @@ class Privatizer:
             Use at least 64 random bits (``secrets.randbits(64)``) and never publish it; a seed below
             2**32 is refused (it can be searched) unless ``allow_weak_seed=True``.
         text_column (`str`, defaults to `"text"`): the column to privatize (replaced in place).
-        id_column (`str`, *optional*): an int column used as the row id instead of the row index.
+        id_column (`str`, *optional*): an int column used as the row id instead of the row index. Ids must be
+            unique (two rows with one id share their noise): a repeated id within a batch is refused.
         split (`str`, defaults to `""`): split name, part of the noise key (two splits never share noise).
         stream (`int`, defaults to `0`): noise stream (collators use epoch + 1).
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32, for public benchmark data
@@ -288,6 +289,7 @@ class Privatizer:
             raw_ids = batch[self.id_column]
             raw_ids = [raw_ids] if single else raw_ids
             row_ids = [self._check_id(v, i) for i, v in enumerate(raw_ids)]
+            self._check_unique(row_ids)
         elif indices is not None:
             row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
         elif self.seed is not None:
@@ -349,6 +351,19 @@ class Privatizer:
                 f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
             )
         return int(value)
+
+    def _check_unique(self, row_ids: list[int]) -> None:
+        """Refuse a repeated id: two rows with one id share their noise, and comparing their outputs shows where
+        their texts differ (threat_model.md)."""
+        if len(set(row_ids)) < len(row_ids):
+            seen: dict[int, int] = {}
+            for i, r in enumerate(row_ids):
+                if r in seen:
+                    raise InvalidRowError(
+                        f"rows {seen[r]} and {i} of the batch: id_column={self.id_column!r} holds the id {r} twice; "
+                        "ids must be unique (two rows with one id would share their noise)."
+                    )
+                seen[r] = i
 
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
         for t, r in zip(texts, row_ids, strict=False):

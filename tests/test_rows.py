@@ -71,6 +71,14 @@ ROW_CASES = [
         InvalidRowError,
         r"row 1 of the batch: id_column='rid' must hold ints in \[0, 2\*\*63\), got a negative int\.$",
     ),
+    (  # in different shards and batches: the whole column is checked before any row is privatized
+        "duplicate-id",
+        {"text": list("abcdefg"), "rid": [0, 1, 2, 3, 4, 5, 2]},
+        {"id_column": "rid", "batch_size": 4},
+        InvalidRowError,
+        r"^rows 2 and 6: id_column='rid' holds the id 2 twice; ids must be unique \(two rows with one id would "
+        r"share their noise\)\.$",
+    ),
 ]
 
 
@@ -98,6 +106,14 @@ def test_bad_rows_name_the_row_or_the_columns(columns, kwargs, exc, match, tiny_
     assert not work_dir_for(output).exists()  # a bad row fails again on resume: nothing kept
     with pytest.raises(exc, match=match):  # the same without an output (plain map)
         privatize_dataset(ds, PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=2**40 + 1, **kwargs)
+
+
+def test_a_repeated_id_in_a_batch_is_refused(tiny_bert):
+    """A Privatizer sees one batch (streaming, Ray): it refuses an id it sees twice there."""
+    priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=2**40 + 1, id_column="rid")
+    assert len(priv({"text": ["a", "b"], "rid": [7, 8]})["text"]) == 2
+    with pytest.raises(InvalidRowError, match=r"^rows 0 and 2 of the batch: id_column='rid' holds the id 7 twice"):
+        priv({"text": [CANARY_ROW, "b", "c"], "rid": [7, 8, 7]})
 
 
 def test_bad_row_in_the_cli(tiny_bert, tmp_path, capsys):
