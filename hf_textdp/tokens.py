@@ -19,10 +19,11 @@ text, so a replaced word-initial token never shows a stray leading ``##``. Betwe
 - where the tokens hold the whitespace (byte-level BPE, SentencePiece), it is part of a token's
   identity and is privatized with it, so only the decoded (privatized) tokens give the spacing.
 
-In both cases two words that would otherwise run together letter to letter (a replaced word-initial
-token that lacks its own space) get one space, so a new word starts where the original had a word
-boundary. Passthrough positions (the unknown token) decode to the unknown token's own form, such
-as ``[UNK]``: the original characters of an unknown word are not released.
+In both cases two words that would otherwise run together (a replaced word-initial token that lacks
+its own space, where letters, digits or symbols other than punctuation meet) get one space, so a new
+word starts where the original had a word boundary. Passthrough positions (the unknown token) decode
+to the unknown token's own form, such as ``[UNK]``: the original characters of an unknown word are
+not released.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class HFTokens:
         first[(ends - counts)[counts > 0]] = True
         at_start = first & self._spacing_in_tokens
         texts = np.empty(W, dtype=object)
-        lead = np.zeros(W, dtype=bool)  # the word starts with a letter that can run into the one before
+        lead = np.zeros(W, dtype=bool)  # the word starts with a character that can run into the one before
         tail = np.zeros(W, dtype=bool)  # … ends with one
         # a word of one kept id reads the same wherever it stands: its text comes from a per-id cache
         single = (stops - starts == 1) & ~drop[starts]
@@ -145,7 +146,7 @@ class HFTokens:
         empty = np.zeros(W, dtype=bool)
         empty[idx] = self._empty[keys]
         empty[rest] = [not t for t in texts[rest]]
-        # two words that would run together letter to letter, with no whitespace between them, get a space
+        # two words that would run together, with no whitespace between them, get a space
         seps = np.full(W + n, "", dtype=object) if layout.seps is None else layout.seps.copy()
         slot = np.arange(W) + layout.rows  # seps[slot[k]] stands before word k
         glue = np.zeros(W, dtype=bool)
@@ -312,8 +313,12 @@ def _only_space(s: str) -> str:
 
 
 def _letter(c: str) -> bool:
-    """A letter that runs into a neighbouring letter as one word; wide (CJK) letters are written without spaces."""
-    return c.isalpha() and unicodedata.east_asian_width(c) not in "WF"
+    """A character that runs into a neighbouring one as one word: a letter, digit, mark or a symbol that is not
+    punctuation (BERT's pre-tokenizer splits only at punctuation, ASCII symbols included, so ``luck`` + ``1991``
+    or ``lt`` + ``−`` would read as one word); wide (CJK) characters are written without spaces."""
+    if unicodedata.east_asian_width(c) in "WF":
+        return False
+    return c.isalnum() if c.isascii() else unicodedata.category(c)[0] in "LMNS"
 
 
 def _letter_ends(words: Sequence[str]) -> tuple[list[bool], list[bool]]:

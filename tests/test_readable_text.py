@@ -91,6 +91,29 @@ def test_wordpiece_pieces_glued_and_no_stray_prefix(tiny_bert):
     out, _, _ = _roundtrip(tok, ["movie's"], {(0, 2): vocab[word]})
     assert out == [f"movie {word} s"]
     assert "##" not in out[0]
+    # nor does a digit word: BERT's pre-tokenizer splits at punctuation only, "movie1s" would read as one word
+    out, _, _ = _roundtrip(tok, ["movie's"], {(0, 2): vocab["1"]})
+    assert out == ["movie 1 s"]
+
+
+@pytest.mark.parametrize(
+    ("char", "joins"),
+    [("a", True), ("7", True), ("é", True), ("\u0301", True), ("\u2212", True), ("©", True), ("\u00bd", True)]
+    + [(",", False), ("'", False), ("-", False), ("+", False), ("$", False), ("\u2019", False), ("«", False)]
+    + [("漢", False), ("テ", False), ("😀", False), (" ", False)],
+)
+def test_characters_that_run_words_together(char, joins):
+    """Letters, digits, marks and non-punctuation symbols join neighbouring words under BERT's pre-tokenizer
+    (punctuation and ASCII symbols split it); wide (CJK) characters are written without spaces."""
+    import unicodedata
+
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    from hf_textdp.tokens import _letter
+
+    assert _letter(char) is joins
+    if unicodedata.east_asian_width(char) not in "WF":  # (BERT's normaliser, not its pre-tokenizer, splits CJK)
+        assert (len(BertPreTokenizer().pre_tokenize_str(f"ab{char}cd")) == 1) is joins
 
 
 def test_wordpiece_noisy_output_never_shows_prefix(tiny_bert):
