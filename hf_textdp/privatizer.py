@@ -11,6 +11,7 @@ hashes it in milliseconds, a seeded rerun is a cache hit, and an unseeded rerun 
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,11 +23,13 @@ import torch
 from .accounting import Claim, Totals, build_report, combine_class_claims
 from .attack_table import measured_recovery
 from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
-from .io.models import load_space
+from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
+from .io.files import stat_identity
+from .io.models import load_space, model_identity
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import (
+    STREAM_VERSION,
     Streams,
     derive_row_seeds,
     fresh_seed,
@@ -134,7 +137,20 @@ class Privatizer:
             "id_column": self.id_column,
             "split": self.split,
             "stream": self.stream,
+            "inputs": self._inputs(),
         }
+
+    def _inputs(self) -> str:
+        """The noise stream's version and the identity of the files read (model or vector file, candidate vocab,
+        frequency corpus): pickled, so the ``datasets`` fingerprint changes when one of them is edited and a
+        cached map over the old file is not served (decision D4). Stat only: nothing is read or loaded here."""
+        try:
+            model = model_identity(self.config.model)
+        except HfTextDPError:  # the map reports it when it loads the model
+            model = f"unresolved {self.config.model}"
+        paths = (self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus"))
+        files = [stat_identity(p) for p in paths if isinstance(p, (str, os.PathLike))]
+        return "\n".join([f"stream v{STREAM_VERSION}", model, *files])
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.config = PrivatizerConfig(**state["config"])
@@ -307,7 +323,15 @@ class Privatizer:
         return out
 
     def privacy_report(self) -> dict[str, Any]:
-        """The privacy report of accounting.md for what this object released in this process."""
+        """The privacy report of accounting.md for what this object released in this process (a map served
+        from the ``datasets`` cache, or run in ``num_proc`` workers, is not counted: it warns when nothing was)."""
+        if self.totals.rows == 0:
+            logger.warning(
+                "privacy_report: this Privatizer privatized no rows in this process (a map served from the datasets "
+                "cache, or run in num_proc worker processes, is not counted here): the report's totals are empty. "
+                "For the totals of a whole dataset, save it with privatize_dataset(..., output_dir=...) and read "
+                "privacy_report(output_dir).",
+            )
         return self.build_report(self.totals)
 
     def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:

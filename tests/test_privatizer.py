@@ -295,6 +295,38 @@ def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkey
     assert third.cache_files != first.cache_files
 
 
+def test_an_edited_vector_file_is_not_served_from_the_cache(tmp_path, monkeypatch):
+    """The fingerprint holds the files' identity (size, mtime): editing the vectors misses the cache, in this
+    process too (the space is loaded again), while the unchanged file still hits it."""
+    import datasets
+
+    from tests.utils import write_vectors
+
+    vectors = tmp_path / "v.txt"
+    words = ["alpha", "beta", "gamma", "delta"]
+    write_vectors(vectors, words, np.eye(4, dtype=np.float32))
+    path = tmp_path / "in.jsonl"
+    datasets.Dataset.from_dict({"text": ["alpha beta gamma", "delta alpha"] * 5}).to_json(str(path))
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+    cfg = PrivatizerConfig(epsilon=1e6, model=str(vectors))  # ε huge: every word is its own nearest
+    calls = {"n": 0}
+    original = Privatizer._process
+
+    def counting(self, texts, row_ids):
+        calls["n"] += 1
+        return original(self, texts, row_ids)
+
+    monkeypatch.setattr(Privatizer, "_process", counting)
+    first = ds.map(Privatizer(cfg, seed=2**40 + 5), batched=True, with_indices=True)
+    n = calls["n"]
+    again = ds.map(Privatizer(cfg, seed=2**40 + 5), batched=True, with_indices=True)
+    assert calls["n"] == n and again.cache_files == first.cache_files, "an unchanged file must hit the cache"
+    write_vectors(vectors, ["alpha", "beta", "omega", "delta"], np.eye(4, dtype=np.float32))  # 'gamma' renamed
+    edited = ds.map(Privatizer(cfg, seed=2**40 + 5), batched=True, with_indices=True)
+    assert calls["n"] > n, "an edited vector file must not be served from the cache"
+    assert first["input_ids"][0] == [0, 1, 2] and edited["input_ids"][0] == [0, 1, -1]  # 'gamma': now passthrough
+
+
 def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
     """The public entry point of tokenizers/collators gives what privatize() gives for the same row and stream."""
     cfg = PrivatizerConfig(epsilon=5.0, model=tiny_bert)

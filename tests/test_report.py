@@ -61,6 +61,19 @@ def t5_vocab(tmp_path):
     return str(write_vectors(tmp_path / "t5.txt", [f"w{i}" for i in range(5)], E))
 
 
+def test_a_report_of_no_rows_warns(t5_vocab, caplog):
+    """A privatizer whose map was served from the cache (or ran in workers) counted nothing: say so."""
+    import logging
+
+    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t5_vocab), seed=2**40 + 3)
+    with caplog.at_level(logging.WARNING, logger="hf_textdp"):
+        assert privacy_report(priv)["totals"]["rows"] == 0
+        priv({"text": ["w0 w1"]}, [0])
+        assert privacy_report(priv)["totals"]["rows"] == 1
+    [record] = [r for r in caplog.records if "privatized no rows in this process" in r.getMessage()]
+    assert "privacy_report(output_dir)" in record.getMessage()
+
+
 @pytest.mark.parametrize("mechanism", list_mechanisms())
 def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
     cfg = PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=t5_vocab, options=EXTRA_OPTIONS.get(mechanism, {}))

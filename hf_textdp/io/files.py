@@ -31,7 +31,17 @@ __all__ = [
     "fsync_tree",
     "try_lock",
     "release_lock",
+    "stat_identity",
 ]
+
+
+def stat_identity(path: str | os.PathLike[str]) -> str:
+    """What identifies a file, or a folder's top-level files, without reading them: the resolved path and each
+    file's size and modification time (``make``'s test), so an edited or replaced file gives another identity."""
+    p = Path(path).expanduser().resolve()
+    files = sorted(c for c in p.iterdir() if c.is_file()) if p.is_dir() else [p] if p.is_file() else []
+    stats = ((f.name, f.stat()) for f in files)
+    return "|".join([str(p), *(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in stats)])
 
 
 def dumps_json(obj: Any) -> str:

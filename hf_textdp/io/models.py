@@ -37,11 +37,12 @@ from ..space import DEFAULT_MODEL, EmbeddingSpace, parse_device
 from ..tokens import HFTokens
 from ..utils.logging import get_logger
 from .cache import DiskCache
+from .files import stat_identity
 from .frequencies import corpus_texts
 from .vectors import read_vectors
 
 
-__all__ = ["load_space", "load_hf_embeddings", "resolve_model", "network_allowed"]
+__all__ = ["load_space", "load_hf_embeddings", "model_identity", "resolve_model", "network_allowed"]
 
 logger = get_logger(__name__)
 
@@ -377,11 +378,14 @@ _LOCK = threading.Lock()
 
 def _spec_key(spec: CandidateSpec) -> str:
     """The setting plus the vocab file's identity (path, size, mtime), so an edited file is read again."""
-    if spec.vocab is None:
-        return spec.key
-    p = Path(spec.vocab).expanduser()
-    st = p.stat() if p.is_file() else None
-    return f"{spec.key}|{p.resolve()}|{st.st_size if st else -1}|{st.st_mtime_ns if st else -1}"
+    return spec.key if spec.vocab is None else f"{spec.key}|{stat_identity(spec.vocab)}"
+
+
+def model_identity(model: str) -> str:
+    """What identifies ``model``'s files without reading them (:func:`~hf_textdp.io.files.stat_identity`, and
+    the revision): an edited vector file or model folder gives another identity."""
+    kind, path, revision = resolve_model(model)
+    return f"{kind}|{revision}|{stat_identity(path)}"
 
 
 def load_space(
@@ -394,7 +398,7 @@ def load_space(
     dev = parse_device(device)
     spec = parse_candidates(candidates)
     kind, path, revision = resolve_model(model)
-    key = (str(path.resolve()), str(dev), kind, _spec_key(spec))
+    key = (stat_identity(path), str(dev), kind, _spec_key(spec))  # an edited file is loaded again
     with _LOCK:
         space = _CACHE.get(key)
         if space is None:
