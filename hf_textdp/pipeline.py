@@ -101,8 +101,8 @@ def privatize_dataset(
             exists (unless ``overwrite``) or when it is, or contains, the input.
         streaming (`bool`, defaults to `False`): stream the source (``IterableDataset``).
         resume (`bool`, defaults to `False`): continue a killed run from its finished shards (the same
-            config, input, shard size and, to reproduce a clean run, the same seed: the seed is not stored,
-            so it cannot be checked).
+            config, input, shard size and seed: the seed is not stored; the first rows of the partial run,
+            privatized again, must agree).
         overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run): a file
             output, an empty folder or an earlier output folder (it holds ``privacy_report.json``), never
             another folder.

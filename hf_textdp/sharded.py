@@ -3,6 +3,7 @@ resume: see :mod:`hf_textdp.pipeline`)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from .config import PrivatizerConfig
 from .io.outputs import save_output
 from .io.paths import FILE_FORMATS, work_dir_for
 from .io.workdir import (
+    SEED_CHECK_ROWS,
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
@@ -165,6 +167,32 @@ class ShardedRun(WorkFolderRun):
                 "input_sha256": "its input differs from this run's (rows, columns, files or splits)",
             },
         )
+
+    def refusal(self, old: dict[str, Any]) -> str | None:
+        """A seeded partial run is continued only with its seed, which is never stored: the first finished shard's
+        first rows with privatized tokens (up to :data:`SEED_CHECK_ROWS`) are privatized again with this run's seed
+        and must give the same ids (one row that agrees is enough: a float64 near-tie may differ on another
+        device). Only the work folder's own output rows are read; nothing derived from the seed is written."""
+        if self.splits[0].priv.seed is None:
+            return None
+        for split in self.splits:
+            path = self._shard_path(split, 0)
+            if shard_rows(path) is None:
+                continue
+            shard = datasets.Dataset.from_file(str(path), in_memory=True).select_columns(["input_ids", "dp_tokens"])
+            rows = [i for i, n in enumerate(shard["dp_tokens"][: 4 * SEED_CHECK_ROWS]) if n][:SEED_CHECK_ROWS]
+            if not rows:
+                continue
+            totals = copy.deepcopy(split.priv.totals)  # a check, not a release: the totals stay as they were
+            again = split.priv(split.data.select(rows)[:], rows)["input_ids"]
+            split.priv.totals = totals
+            if all(again[j] != shard[i]["input_ids"] for j, i in enumerate(rows)):
+                return (
+                    f"its rows were privatized with another seed ({len(rows)} of its rows privatized again with this "
+                    "run's seed all differ); resume needs the seed of the partial run"
+                )
+            return None
+        return None
 
     def _shard_path(self, split: _Split, k: int) -> Path:
         return shard_path(self.work, split.folder, k)

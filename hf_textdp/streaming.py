@@ -25,12 +25,14 @@ equals the in-memory one row for row (docs/mechanisms/randomness.md; testing.md 
 column holding each row's index in the source) so every row keeps its own id.
 
 **Resume.** After a crash, ``resume=True`` (``--resume``) loads the stream position of the last finished
-shard and continues from there: every row is written exactly once. The seed is not stored (accounting.md §5), so
-it cannot be checked: resume with the same seed to get the output of an uninterrupted run.
+shard and continues from there: every row is written exactly once. The seed is not stored (accounting.md §5):
+the first shard's first rows, privatized again by the stream, must agree with it, or another seed is refused.
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -45,12 +47,14 @@ from .io.outputs import refuse_existing_output, save_output
 from .io.paths import FILE_FORMATS, MANIFEST_NAME, work_dir_for
 from .io.workdir import (
     DEFAULT_SHARD_SIZE,
+    SEED_CHECK_ROWS,
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
     privatizer_manifest,
     read_json_object,
     shard_path,
+    shard_rows,
 )
 from .privatizer import Privatizer
 from .totals import totals_from_dataset
@@ -201,6 +205,30 @@ class _StreamRun(WorkFolderRun):
     def refusal(self, old: dict[str, Any]) -> str | None:
         if not self.resumable and self.finished():
             return "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
+        return self._other_seed()
+
+    def _other_seed(self) -> str | None:
+        """A seeded partial run is continued only with its seed (never stored): the stream's first rows with
+        privatized tokens (up to ``SEED_CHECK_ROWS``), privatized again by this run, must give one of the
+        first shard's rows' ids (as ``ShardedRun.refusal``)."""
+        for name, part in self.parts.items():
+            priv = self.privatizers[name]
+            path = self._shard_path(name, 0)
+            if priv.seed is None or shard_rows(path) is None:
+                return None
+            shard = datasets.Dataset.from_file(str(path), in_memory=True).select_columns(["input_ids", "dp_tokens"])
+            totals = copy.deepcopy(priv.totals)  # a check, not a release: the totals stay as they were
+            head = min(len(shard), 16 * SEED_CHECK_ROWS)
+            fresh = list(itertools.islice(part.select_columns(["input_ids", "dp_tokens"]), head))
+            priv.totals = totals
+            rows = [i for i, r in enumerate(fresh) if r["dp_tokens"]][:SEED_CHECK_ROWS]
+            if rows and all(fresh[i]["input_ids"] != shard[i]["input_ids"] for i in rows):
+                return (
+                    f"its rows were privatized with another seed ({len(rows)} of its rows privatized again with this "
+                    "run's seed all differ); resume needs the seed of the partial run"
+                )
+            if rows:
+                return None
         return None
 
     def _progress(self, name: str) -> dict[str, Any]:

@@ -46,6 +46,7 @@ RESUME_CASES: list[tuple[str, dict[str, Any], dict[str, Any], type[Exception] | 
     ("other-shard-size", {}, {"shard_size": 4}, ResumeError, r"its shard_size was 5, this run's is 4"),
     ("other-input", {}, {"n": 13}, ResumeError, r"its input differs"),
     ("seed-dropped", {}, {"seed": None}, ResumeError, r"it was seeded and this run is unseeded"),
+    ("other-seed", {}, {"seed": 2**40 + 8}, ResumeError, r"its rows were privatized with another seed \(4 of its"),
     ("other-text-column", {}, {"text_column": "text2"}, ResumeError, r"its text_column was 'text'"),
     (
         "no-resume-flag",

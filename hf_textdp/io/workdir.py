@@ -24,6 +24,7 @@ from .paths import LOCK_NAME, MANIFEST_NAME
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
+    "SEED_CHECK_ROWS",
     "sha256_json",
     "privatizer_manifest",
     "shard_path",
@@ -39,6 +40,9 @@ __all__ = [
 logger = get_logger("hf_textdp.pipeline")  # the name these log lines have always carried
 
 DEFAULT_SHARD_SIZE = 10_000
+
+#: rows of a seeded partial run privatized again on resume, to check that the seed is the same
+SEED_CHECK_ROWS = 4
 
 
 def sha256_json(obj: Any) -> str:
