@@ -296,7 +296,7 @@ def _not_private_banner(columns: list[str]) -> str:
     return (
         f"> **This dataset is NOT private.** The column{'s' if many else ''} {names} "
         f"hold{'' if many else 's'} the original, unprivatized input text\n"
-        "> (`keep_original=True`), published on purpose with `allow_original=True`. No privacy guarantee applies\n"
+        "> (`keep_original=True`; publishing them takes `allow_original=True`). No privacy guarantee applies\n"
         f"> to {'these columns' if many else 'this column'}, and while {'they are' if many else 'it is'} published "
         "none applies to the rows either:\n"
         "> the guarantee below describes the privatized columns alone.\n"

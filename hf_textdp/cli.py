@@ -274,7 +274,18 @@ class ReportCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         report = privacy_report(Path(args.output))
-        sys.stdout.write(dumps_json(report) if args.json else format_report(report, source=args.output))
+        if args.json:
+            sys.stdout.write(dumps_json(report))
+            return 0
+        from .cards import original_columns
+
+        kept = original_columns(args.output)  # keep_original=True: the report covers the privatized columns alone
+        if kept:
+            sys.stdout.write(
+                f"NOT PRIVATE: {', '.join(kept)} hold{'s' if len(kept) == 1 else ''} the original input text "
+                "(keep_original=True); no guarantee applies to them, nor to the rows while they are kept.\n"
+            )
+        sys.stdout.write(format_report(report, source=args.output))
         return 0
 
 

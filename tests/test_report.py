@@ -135,3 +135,18 @@ def test_privacy_report_of_a_saved_output(tmp_path, line_vocab):
     privatize_dataset(str(src), PrivatizerConfig(epsilon=1.0, model=line_vocab), output_dir=tmp_path / "out.jsonl")
     report = privacy_report(tmp_path / "out.jsonl")
     assert report["totals"]["rows"] == 2 and report["totals"]["dp_tokens"] == 3
+
+
+def test_report_command_says_when_the_original_text_is_kept(tmp_path, line_vocab, capsys):
+    from hf_textdp import privatize_dataset
+    from hf_textdp.cli import main
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "w0 w1"}\n{"text": "w3"}\n')
+    for name, keep in (("plain.jsonl", False), ("kept.jsonl", True)):
+        cfg = PrivatizerConfig(epsilon=1.0, model=line_vocab, keep_original=keep)
+        privatize_dataset(str(src), cfg, output_dir=tmp_path / name)
+        assert main(["report", str(tmp_path / name)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("NOT PRIVATE: text_original holds the original input text") is keep
+        assert "Privacy report for" in out
