@@ -597,7 +597,8 @@ class PrivateTokenizer:
 
         Returns:
             `BatchEncoding`: the plain tokenizer's keys with privatized ``input_ids``, plus
-            ``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per output row.
+            ``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per output row; an overflow window counts its own
+            tokens, while an example's loss is that of its windows' union (:meth:`privacy_report`).
         """
         row_ids: list[Any] | None
         if indices is None:

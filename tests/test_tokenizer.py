@@ -229,6 +229,19 @@ def test_report_counts_examples(tiny_bert):
     json.dumps(rep, allow_nan=False)
 
 
+def test_report_counts_an_example_once_over_its_overflow_windows(tiny_bert):
+    """Windows count their own tokens; the report's per-example loss is their union's (training.md)."""
+    ptok = PrivateTokenizer(None, PrivatizerConfig(epsilon=2.0, model=tiny_bert), seed=2**40 + 9)
+    text = " ".join(corpus(8, seed=31))
+    whole = ptok(text, indices=0)["dp_tokens"]
+    enc = ptok(text, indices=0, truncation=True, max_length=12, stride=4, return_overflowing_tokens=True)
+    assert len(enc["dp_tokens"]) > 2 and sum(enc["dp_tokens"]) > whole  # overlapping windows
+    rep = privacy_report(ptok)["totals"]
+    assert rep["rows"] == 2 and rep["max_row_dp_tokens"] == whole  # the whole call, then the windows: one each
+    assert rep["max_row_dp_epsilon"] == pytest.approx(whole * ptok.privatizer.claim.epsilon_token)
+    assert rep["max_row_dp_epsilon"] > max(enc["dp_epsilon"])
+
+
 def _scan_for_seed(folder: Path, seed: int) -> None:
     for f in folder.rglob("*"):
         if f.is_file():
