@@ -304,8 +304,9 @@ class Privatizer:
                 )
             raw_ids = batch[self.id_column]
             raw_ids = [raw_ids] if single else raw_ids
-            row_ids = [self._check_id(v, i) for i, v in enumerate(raw_ids)]
-            self._check_unique(row_ids)
+            at = [indices] if isinstance(indices, int) else None if indices is None else [int(i) for i in indices]
+            row_ids = [self._check_id(v, _row_name(i, at)) for i, v in enumerate(raw_ids)]
+            self._check_unique(row_ids, at)
         elif indices is not None:
             row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
         elif self.seed is not None:
@@ -368,15 +369,13 @@ class Privatizer:
         )
 
     # ---------------------------------------------------------------- the work
-    def _check_id(self, value: Any, i: int) -> int:
+    def _check_id(self, value: Any, where: str) -> int:
         fault = row_id_fault(value)
         if fault is not None:
-            raise InvalidRowError(
-                f"row {i} of the batch: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
-            )
+            raise InvalidRowError(f"{where}: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}.")
         return int(value)
 
-    def _check_unique(self, row_ids: list[int]) -> None:
+    def _check_unique(self, row_ids: list[int], at: list[int] | None) -> None:
         """Refuse a repeated id: two rows with one id share their noise, and comparing their outputs shows where
         their texts differ (threat_model.md)."""
         if len(set(row_ids)) < len(row_ids):
@@ -384,8 +383,8 @@ class Privatizer:
             for i, r in enumerate(row_ids):
                 if r in seen:
                     raise InvalidRowError(
-                        f"rows {seen[r]} and {i} of the batch: id_column={self.id_column!r} holds the id {r} twice; "
-                        "ids must be unique (two rows with one id would share their noise)."
+                        f"{_row_name(seen[r], at)} and {_row_name(i, at)}: id_column={self.id_column!r} holds the id "
+                        f"{r} twice; ids must be unique (two rows with one id would share their noise)."
                     )
                 seen[r] = i
 
@@ -639,3 +638,8 @@ class Privatizer:
         if self.seed is None:
             return [fresh_seed() for _ in row_ids]
         return derive_row_seeds(self.seed, [int(r) for r in row_ids], self.split, stream)
+
+
+def _row_name(i: int, indices: list[int] | None) -> str:
+    """Row ``i`` of a batch, named by its dataset index where the map passes the indices."""
+    return f"row {i} of the batch" if indices is None else f"row {indices[i]}"

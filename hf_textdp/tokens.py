@@ -20,8 +20,8 @@ text, so a replaced word-initial token never shows a stray leading ``##``. Betwe
   identity and is privatized with it, so only the decoded (privatized) tokens give the spacing.
 
 In both cases two words that would otherwise run together (a replaced word-initial token that lacks
-its own space, where letters, digits or symbols other than punctuation meet) get one space, so a new
-word starts where the original had a word boundary. Passthrough positions (the unknown token) decode
+its own space, where the tokenizer's pre-tokenizer would read the two as one word) get one space, so
+a new word starts where the original had a word boundary. Passthrough positions (the unknown token) decode
 to the unknown token's own form, such as ``[UNK]``: the original characters of an unknown word are
 not released.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,8 @@ class HFTokens:
         self._tok = tok
         self._decoder = tokenizer.backend_tokenizer
         self._spacing_in_tokens = _whitespace_in_tokens(tok)
+        self._pre_tokenizer = tok.pre_tokenizer
+        self._pairs: dict[str, bool] = {}  # two characters -> whether the pre-tokenizer makes them one word
         # decoding "a" + a word's ids and cutting "a" off gives the word as it reads after earlier text
         # (a WordPiece "##" piece glued, a "▁"/"Ġ" piece with its space) instead of as a text start
         self._anchor: list[int] = list(tok.encode("a", add_special_tokens=False).ids)
@@ -126,7 +128,7 @@ class HFTokens:
         first[(ends - counts)[counts > 0]] = True
         at_start = first & self._spacing_in_tokens
         texts = np.empty(W, dtype=object)
-        lead = np.zeros(W, dtype=bool)  # the word starts with a character that can run into the one before
+        lead = np.zeros(W, dtype=bool)  # the word starts with a character that may run into the one before
         tail = np.zeros(W, dtype=bool)  # … ends with one
         # a word of one kept id reads the same wherever it stands: its text comes from a per-id cache
         single = (stops - starts == 1) & ~drop[starts]
@@ -142,16 +144,17 @@ class HFTokens:
             seqs = [[ids_l[j] for j in range(a, b) if not drop_l[j]] for a, b in spans]
             words = self._decode_words(seqs, at_start[rest].tolist())
             texts[rest] = words
-            lead[rest], tail[rest] = _letter_ends(words)
+            lead[rest], tail[rest] = _joinable_ends(words)
         empty = np.zeros(W, dtype=bool)
         empty[idx] = self._empty[keys]
         empty[rest] = [not t for t in texts[rest]]
         # two words that would run together, with no whitespace between them, get a space
         seps = np.full(W + n, "", dtype=object) if layout.seps is None else layout.seps.copy()
         slot = np.arange(W) + layout.rows  # seps[slot[k]] stands before word k
-        glue = np.zeros(W, dtype=bool)
-        glue[1:] = ~first[1:] & tail[:-1] & lead[1:]
-        glue &= seps[slot] == ""
+        touch = np.zeros(W, dtype=bool)
+        touch[1:] = ~first[1:] & tail[:-1] & lead[1:]
+        touch &= seps[slot] == ""
+        glue = [k for k in np.flatnonzero(touch).tolist() if self.run_together(texts[k - 1][-1], texts[k][0])]
         seps[slot[glue]] = " "
         # each row: seps[0], word 0, seps[1], word 1, …, the last separator
         parts = np.empty(2 * W + n, dtype=object)
@@ -165,11 +168,23 @@ class HFTokens:
         for r in np.unique(layout.rows[empty]).tolist():
             k0, k1 = int(ends[r] - counts[r]), int(ends[r])
             row_seps = None if layout.seps is None else layout.seps[k0 + r : k1 + r + 1].tolist()
-            out[r] = _join_words(texts[k0:k1].tolist(), row_seps)
+            out[r] = _join_words(texts[k0:k1].tolist(), row_seps, self.run_together)
         return out
 
+    def run_together(self, a: str, b: str) -> bool:
+        """Whether character ``a`` followed by ``b`` is one word for this tokenizer's pre-tokenizer (BERT's splits
+        only at punctuation, so ``luck`` + ``1991`` would read as one word; GPT-2's also between letters and
+        digits): two decoded words that meet there, with no whitespace between them, get a space."""
+        key = a + b
+        hit = self._pairs.get(key)
+        if hit is None:
+            pre = self._pre_tokenizer
+            hit = _may_join(a) and _may_join(b) and (pre is None or len(pre.pre_tokenize_str(key)) == 1)
+            self._pairs[key] = hit
+        return hit
+
     def _cache_words(self, keys: np.ndarray) -> None:
-        """Fill the per-id cache (key 2·id + at_start) for ``keys``: text, its letter ends and emptiness."""
+        """Fill the per-id cache (key 2·id + at_start) for ``keys``: text, its joinable ends and emptiness."""
         size = self._texts.size
         if keys.size and int(keys.max()) >= size:
             grow = max(2 * size, int(keys.max()) + 1)
@@ -182,7 +197,7 @@ class HFTokens:
         if missing.size:
             words = self._decode_words([[k] for k in (missing >> 1).tolist()], (missing & 1).astype(bool).tolist())
             self._texts[missing] = words
-            self._lead[missing], self._tail[missing] = _letter_ends(words)
+            self._lead[missing], self._tail[missing] = _joinable_ends(words)
             self._empty[missing] = [not w for w in words]
             self._known[missing] = True
 
@@ -312,23 +327,21 @@ def _only_space(s: str) -> str:
     return s if s.isspace() else "".join(c for c in s if c.isspace())
 
 
-def _letter(c: str) -> bool:
-    """A character that runs into a neighbouring one as one word: a letter, digit, mark or a symbol that is not
-    punctuation (BERT's pre-tokenizer splits only at punctuation, ASCII symbols included, so ``luck`` + ``1991``
-    or ``lt`` + ``−`` would read as one word); wide (CJK) characters are written without spaces."""
-    if unicodedata.east_asian_width(c) in "WF":
-        return False
-    return c.isalnum() if c.isascii() else unicodedata.category(c)[0] in "LMNS"
+def _may_join(c: str) -> bool:
+    """A character that may run into a neighbouring one as one word (:meth:`HFTokens.run_together` asks the
+    pre-tokenizer): not whitespace, and not wide (CJK is written without spaces)."""
+    return bool(c) and not c.isspace() and unicodedata.east_asian_width(c) not in "WF"
 
 
-def _letter_ends(words: Sequence[str]) -> tuple[list[bool], list[bool]]:
-    """Whether each word starts, and whether it ends, with a :func:`_letter`."""
-    return [bool(w) and _letter(w[0]) for w in words], [bool(w) and _letter(w[-1]) for w in words]
+def _joinable_ends(words: Sequence[str]) -> tuple[list[bool], list[bool]]:
+    """Whether each word starts, and whether it ends, with a character that :func:`_may_join` another."""
+    return [bool(w) and _may_join(w[0]) for w in words], [bool(w) and _may_join(w[-1]) for w in words]
 
 
-def _join_words(words: Sequence[str], seps: Sequence[str] | None) -> str:
+def _join_words(words: Sequence[str], seps: Sequence[str] | None, run_together: Callable[[str, str], bool]) -> str:
     """Join decoded words with the input's whitespace (``seps``) or the tokens' own (``seps=None``), where a
-    word may decode to nothing (the whitespace around it is kept once)."""
+    word may decode to nothing (the whitespace around it is kept once); two words that would ``run_together``
+    with nothing between them get a space."""
     parts: list[str] = []
     pending = seps[0] if seps else ""
     last = ""
@@ -337,7 +350,7 @@ def _join_words(words: Sequence[str], seps: Sequence[str] | None) -> str:
             pending += seps[k]
         if not word:
             continue
-        if parts and not pending and _letter(last) and _letter(word[0]):
+        if parts and not pending and run_together(last, word[0]):
             pending = " "
         parts.append(pending)
         parts.append(word)

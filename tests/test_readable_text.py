@@ -102,18 +102,22 @@ def test_wordpiece_pieces_glued_and_no_stray_prefix(tiny_bert):
     + [(",", False), ("'", False), ("-", False), ("+", False), ("$", False), ("\u2019", False), ("«", False)]
     + [("漢", False), ("テ", False), ("😀", False), (" ", False)],
 )
-def test_characters_that_run_words_together(char, joins):
-    """Letters, digits, marks and non-punctuation symbols join neighbouring words under BERT's pre-tokenizer
-    (punctuation and ASCII symbols split it); wide (CJK) characters are written without spaces."""
-    import unicodedata
+def test_characters_that_run_words_together_under_wordpiece(char, joins, tiny_bert):
+    """BERT's pre-tokenizer splits only at punctuation and ASCII symbols: letters, digits, marks and other
+    symbols join a neighbouring word (wide CJK characters are written without spaces)."""
+    from transformers import AutoTokenizer
 
-    from tokenizers.pre_tokenizers import BertPreTokenizer
+    tk, _ = _tokens(AutoTokenizer.from_pretrained(tiny_bert))
+    assert tk.run_together("a", char) is joins and tk.run_together(char, "a") is joins
 
-    from hf_textdp.tokens import _letter
 
-    assert _letter(char) is joins
-    if unicodedata.east_asian_width(char) not in "WF":  # (BERT's normaliser, not its pre-tokenizer, splits CJK)
-        assert (len(BertPreTokenizer().pre_tokenize_str(f"ab{char}cd")) == 1) is joins
+def test_byte_level_letters_and_digits_are_words_apart(tiny_gpt2):
+    """GPT-2's pre-tokenizer splits letters from digits: '31' + 'm' needs no space (it reads as the input)."""
+    from transformers import AutoTokenizer
+
+    tk, _ = _tokens(AutoTokenizer.from_pretrained(tiny_gpt2))
+    assert not tk.run_together("1", "m") and not tk.run_together("m", "1")
+    assert tk.run_together("r", "f") and tk.run_together("4", "2") and not tk.run_together("r", " ")
 
 
 def test_wordpiece_noisy_output_never_shows_prefix(tiny_bert):
@@ -247,7 +251,7 @@ def _reference_decode(tk: HFTokens, text: str, enc, ids: list[int], drop: list[b
         seps.append("".join(c for c in text[end:] if c.isspace()))
     at_start = [k == 0 and tk._spacing_in_tokens for k in range(len(words))]
     texts = tk._decode_words([[ids[j] for j in w if not drop[j]] for w in words], at_start)
-    return _join_words(texts, seps)
+    return _join_words(texts, seps, tk.run_together)
 
 
 @pytest.mark.parametrize("family", ["tiny_bert", "tiny_gpt2", "tiny_unigram"])

@@ -69,7 +69,7 @@ ROW_CASES = [
         {"text": ["a", "b"], "rid": [3, -1]},
         {"id_column": "rid"},
         InvalidRowError,
-        r"row 1 of the batch: id_column='rid' must hold ints in \[0, 2\*\*63\), got a negative int\.$",
+        r"^row 1: id_column='rid' must hold ints in \[0, 2\*\*63\), got a negative int\.$",
     ),
     (  # in different shards and batches: the whole column is checked before any row is privatized
         "duplicate-id",
@@ -112,8 +112,12 @@ def test_a_repeated_id_in_a_batch_is_refused(tiny_bert):
     """A Privatizer sees one batch (streaming, Ray): it refuses an id it sees twice there."""
     priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=tiny_bert), seed=2**40 + 1, id_column="rid")
     assert len(priv({"text": ["a", "b"], "rid": [7, 8]})["text"]) == 2
-    with pytest.raises(InvalidRowError, match=r"^rows 0 and 2 of the batch: id_column='rid' holds the id 7 twice"):
+    with pytest.raises(InvalidRowError, match=r"^row 0 of the batch and row 2 of the batch: id_column='rid' holds"):
         priv({"text": [CANARY_ROW, "b", "c"], "rid": [7, 8, 7]})
+    with pytest.raises(InvalidRowError, match=r"^row 1300 and row 1302: id_column='rid' holds the id 7 twice"):
+        priv({"text": [CANARY_ROW, "b", "c"], "rid": [7, 8, 7]}, [1300, 1301, 1302])  # a map's indices name rows
+    with pytest.raises(InvalidRowError, match=r"^row 1301: id_column='rid' must hold ints in \[0, 2\*\*63\)"):
+        priv({"text": ["a", "b"], "rid": [7, -8]}, [1300, 1301])
 
 
 def test_bad_row_in_the_cli(tiny_bert, tmp_path, capsys):
