@@ -49,10 +49,12 @@ def _options(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 
 def _read_seed(args: argparse.Namespace) -> int | None:
-    if args.seed is not None and args.seed_file is not None:
+    """``--seed`` or ``--seed-file`` (the commands without ``--seed-file`` too), decimal or 0x hex; never echoed."""
+    seed_file = getattr(args, "seed_file", None)
+    if args.seed is not None and seed_file is not None:
         raise InvalidParameterError("--seed and --seed-file are mutually exclusive; give one of them.")
-    if args.seed_file is not None:
-        text = Path(args.seed_file).read_text().strip()
+    if seed_file is not None:
+        text = Path(seed_file).read_text().strip()
         try:
             return int(text, 0)
         except ValueError:
@@ -410,8 +412,8 @@ class AuditCommand:
         from .audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
 
         config = _config_from_args(args)
+        seed = _read_seed(args)
         space = load_space(config.model, config.device, config.candidates)
-        seed = int(args.seed, 0) if args.seed is not None else None
         result = audit(config, space, n_select=args.n_select, n_estimate=args.n_estimate, seed=seed)
         sys.stdout.write(dumps_json(result.to_dict() if hasattr(result, "to_dict") else result.__dict__))
         return 0 if result.passed else 1

@@ -371,3 +371,17 @@ def test_audit_rejects_bad_mechanism_argument(line_space: EmbeddingSpace) -> Non
         audit("madlib", line_space)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="needs a post-processing step"):
         audit((Madlib(epsilon=1.0), None), line_space)
+
+
+@pytest.mark.parametrize(("seed", "code"), [("xyz", 2), ("0x1197", 0)], ids=["not-an-int", "hex"])
+def test_cli_audit_seed_parsed_like_privatize(
+    line_vocab: str, seed: str, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``audit --seed`` reads decimal or 0x hex as ``privatize`` does; anything else is one line, exit 2."""
+    from hf_textdp.cli import main
+
+    argv = ["audit", "--epsilon", "1", "--model", line_vocab, "--n-select", "200", "--n-estimate", "500"]
+    assert main([*argv, "--seed", seed]) == code
+    err = capsys.readouterr().err
+    if code == 2:
+        assert err == "hf-textdp: error: --seed must be an integer (decimal or 0x hex).\n"
