@@ -350,11 +350,17 @@ class CalibrateCommand:
     def run(args: argparse.Namespace) -> int:
         from .calibrate import calibrate, format_calibration, plot_calibration
 
-        if args.plot is not None:  # fail before the work when matplotlib is missing
+        if args.plot is not None:  # fail before the work when matplotlib is missing or cannot write the format
             try:
-                import matplotlib  # noqa: F401
+                from matplotlib.backend_bases import FigureCanvasBase
             except ImportError as err:
                 raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
+            formats = sorted(FigureCanvasBase.get_supported_filetypes())
+            if Path(args.plot).suffix[1:].lower() not in formats:
+                raise InvalidParameterError(
+                    f"--plot must end in a format matplotlib writes ({', '.join('.' + f for f in formats)}), "
+                    f"got {args.plot!r}."
+                )
         kwargs: dict[str, Any] = {"target_rate": args.target_rate}
         candidates = _candidates_from_args(args, DEFAULT_CANDIDATES)
         if args.postprocess is not None or args.delta is not None or candidates != DEFAULT_CANDIDATES:

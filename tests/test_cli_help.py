@@ -83,3 +83,22 @@ def test_calibrate_plot_without_matplotlib(tiny_bert, tmp_path, capsys, monkeypa
     code = main(["calibrate", "--model", tiny_bert, "--epsilons", "1", "--plot", str(tmp_path / "x.png")])
     assert code == 2
     assert "--plot needs matplotlib: pip install 'hf-textdp[eval]'" in capsys.readouterr().err
+
+
+def test_calibrate_plot_format_checked_before_the_work(tmp_path, capsys, monkeypatch):
+    """An extension matplotlib cannot write fails up front, naming --plot and the formats allowed."""
+    import importlib
+
+    def no_work(**kwargs):
+        raise AssertionError("calibrate ran before --plot was checked")
+
+    calibrate_module = importlib.import_module("hf_textdp.calibrate")  # the package exports a function of that name
+    monkeypatch.setattr(calibrate_module, "calibrate", no_work)
+    for name in ("rates.txt", "rates"):
+        assert main(["calibrate", "--epsilons", "1", "--plot", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err.startswith("hf-textdp: error: --plot must end in a format matplotlib writes (")
+            and err.count("\n") == 1
+        )
+        assert ".png" in err and ".svg" in err and f"got '{tmp_path / name}'" in err
