@@ -590,3 +590,18 @@ def test_plot_error_bars_where_results_have_a_spread(tmp_path, std, drawn):
         else:
             assert bars == [] and title == "" and len(ax.patches) == 0
         plt.close(fig)
+
+
+def test_cli_evaluate_invalid_yaml_names_file_and_line(tmp_path, capsys):
+    """A recipe that is not YAML is one line naming the file, the line and the column, exit 2."""
+    from hf_textdp.cli import main
+
+    recipe = tmp_path / "broken.yaml"
+    recipe.write_text("name: broken\ntasks: [mr, trec\nseed: : 1\n")
+    for argv in (["evaluate", str(recipe)], ["attack", "--recipe", str(recipe)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"hf-textdp: error: recipe {str(recipe)!r} is not valid YAML at line 3, column 5: expected ',' or ']', "
+            "but got ':'.\n"
+        )

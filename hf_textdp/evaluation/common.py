@@ -15,7 +15,7 @@ import evaluate
 
 from ..candidates import DEFAULT_CANDIDATES, parse_candidates
 from ..config import PrivatizerConfig
-from ..errors import InvalidParameterError
+from ..errors import InputFileError, InvalidParameterError
 from ..io.files import _finite
 from ..space import DEFAULT_MODEL
 from ..version import __version__
@@ -257,16 +257,27 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
     )
 
 
-def load_recipe_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a recipe YAML file as a mapping (not validated)."""
+def parse_recipe_yaml(path: Path) -> Any:
+    """The YAML document in the recipe file ``path``; a syntax error names the file, the line and the column."""
     try:
         import yaml
     except ImportError as err:
         raise InvalidParameterError("recipes need PyYAML: pip install 'hf-textdp[eval]'") from err
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InputFileError(f"recipe {str(path)!r} is not valid YAML{where}: {problem}.") from None
+
+
+def load_recipe_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a recipe YAML file as a mapping (not validated)."""
     p = Path(path)
     if not p.is_file():
         raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
-    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    raw = parse_recipe_yaml(p)
     if not isinstance(raw, dict):
         raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
     return raw

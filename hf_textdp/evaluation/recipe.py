@@ -51,6 +51,7 @@ from .common import (
     Recipe,
     TaskEntry,
     load_recipe,
+    parse_recipe_yaml,
     provenance,
     result_name,
     save_result,
@@ -529,10 +530,8 @@ def _result_files(recipe: Recipe, folder: Path) -> list[Path]:
 
 def _finetune_raw(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The parsed YAML of a fine-tuning recipe (one with a ``finetune`` key); ``None`` for anything else."""
-    import yaml
-
     p = Path(path)
-    raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.is_file() else None
+    raw = parse_recipe_yaml(p) if p.is_file() else None
     return raw if isinstance(raw, dict) and "finetune" in raw else None
 
 
