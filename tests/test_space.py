@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_textdp.errors import ModelNotFoundError, VectorFileError
+from hf_textdp.errors import ModelNotFoundError, TokenizerNotSupportedError, VectorFileError
 from hf_textdp.io.models import load_hf_embeddings, load_space
 from hf_textdp.space import CANDIDATE, PASSTHROUGH, STRUCTURAL
 from tests.conftest import minilm_available
@@ -170,6 +170,17 @@ def test_unresolvable_model_names_what_was_tried():
     with pytest.raises(ModelNotFoundError, match=r"model='nobody/nothing-here' cannot be resolved offline") as info:
         load_space("nobody/nothing-here")
     assert isinstance(info.value, FileNotFoundError)
+
+
+def test_folder_without_tokenizer_is_named_as_given(tmp_path, tiny_bert):
+    """The error shows the folder as given (not its base name); the space's model id stays the base name."""
+    folder = tmp_path / "not_a_model"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("no model here\n")
+    with pytest.raises(TokenizerNotSupportedError) as info:
+        load_space(str(folder))
+    assert str(info.value).startswith(f"model: no tokenizer could be loaded from {str(folder)!r}: ")
+    assert load_space(tiny_bert).model_id == Path(tiny_bert).name
 
 
 def test_static_space_all_words_are_candidates(tmp_path):

@@ -280,12 +280,13 @@ def _restrict(
 
 
 def _load_hf_space(
-    folder: Path, model_id: str, revision: str | None, device: torch.device, spec: CandidateSpec
+    folder: Path, model_id: str, revision: str | None, device: torch.device, spec: CandidateSpec, *, model: str
 ) -> EmbeddingSpace:
+    """The space of the transformers model in ``folder``; ``model`` is the name or path as given, for errors."""
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # noqa: BLE001
-        raise TokenizerNotSupportedError(f"model: no tokenizer could be loaded from {model_id!r}: {err}") from err
+        raise TokenizerNotSupportedError(f"model: no tokenizer could be loaded from {model!r}: {err}") from err
     E_full = load_hf_embeddings(folder)
     config = AutoConfig.from_pretrained(folder)
     R = int(E_full.shape[0])
@@ -406,6 +407,6 @@ def load_space(
                 space = _load_static_space(path, dev, spec)
             else:
                 model_id = model if not Path(model).expanduser().is_dir() else Path(model).name
-                space = _load_hf_space(path, model_id, revision, dev, spec)
+                space = _load_hf_space(path, model_id, revision, dev, spec, model=model)
             _CACHE[key] = space
     return space
