@@ -150,3 +150,16 @@ def test_report_command_says_when_the_original_text_is_kept(tmp_path, line_vocab
         out = capsys.readouterr().out
         assert out.startswith("NOT PRIVATE: text_original holds the original input text") is keep
         assert "Privacy report for" in out
+
+
+def test_cli_report_of_a_file_that_is_no_output(tmp_path, capsys):
+    """``report FILE`` of an extension hf-textdp does not write says so (not 'looked for FILE/privacy_report.json')."""
+    from hf_textdp.cli import main
+
+    for name in ("my.seed", "notes"):
+        (tmp_path / name).write_text("1234\n")
+        assert main(["report", str(tmp_path / name)]) == 2
+        assert capsys.readouterr().err == (
+            f"hf-textdp: error: output {str(tmp_path / name)!r} is a file of no output format hf-textdp writes: give "
+            "an output folder, or a .jsonl/.json/.csv/.parquet output file with its .privacy_report.json beside it.\n"
+        )

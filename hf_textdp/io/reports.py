@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameterError, ParameterTypeError
-from .paths import report_path_for
+from .paths import FILE_FORMATS, report_path_for
 
 
 __all__ = ["read_report", "privacy_report"]
@@ -16,6 +16,11 @@ __all__ = ["read_report", "privacy_report"]
 
 def read_report(output: str | os.PathLike[str]) -> dict[str, Any]:
     """The report saved beside (file) or inside (folder) the output ``output``."""
+    if Path(output).is_file() and Path(output).suffix.lower() not in FILE_FORMATS:
+        raise InvalidParameterError(
+            f"output {str(output)!r} is a file of no output format hf-textdp writes: give an output folder, or a "
+            f"{'/'.join(FILE_FORMATS)} output file with its .privacy_report.json beside it."
+        )
     path = report_path_for(Path(output))
     if not path.is_file():
         raise InvalidParameterError(f"no privacy report found for {str(output)!r} (looked for {path}).")
