@@ -605,3 +605,18 @@ def test_cli_evaluate_invalid_yaml_names_file_and_line(tmp_path, capsys):
             f"hf-textdp: error: recipe {str(recipe)!r} is not valid YAML at line 3, column 5: expected ',' or ']', "
             "but got ':'.\n"
         )
+
+
+def test_save_result_outside_a_git_checkout_is_quiet(tmp_path, monkeypatch, capfd):
+    """Outside a checkout the commit is null and git's 'fatal: not a git repository' does not reach stderr."""
+    from hf_textdp.evaluation.common import save_result
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git looks no higher than here
+    save_result(work / "res" / "r.json", {"accuracy": 0.5, "std": float("nan")})
+    saved = json.loads((work / "res" / "r.json").read_text())
+    assert saved["accuracy"] == 0.5 and saved["std"] is None and saved["_git_commit_hash"] is None
+    assert {"_timestamp", "_evaluate_version", "_python_version", "_interpreter_path"} <= saved.keys()
+    assert capfd.readouterr().err == ""

@@ -7,7 +7,10 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -319,8 +322,32 @@ class Metrics:
         self.diagnostics = evaluate.load(str(METRICS_DIR / "privacy_diagnostics"))
 
 
+def _git_commit_hash() -> str | None:
+    """HEAD of the git checkout around the working directory (``None`` outside one), as ``evaluate.save`` asks
+    git for it, but with git's stderr ('fatal: not a git repository') sent to /dev/null."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+        return done.stdout.decode().strip()
+
+    try:
+        return git("rev-parse", "HEAD") if git("rev-parse", "--is-inside-work-tree") == "true" else None
+    except OSError:  # git is not installed
+        return None
+
+
 def save_result(path: Path, result: dict[str, Any]) -> None:
-    """Write with ``evaluate.save`` (adds its ``_timestamp``/versions fields), atomically."""
+    """Write ``result`` with the fields ``evaluate.save`` adds (``_timestamp``, ``_git_commit_hash``, versions),
+    atomically. Not by ``evaluate.save`` itself: its git lookup prints git's complaint outside a checkout."""
+    data = {
+        **_finite(result),
+        "_timestamp": datetime.now().isoformat(),
+        "_git_commit_hash": _git_commit_hash(),
+        "_evaluate_version": evaluate.__version__,
+        "_python_version": sys.version,
+        "_interpreter_path": sys.executable,
+    }
     tmp = path.with_name(f".{path.name}.tmp")
-    evaluate.save(str(tmp), **_finite(result))
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)
