@@ -89,6 +89,22 @@ def _options_epilog() -> str:
     return "\n".join(lines)
 
 
+def _delta_help() -> str:
+    """``--delta``'s help: the mechanisms that use a delta and the default each takes when it is not given."""
+    defaults: dict[str, list[str]] = {}
+    for name in _mechanism_names():
+        cls = get_mechanism_class(name)
+        if getattr(cls, "USES_DELTA", False):
+            value = getattr(cls, "DEFAULT_DELTA", None)
+            defaults.setdefault("none" if value is None else f"{value:g}", []).append(name)
+    users = ", ".join(n for names in defaults.values() for n in names)
+    if len(defaults) == 1:
+        default = next(iter(defaults))
+    else:
+        default = "; ".join(f"{d} for {', '.join(names)}" for d, names in defaults.items())
+    return f"delta in (0, 1), only for mechanisms with one ({users}) (default: {default})"
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's help ends with its default (argparse's ``%(default)s``), flags without one excepted."""
 
@@ -324,9 +340,7 @@ class CalibrateCommand:
             metavar="NAME",
             help=f"post-processing step, one of: {', '.join(_postprocess_names())} (default: nearest)",
         )
-        p.add_argument(
-            "--delta", type=float, default=None, help="delta in (0, 1) for gaussian/truncated_laplace (default: none)"
-        )
+        p.add_argument("--delta", type=float, default=None, help=_delta_help())
         p.add_argument(
             "-o", "--option", action="append", metavar="KEY=VALUE", help="mechanism option, repeatable (default: none)"
         )
@@ -463,12 +477,7 @@ def _add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> N
         help=f"registered mechanism, one of: {', '.join(mechanisms)} (default: madlib"
         + (")" if epsilon_required else ", or the --config's)"),
     )
-    p.add_argument(
-        "--delta",
-        type=float,
-        default=None,
-        help="delta in (0, 1), only for mechanisms with one (gaussian, truncated_laplace) (default: none)",
-    )
+    p.add_argument("--delta", type=float, default=None, help=_delta_help())
     p.add_argument(
         "--model",
         default=None,

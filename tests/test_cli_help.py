@@ -35,6 +35,19 @@ def test_every_option_shows_its_default(command):
         assert 'madlib: bound="none"' in text  # the options of each mechanism with their defaults
 
 
+@pytest.mark.parametrize("command", ["privatize", "calibrate", "audit", "attack"])
+def test_delta_help_shows_the_default_of_the_mechanisms_using_one(command):
+    """--delta is not 'default: none': gaussian, privemb and truncated_laplace take their DEFAULT_DELTA."""
+    from hf_textdp.mechanisms import get_mechanism_class
+
+    action = next(a for a in _subparser(command)._actions if a.dest == "delta")
+    users = [get_mechanism_class(n) for n in list_mechanisms() if get_mechanism_class(n).USES_DELTA]
+    assert {c.name for c in users} >= {"gaussian", "privemb", "truncated_laplace"}
+    assert "(default: none)" not in action.help
+    for cls in users:
+        assert cls.name in action.help and f"{cls.DEFAULT_DELTA:g}" in action.help
+
+
 @pytest.fixture
 def saved(tmp_path, tiny_bert):
     src = tmp_path / "in.jsonl"
