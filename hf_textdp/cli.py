@@ -15,7 +15,7 @@ from typing import Any
 from .accounting import format_report
 from .candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
 from .config import PrivatizerConfig
-from .errors import HfTextDPError, InvalidParameterError, MissingExtraError
+from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, OutputExistsError
 from .io.files import dumps_json
 from .io.models import load_space
 from .io.paths import report_path_for
@@ -642,12 +642,15 @@ class CardCommand:
         p = sub.add_parser("card", help="render a card for a privatized output or a recipe's results folder")
         p.add_argument("path", help="a privatized output (with its privacy report) or a results folder")
         p.add_argument("--output", default=None, help="where to write the card (default: print it)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
         p.set_defaults(command=CardCommand)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from .cards import render_card
 
+        if args.output and Path(args.output).exists() and not args.overwrite:
+            raise OutputExistsError(f"--output {args.output!r} already exists; pass --overwrite to replace it.")
         card = render_card(args.path)
         if args.output:
             Path(args.output).parent.mkdir(parents=True, exist_ok=True)

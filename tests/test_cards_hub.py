@@ -155,6 +155,21 @@ def test_cli_card(results_dir, tmp_path, capsys):
     assert main(["card", str(tmp_path / "nope")]) == 2
 
 
+def test_cli_card_refuses_an_existing_output_without_overwrite(results_dir, tmp_path, capsys):
+    """Like privatize, card does not replace an existing --output unless --overwrite is given."""
+    from hf_textdp.cli import main
+
+    out = tmp_path / "card.md"
+    out.write_text("kept\n")
+    assert main(["card", str(results_dir), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"hf-textdp: error: --output {str(out)!r} already exists; pass --overwrite to replace it.\n"
+    )
+    assert out.read_text() == "kept\n"
+    assert main(["card", str(results_dir), "--output", str(out), "--overwrite"]) == 0
+    assert "model-index" in out.read_text()
+
+
 # ----------------------------------------------------------------------------- push_to_hub, offline stand-in
 @pytest.fixture
 def fake_hub(tmp_path, monkeypatch):
