@@ -28,7 +28,6 @@ fingerprint, because the in-process fingerprint is a hash of the seeded :class:`
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import datasets
@@ -40,7 +39,7 @@ from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.frequencies import check_not_input as check_public
 from .io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
-from .io.paths import FILE_FORMATS
+from .io.paths import FILE_FORMATS, output_path
 from .io.sources import load_source
 from .io.workdir import DEFAULT_SHARD_SIZE
 from .privatizer import Privatizer
@@ -139,7 +138,7 @@ def privatize_dataset(
     for name, value in (("streaming", streaming), ("resume", resume), ("overwrite", overwrite)):
         check_bool(value, name)
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before loading anything
-    output = Path(output_dir).expanduser() if output_dir is not None else None
+    output = output_path(output_dir) if output_dir is not None else None
     if output is not None:
         check_not_input(output, input_paths(source, {}))
         if not overwrite and not (resume and streaming):

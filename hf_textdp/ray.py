@@ -36,7 +36,7 @@ from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, InvalidParameterError, MissingExtraError, ParameterTypeError
 from .io.files import atomic_path, atomic_write_text, dumps_json
 from .io.outputs import check_not_input, refuse_existing_output
-from .io.paths import REPORT_NAME, report_path_for
+from .io.paths import REPORT_NAME, output_path, report_path_for
 from .privatizer import Privatizer
 from .rng import validate_secret_seed
 from .totals import totals_from_columns
@@ -316,7 +316,7 @@ def privatize_ray_files(
     """
     ray = _import_ray()
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before Ray starts
-    out = Path(output).expanduser()
+    out = output_path(output, "output")
     if out.suffix and out.suffix.lower() != ".parquet":
         raise InvalidParameterError(
             f"output {str(output)!r}: --engine ray writes parquet: a .parquet file or a folder (no extension)."

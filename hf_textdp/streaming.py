@@ -44,7 +44,7 @@ from .accounting import Totals
 from .errors import InvalidParameterError, ParameterTypeError
 from .io.files import atomic_write_text, dumps_json
 from .io.outputs import refuse_existing_output, save_output
-from .io.paths import FILE_FORMATS, MANIFEST_NAME, work_dir_for
+from .io.paths import FILE_FORMATS, MANIFEST_NAME, output_path, work_dir_for
 from .io.workdir import (
     DEFAULT_SHARD_SIZE,
     SEED_CHECK_ROWS,
@@ -107,7 +107,7 @@ def save_streaming(
     >>> save_streaming(out, "big.private.parquet", {"": priv})["totals"]["rows"]              # doctest: +SKIP
     1000000
     """
-    out_path = Path(output).expanduser()
+    out_path = output_path(output, "output")
     check_bool(resume, "resume")
     check_bool(overwrite, "overwrite")
     check_int(shard_size, "shard_size", minimum=1)

@@ -130,3 +130,13 @@ def test_failure_while_writing_leaves_no_output(tiny_bert, tmp_path, monkeypatch
     assert calls == []  # every shard was reused
     # no hf_datasets_cache either: the source file is read into memory, leaving no Arrow copy of the original
     assert _siblings(output) == sorted(["in.jsonl", "o.jsonl", "o.jsonl.privacy_report.json"])
+
+
+@pytest.mark.parametrize("output", [".", "..", "/", "./"])
+def test_an_output_that_names_no_file_or_folder_is_refused(output, tiny_bert, tmp_path):
+    from hf_textdp.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"^output_dir must name the file or folder to write"):
+        privatize_dataset(
+            str(small_jsonl(tmp_path)), PrivatizerConfig(epsilon=2.0, model=tiny_bert), output_dir=output
+        )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import InvalidParameterError
+
 
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 REPORT_NAME = "privacy_report.json"
@@ -24,3 +26,13 @@ def work_dir_for(output: str | os.PathLike[str]) -> Path:
     """The hidden work folder of a sharded run writing ``output``: ``.OUTPUT.partial`` beside it."""
     output = Path(output)
     return output.with_name(f".{output.name}.partial")
+
+
+def output_path(output: str | os.PathLike[str], param: str = "output_dir") -> Path:
+    """``output`` as a path (``~`` expanded); one that names no file or folder (``.``, ``..``, ``/``) is refused."""
+    path = Path(output).expanduser()
+    if path.name in ("", ".", ".."):
+        raise InvalidParameterError(
+            f"{param} must name the file or folder to write (e.g. 'private.jsonl'), got {str(output)!r}."
+        )
+    return path
