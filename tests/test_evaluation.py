@@ -219,8 +219,16 @@ def test_summary_flags_cells_below_chance(tmp_path):
         ({"name": "x", "tasks": ["mr"], "typo": 1}, "unknown key"),
         ({"name": "x y", "tasks": ["mr"]}, "recipe name"),
         ({"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": []}]}, "epsilons"),
+        (
+            {"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": [10, -1]}]},
+            r"^recipe privatizers\[0\]: epsilon",
+        ),
+        (
+            {"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlb", "epsilons": [10]}]},
+            r"^recipe privatizers\[0\]: .*madlb",
+        ),
     ],
-    ids=["unknown-task", "no-tasks", "unknown-key", "bad-name", "empty-epsilons"],
+    ids=["unknown-task", "no-tasks", "unknown-key", "bad-name", "empty-epsilons", "bad-epsilon", "bad-mechanism"],
 )
 def test_recipe_validation(raw, match):
     with pytest.raises(HfTextDPError, match=match):

@@ -18,7 +18,7 @@ import evaluate
 
 from ..candidates import DEFAULT_CANDIDATES, parse_candidates
 from ..config import PrivatizerConfig
-from ..errors import InputFileError, InvalidParameterError
+from ..errors import HfTextDPError, InputFileError, InvalidParameterError
 from ..io.files import _finite
 from ..space import DEFAULT_MODEL
 from ..version import __version__
@@ -237,6 +237,11 @@ def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe
                 candidates=parse_candidates(item.get("candidates", DEFAULT_CANDIDATES)).to_value(),
             )
         )
+        for eps in privs[-1].epsilons:  # a bad mechanism, ε or option fails now, before any task runs
+            try:
+                privs[-1].config(eps)
+            except HfTextDPError as err:
+                raise type(err)(f"recipe privatizers[{len(privs) - 1}]: {err}") from None
     clf = dict(raw.get("classifier") or {})
     if "c_grid" in clf:
         clf["c_grid"] = _as_tuple_floats(clf["c_grid"], "classifier.c_grid")
