@@ -1,7 +1,8 @@
 """Fingerprint the seeded outputs of every mechanism and post-processing step on 500 MR rows.
 
 A refactor that must not change behaviour is checked by running this before and after and comparing
-the printed sha256 per configuration (``rows_sha256``: the output columns; ``sha256``: also the claim).
+the printed sha256 per configuration (``rows_sha256``: the output columns; ``sha256``: also the claim;
+``ids_sha256``: the columns but the text, which a change of decoding alone keeps).
 
     python scripts/seeded_outputs.py OUT.json [--mr ../shared/data/senteval/mr.jsonl] [--vectors FILE]
 """
@@ -72,9 +73,11 @@ def main() -> None:
         res = priv({"text": texts}, list(range(len(texts))))
         rows_blob = json.dumps(res, sort_keys=True, default=str).encode()
         blob = json.dumps({"res": res, "claim": repr(priv.claim)}, sort_keys=True, default=str).encode()
+        ids_blob = json.dumps({k: v for k, v in res.items() if k != "text"}, sort_keys=True, default=str).encode()
         result[name] = {
             "rows_sha256": hashlib.sha256(rows_blob).hexdigest(),
             "sha256": hashlib.sha256(blob).hexdigest(),
+            "ids_sha256": hashlib.sha256(ids_blob).hexdigest(),  # without the text: a decoding change keeps it
         }
         print(result[name]["rows_sha256"][:16], name, flush=True)
     with open(args.out, "w", encoding="utf-8") as f:
