@@ -270,13 +270,8 @@ def test_repr_and_pickle_hide_nothing_secret_and_hash_fast(tiny_bert):
     )
 
 
-def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkeypatch):
-    import datasets
-
-    path = tmp_path / "in.jsonl"
-    datasets.Dataset.from_dict({"text": corpus(30, seed=12)}).to_json(str(path))
-    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
-    cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
+def _count_processing(monkeypatch) -> dict[str, int]:
+    """Count the batches privatizers process (``calls["n"]``): a map served from the cache processes none."""
     calls = {"n": 0}
     original = Privatizer._process
 
@@ -285,6 +280,17 @@ def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkey
         return original(self, texts, row_ids)
 
     monkeypatch.setattr(Privatizer, "_process", counting)
+    return calls
+
+
+def test_cache_hit_with_seed_and_fresh_noise_without(tiny_bert, tmp_path, monkeypatch):
+    import datasets
+
+    path = tmp_path / "in.jsonl"
+    datasets.Dataset.from_dict({"text": corpus(30, seed=12)}).to_json(str(path))
+    ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
+    cfg = PrivatizerConfig(epsilon=3.0, model=tiny_bert)
+    calls = _count_processing(monkeypatch)
     first = ds.map(Privatizer(cfg, seed=2**40 + 99), batched=True, with_indices=True)
     n_first = calls["n"]
     second = ds.map(Privatizer(cfg, seed=2**40 + 99), batched=True, with_indices=True)
@@ -309,14 +315,7 @@ def test_an_edited_vector_file_is_not_served_from_the_cache(tmp_path, monkeypatc
     datasets.Dataset.from_dict({"text": ["alpha beta gamma", "delta alpha"] * 5}).to_json(str(path))
     ds = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "cache"))
     cfg = PrivatizerConfig(epsilon=1e6, model=str(vectors))  # ε huge: every word is its own nearest
-    calls = {"n": 0}
-    original = Privatizer._process
-
-    def counting(self, texts, row_ids):
-        calls["n"] += 1
-        return original(self, texts, row_ids)
-
-    monkeypatch.setattr(Privatizer, "_process", counting)
+    calls = _count_processing(monkeypatch)
     first = ds.map(Privatizer(cfg, seed=2**40 + 5), batched=True, with_indices=True)
     n = calls["n"]
     again = ds.map(Privatizer(cfg, seed=2**40 + 5), batched=True, with_indices=True)
