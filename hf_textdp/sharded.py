@@ -179,14 +179,15 @@ class ShardedRun(WorkFolderRun):
             path = self._shard_path(split, 0)
             if shard_rows(path) is None:
                 continue
-            shard = datasets.Dataset.from_file(str(path), in_memory=True).select_columns(["input_ids", "dp_tokens"])
+            shard = datasets.Dataset.from_file(str(path), in_memory=True)
+            column = "input_ids" if "input_ids" in shard.column_names else "inputs_embeds"  # postprocess="vector"
             rows = [i for i, n in enumerate(shard["dp_tokens"][: 4 * SEED_CHECK_ROWS]) if n][:SEED_CHECK_ROWS]
             if not rows:
                 continue
             totals = copy.deepcopy(split.priv.totals)  # a check, not a release: the totals stay as they were
-            again = split.priv(split.data.select(rows)[:], rows)["input_ids"]
+            again = split.priv(split.data.select(rows)[:], rows)[column]
             split.priv.totals = totals
-            if all(again[j] != shard[i]["input_ids"] for j, i in enumerate(rows)):
+            if all(again[j] != shard[i][column] for j, i in enumerate(rows)):
                 return (
                     f"its rows were privatized with another seed ({len(rows)} of its rows privatized again with this "
                     "run's seed all differ); resume needs the seed of the partial run"

@@ -114,6 +114,23 @@ def test_resume_reuses_only_a_matching_partial_run(first, second, exc, match, ti
         assert {k: seen[k] for k in done} == {k: v[:2] for k, v in done.items()}
 
 
+def test_resume_of_vectors_checks_the_seed_on_the_released_vectors(tiny_bert, tmp_path, monkeypatch):
+    """postprocess="vector" releases no input_ids: the seed check compares the released vectors."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": corpus(12, seed=43)})
+    cfg = PrivatizerConfig(epsilon=2.0, model=tiny_bert, postprocess="vector")
+    kwargs = {"shard_size": 5, "output_dir": tmp_path / "out"}
+    _interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        privatize_dataset(ds, cfg, seed=2**40 + 7, **kwargs)
+    monkeypatch.setattr(sharded, "atomic_write_arrow", REAL_WRITE)
+    with pytest.raises(ResumeError, match="privatized with another seed"):
+        privatize_dataset(ds, cfg, seed=2**40 + 8, resume=True, **kwargs)
+    resumed = privatize_dataset(ds, cfg, seed=2**40 + 7, resume=True, **kwargs)
+    assert resumed["inputs_embeds"] == privatize_dataset(ds, cfg, seed=2**40 + 7)["inputs_embeds"]
+
+
 def test_resume_with_nothing_to_resume_then_of_a_finished_output(tiny_bert, tmp_path):
     src = small_jsonl(tmp_path)
     cfg = PrivatizerConfig(epsilon=2.0, model=tiny_bert)
