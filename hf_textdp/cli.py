@@ -444,7 +444,12 @@ class EnvCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("env", help="print versions for bug reports")
+        p = sub.add_parser(
+            "env",
+            help="print versions for bug reports",
+            description="Print the versions of hf-textdp, Python, the platform and the libraries it runs on "
+            "(torch, transformers, tokenizers, datasets, ...), to paste into a bug report.",
+        )
         p.set_defaults(command=EnvCommand)
 
     @staticmethod
@@ -544,7 +549,12 @@ class EvaluateCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("evaluate", help="run a SentEval recipe: privatize, encode, classify, plot")
+        p = sub.add_parser(
+            "evaluate",
+            help="run a SentEval recipe: privatize, encode, classify, plot",
+            description="Run SentEval recipes (recipes/*.yaml): privatize each task's text, encode it, classify, "
+            "and write one result JSON per cell, the plots and a summary.",
+        )
         p.add_argument("recipe", nargs="+", help="one or more recipes/*.yaml files")
         p.add_argument(
             "--output", default=None, help="results root; each recipe writes <output>/<its folder> (default results)"
@@ -639,7 +649,12 @@ class CardCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("card", help="render a card for a privatized output or a recipe's results folder")
+        p = sub.add_parser(
+            "card",
+            help="render a card for a privatized output or a recipe's results folder",
+            description="Render the dataset card of a privatized output (from its privacy report) or the model-index "
+            "card of a recipe's results folder.",
+        )
         p.add_argument("path", help="a privatized output (with its privacy report) or a results folder")
         p.add_argument("--output", default=None, help="where to write the card (default: print it)")
         p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
@@ -666,7 +681,12 @@ class PushCommand:
 
     @staticmethod
     def register_subcommand(sub: Any) -> None:
-        p = sub.add_parser("push", help="publish a privatized output, a config or recipe results to the Hub")
+        p = sub.add_parser(
+            "push",
+            help="publish a privatized output, a config or recipe results to the Hub",
+            description="Publish a privatized output (with its card and report), a privatizer config or a recipe's "
+            "results to the Hugging Face Hub.",
+        )
         p.add_argument("path", help="privatized output, privatizer_config.json (or its folder), or results folder")
         p.add_argument("repo_id")
         p.add_argument("--private", action="store_true")
@@ -696,7 +716,10 @@ class BenchCommand:
     @staticmethod
     def register_subcommand(sub: Any) -> None:
         p = sub.add_parser(
-            "bench", help="throughput of privatize() against this machine's fp32, bf16 and int8 product bounds"
+            "bench",
+            help="throughput of privatize() against this machine's fp32, bf16 and int8 product bounds",
+            description="Measure privatize()'s tokens/s per mechanism against the fp32, bf16 and int8 matrix-product "
+            "bounds of this machine, measured in the same run.",
         )
         p.add_argument("--model", default=None, help="hub id, model folder or vector file (default: all-MiniLM-L6-v2)")
         p.add_argument(
@@ -780,6 +803,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     for cmd in COMMANDS:
         cmd.register_subcommand(sub)
+    for command in sub.choices.values():  # also after the command (SUPPRESS: an absent flag keeps the top level's)
+        command.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks (default: off)"
+        )
     return parser
 
 

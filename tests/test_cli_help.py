@@ -115,3 +115,20 @@ def test_calibrate_plot_format_checked_before_the_work(tmp_path, capsys, monkeyp
             and err.count("\n") == 1
         )
         assert ".png" in err and ".svg" in err and f"got '{tmp_path / name}'" in err
+
+
+@pytest.mark.parametrize("command", ["env", "card", "evaluate", "push", "bench"])
+def test_every_command_describes_itself(command):
+    assert _subparser(command).description
+
+
+def test_debug_after_the_command_shows_the_traceback(tmp_path):
+    """``--debug`` works after the command too; without it an error stays one line."""
+    from hf_textdp.errors import HfTextDPError
+
+    missing = str(tmp_path / "missing")
+    assert main(["report", missing]) == 2
+    with pytest.raises(HfTextDPError):
+        main(["report", missing, "--debug"])
+    with pytest.raises(HfTextDPError):
+        main(["--debug", "report", missing])
