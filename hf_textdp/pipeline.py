@@ -36,13 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, InvalidRowError, ParameterTypeError
+from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
 from .io.frequencies import check_not_input as check_public
 from .io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
 from .io.paths import FILE_FORMATS, output_path
 from .io.sources import load_source
 from .io.workdir import DEFAULT_SHARD_SIZE
-from .privatizer import Privatizer
+from .privatizer import Privatizer, repeated_id_error
 from .rng import validate_secret_seed
 from .sharded import ShardedRun
 from .streaming import save_streaming
@@ -246,10 +246,7 @@ def _check_unique_ids(ds: datasets.Dataset, id_column: str, split: str) -> None:
     first = int(np.flatnonzero(ids[order][1:] == ids[order][:-1])[0])
     a, b = sorted((int(order[first]), int(order[first + 1])))
     where = f" of split {split!r}" if split else ""
-    raise InvalidRowError(
-        f"rows {a} and {b}{where}: id_column={id_column!r} holds the id {int(ids[a])} twice; ids must be unique "
-        "(two rows with one id would share their noise)."
-    )
+    raise repeated_id_error(f"rows {a} and {b}{where}", id_column, int(ids[a]))
 
 
 def _check_public_inputs(config: PrivatizerConfig, sources: list[Any]) -> None:

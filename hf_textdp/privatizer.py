@@ -304,8 +304,8 @@ class Privatizer:
                 )
             raw_ids = batch[self.id_column]
             raw_ids = [raw_ids] if single else raw_ids
-            at = [indices] if isinstance(indices, int) else None if indices is None else [int(i) for i in indices]
-            row_ids = [self._check_id(v, _row_name(i, at)) for i, v in enumerate(raw_ids)]
+            at = [indices] if isinstance(indices, int) else indices  # the map's indices name a bad row
+            row_ids = [self._check_id(v, i, at) for i, v in enumerate(raw_ids)]
             self._check_unique(row_ids, at)
         elif indices is not None:
             row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
@@ -369,23 +369,23 @@ class Privatizer:
         )
 
     # ---------------------------------------------------------------- the work
-    def _check_id(self, value: Any, where: str) -> int:
+    def _check_id(self, value: Any, i: int, at: Sequence[int] | None) -> int:
         fault = row_id_fault(value)
         if fault is not None:
-            raise InvalidRowError(f"{where}: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}.")
+            raise InvalidRowError(
+                f"{_row_name(i, at)}: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
+            )
         return int(value)
 
-    def _check_unique(self, row_ids: list[int], at: list[int] | None) -> None:
+    def _check_unique(self, row_ids: list[int], at: Sequence[int] | None) -> None:
         """Refuse a repeated id: two rows with one id share their noise, and comparing their outputs shows where
         their texts differ (threat_model.md)."""
         if len(set(row_ids)) < len(row_ids):
             seen: dict[int, int] = {}
             for i, r in enumerate(row_ids):
                 if r in seen:
-                    raise InvalidRowError(
-                        f"{_row_name(seen[r], at)} and {_row_name(i, at)}: id_column={self.id_column!r} holds the id "
-                        f"{r} twice; ids must be unique (two rows with one id would share their noise)."
-                    )
+                    assert self.id_column is not None
+                    raise repeated_id_error(f"{_row_name(seen[r], at)} and {_row_name(i, at)}", self.id_column, r)
                 seen[r] = i
 
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
@@ -640,6 +640,14 @@ class Privatizer:
         return derive_row_seeds(self.seed, [int(r) for r in row_ids], self.split, stream)
 
 
-def _row_name(i: int, indices: list[int] | None) -> str:
+def _row_name(i: int, indices: Sequence[int] | None) -> str:
     """Row ``i`` of a batch, named by its dataset index where the map passes the indices."""
-    return f"row {i} of the batch" if indices is None else f"row {indices[i]}"
+    return f"row {i} of the batch" if indices is None else f"row {int(indices[i])}"
+
+
+def repeated_id_error(rows: str, id_column: str, value: int) -> InvalidRowError:
+    """The error for an id that two ``rows`` hold (named, e.g. ``"rows 2 and 6"``): they would share their noise."""
+    return InvalidRowError(
+        f"{rows}: id_column={id_column!r} holds the id {value} twice; ids must be unique (two rows with one id "
+        "would share their noise)."
+    )
