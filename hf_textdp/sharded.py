@@ -3,7 +3,6 @@ resume: see :mod:`hf_textdp.pipeline`)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +19,12 @@ from .io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
+    other_seed,
     privatizer_manifest,
     sha256_json,
     shard_path,
     shard_rows,
+    uncounted,
 )
 from .privatizer import Privatizer
 from .totals import dataset_report
@@ -169,10 +170,9 @@ class ShardedRun(WorkFolderRun):
         )
 
     def refusal(self, old: dict[str, Any]) -> str | None:
-        """A seeded partial run is continued only with its seed, which is never stored: the first finished shard's
-        first rows with privatized tokens (up to :data:`SEED_CHECK_ROWS`) are privatized again with this run's seed
-        and must give the same ids (one row that agrees is enough: a float64 near-tie may differ on another
-        device). Only the work folder's own output rows are read; nothing derived from the seed is written."""
+        """A seeded partial run is continued only with its seed: the first finished shard's first rows with
+        privatized tokens are privatized again with this run's seed (:func:`~hf_textdp.io.workdir.other_seed`).
+        Only the work folder's own output rows are read; nothing derived from the seed is written."""
         if self.splits[0].priv.seed is None:
             return None
         for split in self.splits:
@@ -182,17 +182,10 @@ class ShardedRun(WorkFolderRun):
             shard = datasets.Dataset.from_file(str(path), in_memory=True)
             column = "input_ids" if "input_ids" in shard.column_names else "inputs_embeds"  # postprocess="vector"
             rows = [i for i, n in enumerate(shard["dp_tokens"][: 4 * SEED_CHECK_ROWS]) if n][:SEED_CHECK_ROWS]
-            if not rows:
-                continue
-            totals = copy.deepcopy(split.priv.totals)  # a check, not a release: the totals stay as they were
-            again = split.priv(split.data.select(rows)[:], rows)[column]
-            split.priv.totals = totals
-            if all(again[j] != shard[i][column] for j, i in enumerate(rows)):
-                return (
-                    f"its rows were privatized with another seed ({len(rows)} of its rows privatized again with this "
-                    "run's seed all differ); resume needs the seed of the partial run"
-                )
-            return None
+            if rows:
+                with uncounted(split.priv):
+                    again = split.priv(split.data.select(rows)[:], rows)[column]
+                return other_seed(again, [shard[i][column] for i in rows])
         return None
 
     def _shard_path(self, split: _Split, k: int) -> Path:

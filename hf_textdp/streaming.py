@@ -31,7 +31,6 @@ the first shard's first rows, privatized again by the stream, must agree with it
 
 from __future__ import annotations
 
-import copy
 import itertools
 import os
 from pathlib import Path
@@ -51,10 +50,12 @@ from .io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
+    other_seed,
     privatizer_manifest,
     read_json_object,
     shard_path,
     shard_rows,
+    uncounted,
 )
 from .privatizer import Privatizer
 from .totals import totals_from_dataset
@@ -208,27 +209,21 @@ class _StreamRun(WorkFolderRun):
         return self._other_seed()
 
     def _other_seed(self) -> str | None:
-        """A seeded partial run is continued only with its seed (never stored): the stream's first rows with
-        privatized tokens (up to ``SEED_CHECK_ROWS``), privatized again by this run, must give one of the
-        first shard's rows' ids (as ``ShardedRun.refusal``)."""
+        """A seeded partial run is continued only with its seed: the stream's first rows with privatized tokens,
+        privatized again by this run, are compared with the first shard's (:func:`~hf_textdp.io.workdir.other_seed`,
+        as ``ShardedRun.refusal``)."""
         for name, part in self.parts.items():
             priv = self.privatizers[name]
             path = self._shard_path(name, 0)
             if priv.seed is None or shard_rows(path) is None:
                 return None
             shard = datasets.Dataset.from_file(str(path), in_memory=True).select_columns(["input_ids", "dp_tokens"])
-            totals = copy.deepcopy(priv.totals)  # a check, not a release: the totals stay as they were
-            head = min(len(shard), 16 * SEED_CHECK_ROWS)
-            fresh = list(itertools.islice(part.select_columns(["input_ids", "dp_tokens"]), head))
-            priv.totals = totals
+            with uncounted(priv):
+                head = min(len(shard), 16 * SEED_CHECK_ROWS)
+                fresh = list(itertools.islice(part.select_columns(["input_ids", "dp_tokens"]), head))
             rows = [i for i, r in enumerate(fresh) if r["dp_tokens"]][:SEED_CHECK_ROWS]
-            if rows and all(fresh[i]["input_ids"] != shard[i]["input_ids"] for i in rows):
-                return (
-                    f"its rows were privatized with another seed ({len(rows)} of its rows privatized again with this "
-                    "run's seed all differ); resume needs the seed of the partial run"
-                )
             if rows:
-                return None
+                return other_seed([fresh[i]["input_ids"] for i in rows], [shard[i]["input_ids"] for i in rows])
         return None
 
     def _progress(self, name: str) -> dict[str, Any]:

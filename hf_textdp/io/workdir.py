@@ -6,11 +6,13 @@ says what the job is; a later run resumes it only when its own manifest matches,
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from .paths import LOCK_NAME, MANIFEST_NAME
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "SEED_CHECK_ROWS",
+    "uncounted",
+    "other_seed",
     "sha256_json",
     "privatizer_manifest",
     "shard_path",
@@ -43,6 +47,28 @@ DEFAULT_SHARD_SIZE = 10_000
 
 #: rows of a seeded partial run privatized again on resume, to check that the seed is the same
 SEED_CHECK_ROWS = 4
+
+
+@contextmanager
+def uncounted(priv: Any) -> Iterator[None]:
+    """Rows the privatizer ``priv`` privatizes inside are a check, not a release: its totals stay as they were."""
+    totals = copy.deepcopy(priv.totals)
+    try:
+        yield
+    finally:
+        priv.totals = totals
+
+
+def other_seed(again: Sequence[Any], kept: Sequence[Any]) -> str | None:
+    """Why a seeded partial run cannot be continued with this run's seed (the seed is never stored): its released
+    ``kept`` values of up to :data:`SEED_CHECK_ROWS` rows with privatized tokens all differ from the same rows
+    privatized ``again``. One row that agrees is enough: a float64 near-tie may differ on another device."""
+    if again and all(a != k for a, k in zip(again, kept, strict=True)):
+        return (
+            f"its rows were privatized with another seed ({len(again)} of its rows privatized again with this run's "
+            "seed all differ); resume needs the seed of the partial run"
+        )
+    return None
 
 
 def sha256_json(obj: Any) -> str:
