@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         PrivatizerConfig,
         privacy_report,
     )
-    from hf_textdp.collators import PrivacyAccountingCallback
+    from hf_textdp.integrations.collators import PrivacyAccountingCallback
     from hf_textdp.utils.logging import set_verbosity_info
 
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]

@@ -7,23 +7,27 @@ do not pay for scipy.stats, torch or transformers until something needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .version import __version__ as __version__
 
 
 if TYPE_CHECKING:
-    from .audit import audit
-    from .calibrate import calibrate
-    from .collators import DataCollatorForInputsEmbeds, DataCollatorWithPrivatization
     from .config import PrivatizerConfig
     from .errors import HfTextDPError
+    from .integrations.collators import DataCollatorForInputsEmbeds, DataCollatorWithPrivatization
+    from .integrations.tokenizer import PrivateTokenizer
     from .io.reports import privacy_report
-    from .pipeline import privatize_dataset
     from .privatizer import Privatizer
-    from .tokenizer import PrivateTokenizer
+    from .run.pipeline import privatize_dataset
+    from .tools.audit import audit
+    from .tools.calibrate import calibrate
 
 
 __all__ = [
@@ -43,13 +47,13 @@ __all__ = [
 _LAZY = {
     "PrivatizerConfig": "config",
     "Privatizer": "privatizer",
-    "privatize_dataset": "pipeline",
+    "privatize_dataset": "run.pipeline",
     "privacy_report": "io.reports",
-    "calibrate": "calibrate",
-    "audit": "audit",
-    "PrivateTokenizer": "tokenizer",
-    "DataCollatorWithPrivatization": "collators",
-    "DataCollatorForInputsEmbeds": "collators",
+    "calibrate": "tools.calibrate",
+    "audit": "tools.audit",
+    "PrivateTokenizer": "integrations.tokenizer",
+    "DataCollatorWithPrivatization": "integrations.collators",
+    "DataCollatorForInputsEmbeds": "integrations.collators",
     "HfTextDPError": "errors",
 }
 
@@ -67,14 +71,23 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-class _Package(types.ModuleType):
-    """``hf_textdp.audit`` and ``hf_textdp.calibrate`` are functions, as they were when this file imported
-    them eagerly: importing the submodule of the same name would otherwise bind the module here."""
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import hf_textdp.ray`` and ``hf_textdp.collators``, the paths the docs gave before these modules moved
+    to ``run/`` and ``integrations/`` (issue 38), import the moved module under its old name too, with a
+    ``FutureWarning``."""
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("audit", "calibrate") and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        new = _MOVED[spec.name]
+        warnings.warn(f"{spec.name} moved to {new}; import it from there.", FutureWarning, stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: types.ModuleType) -> None:  # the moved module is already executed
+        pass
 
 
-sys.modules[__name__].__class__ = _Package
+# old module path -> where it is now (kept for the paths the docs and examples gave)
+_MOVED = {"hf_textdp.ray": "hf_textdp.run.ray", "hf_textdp.collators": "hf_textdp.integrations.collators"}
+sys.meta_path.insert(0, _MovedModules())

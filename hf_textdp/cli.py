@@ -21,8 +21,8 @@ from .io.models import load_space
 from .io.paths import report_path_for
 from .io.reports import privacy_report
 from .mechanisms import get_mechanism_class, list_mechanisms
-from .pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
 from .postprocess import list_postprocess
+from .run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
 from .space import DEFAULT_MODEL
 from .version import __version__
 
@@ -224,7 +224,7 @@ class PrivatizeCommand:
                     "--resume is not available with --engine ray: Ray Data retries lost work within a run; rerun "
                     "with --overwrite."
                 )
-            from .ray import privatize_ray_files  # Ray Data only with --engine ray
+            from .run.ray import privatize_ray_files  # Ray Data only with --engine ray
 
             report = privatize_ray_files(
                 args.input,
@@ -295,7 +295,7 @@ class ReportCommand:
         if args.json:
             sys.stdout.write(dumps_json(report))
             return 0
-        from .cards import original_columns
+        from .integrations.cards import original_columns
 
         kept = original_columns(args.output)  # keep_original=True: the report covers the privatized columns alone
         if kept:
@@ -362,7 +362,7 @@ class CalibrateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .calibrate import calibrate, format_calibration, plot_calibration
+        from .tools.calibrate import calibrate, format_calibration, plot_calibration
 
         if args.plot is not None:  # fail before the work when matplotlib is missing or cannot write the format
             try:
@@ -429,7 +429,7 @@ class AuditCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
+        from .tools.audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
 
         config = _config_from_args(args)
         seed = _read_seed(args)
@@ -662,7 +662,7 @@ class CardCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .cards import render_card
+        from .integrations.cards import render_card
 
         if args.output and Path(args.output).exists() and not args.overwrite:
             raise OutputExistsError(f"--output {args.output!r} already exists; pass --overwrite to replace it.")
@@ -701,7 +701,7 @@ class PushCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .hub import push_to_hub
+        from .integrations.hub import push_to_hub
 
         url = push_to_hub(
             args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
@@ -754,7 +754,7 @@ class BenchCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from .bench import format_table, run_bench
+        from .tools.bench import format_table, run_bench
 
         report = run_bench(
             model=args.model or DEFAULT_MODEL,

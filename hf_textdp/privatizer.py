@@ -43,7 +43,7 @@ from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger, warn_once
-from .utils.release_service import is_service_worker, remote_release
+from .utils.release_client import is_service_worker, remote_release
 from .validation import row_id_fault
 
 

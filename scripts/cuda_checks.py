@@ -26,7 +26,7 @@ import traceback
 import torch
 
 from hf_textdp import Privatizer, PrivatizerConfig
-from hf_textdp.bench import device_inputs
+from hf_textdp.tools.bench import device_inputs
 
 
 def texts_of(path: str, rows: int | None) -> list[str]:

@@ -2,7 +2,7 @@
 
 One process tokenizes and decodes at about 0.7 M tokens/s (``scripts/host_throughput.py``), whatever the
 GPU. With ``num_proc`` on CUDA the workers do that host work on CPU and the parent process releases their
-batches on the GPU (``hf_textdp/utils/release_service.py``; its summary line, at INFO, says how long it
+batches on the GPU (``hf_textdp/run/release_service.py``; its summary line, at INFO, says how long it
 worked); ``--service-off`` gives each worker a CUDA context of its own instead. MR alone (0.27 M tokens)
 is over before the workers have started, so the corpus is MR repeated ``--repeat`` times (the rows get
 their own ids, so every copy draws fresh noise); it is loaded before the clock starts.

@@ -26,7 +26,7 @@ SEED = 2**40 + 99  # public benchmark text: not a privacy key
 
 def release(mr: str | None) -> dict[str, list[list[int]]]:
     from hf_textdp import Privatizer, PrivatizerConfig
-    from hf_textdp.bench import load_texts
+    from hf_textdp.tools.bench import load_texts
 
     texts, _ = load_texts(mr, None)
     out: dict[str, list[list[int]]] = {}

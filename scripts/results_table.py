@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_textdp.evaluation.summary import BELOW_CHANCE, TASK_ORDER, _chance
-from hf_textdp.results import load_results
+from hf_textdp.io.results import load_results
 
 
 def _acc(r: dict[str, Any]) -> str:

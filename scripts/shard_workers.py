@@ -22,7 +22,7 @@ def main() -> None:
     import datasets
 
     from hf_textdp import PrivatizerConfig, privatize_dataset
-    from hf_textdp.utils.workers import spawned_workers
+    from hf_textdp.run.workers import spawned_workers
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--text", default=os.path.join("..", "shared", "data", "senteval", "mr.jsonl"))

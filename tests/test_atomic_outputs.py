@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import hf_textdp.sharded as sharded
+import hf_textdp.run.sharded as sharded
 from hf_textdp import PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import OutputExistsError
 from hf_textdp.io.paths import report_path_for, work_dir_for

@@ -17,7 +17,6 @@ from scipy import stats
 from hf_textdp import Privatizer, PrivatizerConfig, attack_table
 from hf_textdp.accounting import format_report
 from hf_textdp.attack_table import config_key
-from hf_textdp.cards import dataset_card
 from hf_textdp.cli import main
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.evaluation.attacks import AttackSettings, run_attack
@@ -29,6 +28,7 @@ from hf_textdp.evaluation.attacks.intervals import row_bootstrap
 from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
 from hf_textdp.evaluation.attacks.records import read_records
 from hf_textdp.evaluation.attacks.summary import table_entries
+from hf_textdp.integrations.cards import dataset_card
 from tests.utils import corpus, write_jsonl
 
 

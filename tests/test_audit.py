@@ -17,13 +17,6 @@ import torch
 from scipy import stats
 
 from hf_textdp.accounting import Claim
-from hf_textdp.audit import (
-    AuditResult,
-    audit,
-    clopper_pearson_lower,
-    clopper_pearson_upper,
-    default_pairs,
-)
 from hf_textdp.config import PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.mechanisms.base import AdditiveMechanism, SelectionMechanism
@@ -31,6 +24,13 @@ from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest, PostprocessStep, list_postprocess
 from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
+from hf_textdp.tools.audit import (
+    AuditResult,
+    audit,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    default_pairs,
+)
 from tests.utils import one_row, row_key
 
 
@@ -327,7 +327,7 @@ def test_audit_seed_reproducible_and_fresh_entropy(
     # seed=None draws a fresh base seed from the OS (patched here to a literal to stay deterministic)
     import sys
 
-    audit_mod = sys.modules["hf_textdp.audit"]  # the package exports a function of the same name
+    audit_mod = sys.modules["hf_textdp.tools.audit"]  # the package exports a function of the same name
     monkeypatch.setattr(audit_mod, "fresh_seed", lambda: 4601)
     c = audit((Madlib(epsilon=1.0), Nearest()), line_space, LINE_PAIRS, seed=None, **kw)
     assert c.rows == a.rows

@@ -46,7 +46,6 @@ import numpy as np
 import pytest
 import torch
 
-from hf_textdp.audit import AuditResult, audit
 from hf_textdp.bounding import Sensitivity
 from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import list_mechanisms
@@ -63,6 +62,7 @@ from hf_textdp.mechanisms.truncated_laplace import TruncatedLaplace, TruncatedLa
 from hf_textdp.postprocess import Nearest, PostprocessStep, get_postprocess_class
 from hf_textdp.rng import Streams
 from hf_textdp.space import EmbeddingSpace
+from hf_textdp.tools.audit import AuditResult, audit
 from tests.utils import write_vectors
 
 

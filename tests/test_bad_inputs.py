@@ -12,7 +12,7 @@ import pytest
 from hf_textdp import HfTextDPError, PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import InputFileError, OutputNotWritableError
 from hf_textdp.io.sources import read_file_in_memory
-from hf_textdp.totals import ROW_EPSILON_OUTLIER_MULTIPLE
+from hf_textdp.run.totals import ROW_EPSILON_OUTLIER_MULTIPLE
 from tests.utils import CLI
 
 

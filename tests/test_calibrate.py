@@ -19,7 +19,6 @@ import torch
 
 from hf_textdp import postprocess as postprocess_mod
 from hf_textdp.accounting import Claim
-from hf_textdp.calibrate import CalibrationResult, calibrate, format_calibration, madlib_cell_radii
 from hf_textdp.config import PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError
 from hf_textdp.mechanisms import register_mechanism, unregister_mechanism
@@ -28,6 +27,7 @@ from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.postprocess import PostprocessStep
 from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
+from hf_textdp.tools.calibrate import CalibrationResult, calibrate, format_calibration, madlib_cell_radii
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
 

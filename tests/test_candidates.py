@@ -315,8 +315,8 @@ def test_config_round_trip_and_fingerprint(wordpiece, tmp_path):
 
 
 def test_cli_flags_report_and_card(wordpiece, tmp_path, capsys):
-    from hf_textdp.cards import dataset_card
     from hf_textdp.cli import main
+    from hf_textdp.integrations.cards import dataset_card
 
     src = write_jsonl(tmp_path / "in.jsonl", ["the movie was good", "a bad film"])
     words = tmp_path / "words.txt"

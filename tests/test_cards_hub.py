@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_textdp.cards import dataset_card, find_report, render_card, results_card
 from hf_textdp.errors import HfTextDPError
-from hf_textdp.hub import detect_kind, push_to_hub
+from hf_textdp.integrations.cards import dataset_card, find_report, render_card, results_card
+from hf_textdp.integrations.hub import detect_kind, push_to_hub
 
 
 REPORT = {

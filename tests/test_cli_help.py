@@ -105,7 +105,9 @@ def test_calibrate_plot_format_checked_before_the_work(tmp_path, capsys, monkeyp
     def no_work(**kwargs):
         raise AssertionError("calibrate ran before --plot was checked")
 
-    calibrate_module = importlib.import_module("hf_textdp.calibrate")  # the package exports a function of that name
+    calibrate_module = importlib.import_module(
+        "hf_textdp.tools.calibrate"
+    )  # the package exports a function of that name
     monkeypatch.setattr(calibrate_module, "calibrate", no_work)
     for name in ("rates.txt", "rates"):
         assert main(["calibrate", "--epsilons", "1", "--plot", str(tmp_path / name)]) == 2

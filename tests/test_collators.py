@@ -19,8 +19,8 @@ from hf_textdp import (
     PrivatizerConfig,
     privacy_report,
 )
-from hf_textdp.collators import PrivacyAccountingCallback
 from hf_textdp.errors import ColumnNotFoundError, InvalidParameterError
+from hf_textdp.integrations.collators import PrivacyAccountingCallback
 from hf_textdp.mechanisms import list_mechanisms
 from tests.utils import corpus
 

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from hf_textdp.bench import cpu_info, gemm_bounds
 from hf_textdp.cpu import bf16_filter as fused
 from hf_textdp.cpu.distances import pair_sqdist
 from hf_textdp.search import ExactIndex
+from hf_textdp.tools.bench import cpu_info, gemm_bounds
 from hf_textdp.utils.native import _compiler
 from tests.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
 from tests.test_search_fast import noisy_case as noisy_case  # noqa: PLC0414 - the fixture, under its own name

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_textdp.bench import cpu_info, gemm_bounds
 from hf_textdp.cpu import int8_keys as K
 from hf_textdp.mechanisms.exponential import BLOCK, ExponentialSampler
 from hf_textdp.rng import derive_row_seed, streams_for_rows
+from hf_textdp.tools.bench import cpu_info, gemm_bounds
 from hf_textdp.utils.native import _compiler
 
 

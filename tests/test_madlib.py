@@ -22,7 +22,6 @@ import pytest
 import torch
 from scipy import special, stats
 
-from hf_textdp.calibrate import calibrate
 from hf_textdp.config import PrivatizerConfig
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.io.models import load_space
@@ -31,6 +30,7 @@ from hf_textdp.postprocess import Nearest
 from hf_textdp.privatizer import Privatizer
 from hf_textdp.rng import Draw, Streams, as_streams, derive_row_seed, streams_for_rows
 from hf_textdp.search import ExactIndex
+from hf_textdp.tools.calibrate import calibrate
 from tests.utils import N_CASES, one_row, row_key, write_vectors
 
 

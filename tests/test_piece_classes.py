@@ -15,8 +15,8 @@ import torch
 
 from hf_textdp import Privatizer, PrivatizerConfig, audit, calibrate
 from hf_textdp.accounting import format_report
-from hf_textdp.cards import candidate_setting
 from hf_textdp.errors import InvalidParameterError
+from hf_textdp.integrations.cards import candidate_setting
 from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.mechanisms.madlib import Madlib

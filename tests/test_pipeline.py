@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import hf_textdp.pipeline as pipeline
+import hf_textdp.run.pipeline as pipeline
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.io.paths import report_path_for, work_dir_for

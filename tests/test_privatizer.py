@@ -162,7 +162,7 @@ def test_split_and_stream_change_the_noise(tiny_bert):
 
 def test_repeated_word_gets_many_replacements(tiny_bert):
     """A word repeated 60 times yields ≥ 5 distinct outputs (shared noise yields exactly 1)."""
-    from hf_textdp.calibrate import calibrate
+    from hf_textdp.tools.calibrate import calibrate
 
     epsilon = calibrate(target_rate=0.8, model=tiny_bert).epsilon  # keep rate 0.2 (testing.md §5)
     priv = Privatizer(PrivatizerConfig(epsilon=epsilon, model=tiny_bert), seed=2**40 + 14)

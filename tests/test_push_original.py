@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hf_textdp import PrivatizerConfig, privatize_dataset
-from hf_textdp.cards import original_columns, render_card
 from hf_textdp.errors import HfTextDPError, OriginalTextError, ParameterTypeError
-from hf_textdp.hub import push_to_hub
+from hf_textdp.integrations.cards import original_columns, render_card
+from hf_textdp.integrations.hub import push_to_hub
 
 
 REPORT = {
@@ -179,7 +179,7 @@ def test_keep_original_run_is_refused_end_to_end(tmp_path, fake_hub, line_vocab)
 
 
 def test_uncertified_card_says_row_columns_are_null():
-    from hf_textdp.cards import dataset_card
+    from hf_textdp.integrations.cards import dataset_card
 
     text = str(dataset_card({**REPORT, "certified": False, "warnings": ["calibration='reference_code' ..."]}))
     assert "**Not certified.**" in text and "`dp_epsilon` and `dp_delta` are null" in text

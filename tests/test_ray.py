@@ -1,4 +1,4 @@
-"""Ray Data (``hf_textdp.ray``): seeded outputs equal the single-process output whatever the block layout, a
+"""Ray Data (``hf_textdp.run.ray``): seeded outputs equal the single-process output whatever the block layout, a
 lost worker loses no row and duplicates none, and ``hf-textdp privatize --engine ray`` end to end.
 
 One local Ray session (``ray.init(num_cpus=4)``) serves the whole module: starting Ray takes seconds. The
@@ -73,7 +73,7 @@ def _plain(row):
 
 # --------------------------------------------------------------------------- no Ray, no cluster
 def test_missing_ray_raises_missing_extra_with_the_install_line(cfg, monkeypatch):
-    from hf_textdp.ray import privatize_ray
+    from hf_textdp.run.ray import privatize_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     monkeypatch.setitem(sys.modules, "ray.data", None)
@@ -98,7 +98,7 @@ def test_cli_without_ray_fails_in_one_line(cfg, tmp_path, monkeypatch, capsys):
 
 # --------------------------------------------------------------------------- with Ray
 def test_seed_needs_an_id_column_and_columns_are_checked(ray_session, cfg):
-    from hf_textdp.ray import privatize_ray
+    from hf_textdp.run.ray import privatize_ray
 
     ds = ray_session.data.from_arrow(_source().data.table)
     with pytest.raises(InvalidParameterError, match="id_column is required with a seed"):
@@ -118,7 +118,7 @@ def test_every_block_layout_gives_the_single_process_output(ray_session, cfg, re
     layouts = [
         ray_session.data.from_arrow(table.append_column("layout", pa.array([k] * N))).repartition(k) for k in (1, 3, 7)
     ]
-    from hf_textdp.ray import privatize_ray, ray_report
+    from hf_textdp.run.ray import privatize_ray, ray_report
 
     out = privatize_ray(layouts[0].union(*layouts[1:]), cfg, id_column="id", seed=SEED, batch_size=3, concurrency=2)
     out = out.materialize()  # run once: the rows and the report below read the same blocks
@@ -147,7 +147,7 @@ def _kill_once(batch, marker, victim):
 @pytest.mark.slow
 def test_a_killed_worker_loses_no_row_and_duplicates_none(ray_session, cfg, reference, tmp_path):
     """SIGKILL the actor mid-run: Ray Data restarts it (max_restarts=-1) and retries its batches."""
-    from hf_textdp.ray import privatize_ray
+    from hf_textdp.run.ray import privatize_ray
 
     marker = tmp_path / "killed"
     ds = ray_session.data.from_arrow(_source().data.table).repartition(8)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import hf_textdp.sharded as sharded
+import hf_textdp.run.sharded as sharded
 from hf_textdp import PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import OutputExistsError, ResumeError
 from hf_textdp.io.files import release_lock, try_lock

@@ -128,7 +128,7 @@ def test_results_card_on_static_vectors_names_no_hub_base_model(tmp_path):
     """A results card of GloVe runs names the vector file, not MiniLM, and no hub base model."""
     import shutil
 
-    from hf_textdp.cards import results_card
+    from hf_textdp.integrations.cards import results_card
 
     src = Path(__file__).resolve().parents[1] / "results" / "glove_senteval"
     folder = tmp_path / "glove"

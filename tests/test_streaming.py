@@ -10,7 +10,7 @@ import pytest
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import OutputExistsError, ResumeError
 from hf_textdp.io.paths import report_path_for, work_dir_for
-from hf_textdp.streaming import save_streaming
+from hf_textdp.run.streaming import save_streaming
 from tests.utils import corpus
 
 

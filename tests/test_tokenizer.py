@@ -13,8 +13,8 @@ import torch
 
 from hf_textdp import PrivateTokenizer, PrivatizerConfig, privacy_report
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
+from hf_textdp.integrations.tokenizer import check_row_id
 from hf_textdp.space import CANDIDATE
-from hf_textdp.tokenizer import check_row_id
 from tests.utils import corpus
 
 
@@ -171,7 +171,7 @@ def test_unseeded_calls_draw_fresh_noise(tiny_bert):
 
 @pytest.mark.parametrize("stream", [-1, True, 2**63, "0"])
 def test_bad_stream_refused_by_tokenizer_and_encoder(tiny_bert, stream):
-    from hf_textdp.tokenizer import PrivateEncoder
+    from hf_textdp.integrations.tokenizer import PrivateEncoder
 
     cfg = PrivatizerConfig(epsilon=1.0, model=tiny_bert)
     for build in (PrivateTokenizer, PrivateEncoder):

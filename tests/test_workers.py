@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privatize_dataset
-from hf_textdp.utils.release_service import ENV, GATHER_ENV, ReleaseService, RemoteRelease, serving
-from hf_textdp.utils.workers import SERVICE_SWITCH, spawned_workers, worker_threads
+from hf_textdp.run.release_service import ENV, GATHER_ENV, ReleaseService, RemoteRelease, serving
+from hf_textdp.run.workers import SERVICE_SWITCH, spawned_workers, worker_threads
 from tests.utils import corpus
 
 

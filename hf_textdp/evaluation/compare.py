@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..results import load_results
+from ..io.results import load_results
 
 
 __all__ = ["curves", "accuracy_at_rate", "main"]

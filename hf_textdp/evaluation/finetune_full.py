@@ -231,7 +231,7 @@ def _privatize(
     """``privatize_dataset`` of one split (noise key = ``name``): truncated private ids and the max row ε."""
     from datasets import Dataset
 
-    from ..pipeline import privatize_dataset
+    from ..run.pipeline import privatize_dataset
 
     ds = Dataset.from_dict({"text": split.texts})
     # public benchmark data with public seeds (1111, ...): not a privacy key; never reuse them on private data
@@ -309,7 +309,7 @@ def _run_unit(
     from datasets import Dataset
     from transformers import DataCollatorWithPadding
 
-    from ..collators import DataCollatorWithPrivatization, PrivacyAccountingCallback
+    from ..integrations.collators import DataCollatorWithPrivatization, PrivacyAccountingCallback
 
     b = rec.budget
     train, test = splits["train"], splits["test"]

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from ..results import load_results
+from ..io.results import load_results
 
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io.files import atomic_write_text
-from ..results import load_results
+from ..io.results import load_results
 from ..space import DEFAULT_MODEL
 from .finetune_full import FULL_PROTOCOL, full_table
 from .tasks import TASKS, chance_accuracy

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import datasets
 import numpy as np
 
-from .accounting import Totals
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
-from .tokens import make_tokens
-from .utils.logging import get_logger
+from ..accounting import Totals
+from ..space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from ..tokens import make_tokens
+from ..utils.logging import get_logger
 
 
 if TYPE_CHECKING:
-    from .privatizer import Privatizer
+    from ..privatizer import Privatizer
 
 
 __all__ = [

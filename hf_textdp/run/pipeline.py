@@ -35,25 +35,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
-from .io.frequencies import check_not_input as check_public
-from .io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
-from .io.paths import FILE_FORMATS, output_path
-from .io.sources import load_source
-from .io.workdir import DEFAULT_SHARD_SIZE
-from .privatizer import Privatizer, repeated_id_error
-from .rng import validate_secret_seed
+from ..config import PrivatizerConfig
+from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
+from ..io.frequencies import check_not_input as check_public
+from ..io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
+from ..io.paths import FILE_FORMATS, output_path
+from ..io.sources import load_source
+from ..io.workdir import DEFAULT_SHARD_SIZE
+from ..privatizer import Privatizer, repeated_id_error
+from ..rng import validate_secret_seed
+from ..utils.logging import get_logger
+from ..validation import check_bool, check_int
 from .sharded import ShardedRun
 from .streaming import save_streaming
-from .utils.logging import get_logger
-from .utils.workers import spawned_workers, uses_gpu_workers
-from .validation import check_bool, check_int
+from .workers import spawned_workers, uses_gpu_workers
 
 
 __all__ = ["privatize_dataset", "DEFAULT_SHARD_SIZE"]
 
-logger = get_logger(__name__)
+logger = get_logger("hf_textdp.pipeline")  # the name its log lines have always carried (issue 38 moved the module)
 
 
 def _columns(ds: Any) -> list[str]:

@@ -35,16 +35,16 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .accounting import Totals
-from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
+from ..accounting import Totals
+from ..config import PrivatizerConfig
+from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
+from ..utils.logging import get_logger, warn_once
 from .tokenizer import EncodedBatch, PrivateEncoder, PrivateTokenizer, check_row_id
-from .utils.logging import get_logger, warn_once
 
 
 __all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
 
-logger = get_logger(__name__)
+logger = get_logger("hf_textdp.collators")  # the name its log lines have always carried (issue 38 moved the module)
 # the per-epoch line is "hf_textdp: epoch E: ..." (accounting.md §3): the library root logger's name is the prefix
 _epoch_logger = get_logger("hf_textdp")
 

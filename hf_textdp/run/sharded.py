@@ -1,5 +1,5 @@
 """The in-memory sharded writer behind ``privatize_dataset(..., output_dir=...)`` (shards, work folder and
-resume: see :mod:`hf_textdp.pipeline`)."""
+resume: see :mod:`hf_textdp.run.pipeline`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import datasets
 from datasets.utils import tqdm as hf_tqdm
 
-from .config import PrivatizerConfig
-from .io.outputs import save_output
-from .io.paths import FILE_FORMATS, work_dir_for
-from .io.workdir import (
+from ..config import PrivatizerConfig
+from ..io.outputs import save_output
+from ..io.paths import FILE_FORMATS, work_dir_for
+from ..io.workdir import (
     SEED_CHECK_ROWS,
     WorkFolderRun,
     atomic_write_arrow,
@@ -26,9 +26,9 @@ from .io.workdir import (
     shard_rows,
     uncounted,
 )
-from .privatizer import Privatizer
+from ..privatizer import Privatizer
+from ..utils.logging import get_logger
 from .totals import dataset_report
-from .utils.logging import get_logger
 
 
 __all__ = ["ShardedRun"]

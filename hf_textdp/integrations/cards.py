@@ -10,7 +10,7 @@
 
 Example:
 
->>> from hf_textdp.cards import render_card                      # doctest: +SKIP
+>>> from hf_textdp.integrations.cards import render_card                      # doctest: +SKIP
 >>> print(render_card("results/senteval_bov_madlib"))            # doctest: +SKIP
 """
 
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from .accounting import recovery_statement
-from .errors import InvalidParameterError
-from .results import load_results
-from .version import __version__
+from ..accounting import recovery_statement
+from ..errors import InvalidParameterError
+from ..io.results import load_results
+from ..version import __version__
 
 
 __all__ = [

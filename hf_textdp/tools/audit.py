@@ -18,7 +18,7 @@ per-pair keyed streams.
 Example:
 
 >>> from hf_textdp import PrivatizerConfig
->>> from hf_textdp.audit import audit
+>>> from hf_textdp.tools.audit import audit
 >>> result = audit(PrivatizerConfig(epsilon=1.0, model="line.txt"), "line.txt", seed=1)  # doctest: +SKIP
 >>> result.passed, round(result.worst_ratio, 3)                                           # doctest: +SKIP
 (True, 0.9)
@@ -36,16 +36,16 @@ import numpy as np
 import torch
 from scipy import stats
 
-from .accounting import Claim
-from .config import PrivatizerConfig
-from .errors import InvalidParameterError, ParameterTypeError
-from .io.models import load_space
-from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
-from .postprocess import PostprocessStep, UnsafePostprocessStep
-from .rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
-from .search import ExactIndex
-from .space import EmbeddingSpace
-from .validation import check_int, check_open_unit
+from ..accounting import Claim
+from ..config import PrivatizerConfig
+from ..errors import InvalidParameterError, ParameterTypeError
+from ..io.models import load_space
+from ..mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from ..postprocess import PostprocessStep, UnsafePostprocessStep
+from ..rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
+from ..search import ExactIndex
+from ..space import EmbeddingSpace
+from ..validation import check_int, check_open_unit
 
 
 __all__ = ["audit", "AuditResult", "AuditRow", "default_pairs", "clopper_pearson_lower", "clopper_pearson_upper"]

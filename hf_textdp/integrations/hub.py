@@ -1,12 +1,12 @@
 """Publish to the Hugging Face Hub: privatized datasets, privatizer configs and recipe results.
 
 Everything goes through :class:`huggingface_hub.HfApi` (``create_repo`` then one ``upload_folder``
-commit), with a generated card (:mod:`hf_textdp.cards`) and the privacy report beside the data. The
+commit), with a generated card (:mod:`hf_textdp.integrations.cards`) and the privacy report beside the data. The
 noise seed is never uploaded: it is not in any file hf-textdp writes.
 
 Example:
 
->>> from hf_textdp.hub import push_to_hub                                  # doctest: +SKIP
+>>> from hf_textdp.integrations.hub import push_to_hub                                  # doctest: +SKIP
 >>> push_to_hub("reviews_private.jsonl", "me/reviews-private")            # doctest: +SKIP
 'https://huggingface.co/datasets/me/reviews-private'
 """
@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
+from ..errors import InvalidParameterError, OriginalTextError
+from ..validation import check_bool
 from .cards import find_report, is_results_folder, original_columns, render_card, results_card
-from .errors import InvalidParameterError, OriginalTextError
-from .validation import check_bool
 
 
 __all__ = ["push_to_hub", "stage_for_hub", "detect_kind", "check_original_columns"]

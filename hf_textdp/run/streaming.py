@@ -39,12 +39,12 @@ from typing import Any
 import datasets
 from datasets.utils import tqdm as hf_tqdm
 
-from .accounting import Totals
-from .errors import InvalidParameterError, ParameterTypeError
-from .io.files import atomic_write_text, dumps_json
-from .io.outputs import refuse_existing_output, save_output
-from .io.paths import FILE_FORMATS, MANIFEST_NAME, output_path, work_dir_for
-from .io.workdir import (
+from ..accounting import Totals
+from ..errors import InvalidParameterError, ParameterTypeError
+from ..io.files import atomic_write_text, dumps_json
+from ..io.outputs import refuse_existing_output, save_output
+from ..io.paths import FILE_FORMATS, MANIFEST_NAME, output_path, work_dir_for
+from ..io.workdir import (
     DEFAULT_SHARD_SIZE,
     SEED_CHECK_ROWS,
     WorkFolderRun,
@@ -57,15 +57,15 @@ from .io.workdir import (
     shard_rows,
     uncounted,
 )
-from .privatizer import Privatizer
+from ..privatizer import Privatizer
+from ..utils.logging import get_logger
+from ..validation import check_bool, check_int
 from .totals import totals_from_dataset
-from .utils.logging import get_logger
-from .validation import check_bool, check_int
 
 
 __all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
 
-logger = get_logger(__name__)
+logger = get_logger("hf_textdp.streaming")  # the name its log lines have always carried (issue 38 moved the module)
 
 STREAM_MANIFEST_FORMAT = "hf_textdp/stream/v1"
 PROGRESS_NAME = "progress.json"

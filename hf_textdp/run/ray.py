@@ -32,21 +32,21 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, InvalidParameterError, MissingExtraError, ParameterTypeError
-from .io.files import atomic_path, atomic_write_text, dumps_json
-from .io.outputs import check_not_input, refuse_existing_output
-from .io.paths import REPORT_NAME, output_path, report_path_for
-from .privatizer import Privatizer
-from .rng import validate_secret_seed
+from ..config import PrivatizerConfig
+from ..errors import ColumnNotFoundError, InvalidParameterError, MissingExtraError, ParameterTypeError
+from ..io.files import atomic_path, atomic_write_text, dumps_json
+from ..io.outputs import check_not_input, refuse_existing_output
+from ..io.paths import REPORT_NAME, output_path, report_path_for
+from ..privatizer import Privatizer
+from ..rng import validate_secret_seed
+from ..utils.logging import get_logger
+from ..validation import check_int
 from .totals import totals_from_columns
-from .utils.logging import get_logger
-from .validation import check_int
 
 
 __all__ = ["privatize_ray", "privatize_ray_files", "ray_report", "RAY_INSTALL"]
 
-logger = get_logger(__name__)
+logger = get_logger("hf_textdp.ray")  # the name its log lines have always carried (issue 38 moved the module)
 
 RAY_INSTALL = "pip install 'hf-textdp[ray]'"
 

@@ -22,20 +22,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.connection import Connection, Listener, wait
 from typing import Any
 
 import numpy as np
 
-from .logging import get_logger
+from ..utils.logging import get_logger
+from ..utils.release_client import ENV, RemoteRelease, _clients, is_service_worker, remote_release
 
 
-logger = get_logger(__name__)
+# the name its log lines have always carried (issue 38 moved the module)
+logger = get_logger("hf_textdp.utils.release_service")
 
 __all__ = ["ENV", "GATHER_ENV", "ReleaseService", "RemoteRelease", "is_service_worker", "remote_release", "serving"]
-
-#: the environment variable that tells a worker where the release service listens ("address:authkey hex")
-ENV = "HF_TEXTDP_RELEASE_SERVICE"
 
 #: ``HF_TEXTDP_RELEASE_GATHER_MS``: after a batch arrives, wait up to this long for other workers' batches to
 #: release them in the same call (default 0: release what is waiting)
@@ -211,43 +210,6 @@ def _well_formed(request: Any) -> bool:
         and request[0].shape == request[1].shape
         and int(request[1].sum()) == request[2].shape[0]
     )
-
-
-class RemoteRelease:
-    """A worker's connection to the :class:`ReleaseService` named by :data:`ENV`."""
-
-    def __init__(self, value: str) -> None:
-        address, _, key = value.rpartition(":")
-        self._conn = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
-
-    def release(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """The service's release of ``positions`` (rows of ``sizes`` tokens keyed by ``keys``)."""
-        self._conn.send((keys, sizes, positions))
-        status, payload = self._conn.recv()
-        if status == "error":
-            raise payload
-        return payload  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-_clients: dict[str, RemoteRelease] = {}
-
-
-def is_service_worker() -> bool:
-    """Whether this process was started to do the host work for a release service (:data:`ENV` is set)."""
-    return bool(os.environ.get(ENV))
-
-
-def remote_release() -> RemoteRelease | None:
-    """This process's connection to the release service, when it runs as one of its workers (else ``None``)."""
-    value = os.environ.get(ENV)
-    if not value:
-        return None
-    if value not in _clients:
-        _clients[value] = RemoteRelease(value)
-    return _clients[value]
 
 
 @contextmanager

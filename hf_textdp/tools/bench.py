@@ -30,7 +30,7 @@ for it explicitly).
 
 Example (``--rows`` small for a quick look):
 
->>> from hf_textdp.bench import run_bench, format_table            # doctest: +SKIP
+>>> from hf_textdp.tools.bench import run_bench, format_table            # doctest: +SKIP
 >>> report = run_bench(mechanisms=["madlib/nearest"], rows=500)      # doctest: +SKIP
 >>> print(format_table(report))                                      # doctest: +SKIP
 """
@@ -57,22 +57,22 @@ from unittest.mock import patch
 import numpy as np
 import torch
 
-from .config import PrivatizerConfig
-from .cpu import bf16_filter as fused
-from .cpu import int8_keys
-from .cpu.bf16_filter import fused_filter_available
-from .cpu.int8_keys import int8_keys_available
-from .errors import InvalidParameterError
-from .gpu import triton_ready
-from .gpu.nearest import tensor_core_model_holds
-from .io import vectors
-from .io.models import load_space
-from .mechanisms import AdditiveMechanism, get_mechanism_class
-from .postprocess import clear_neighbour_caches
-from .privatizer import Privatizer
-from .rng import Streams, derive_row_seed, streams_for_rows
-from .search import bf16_filter_available, exact_fp32_matmul
-from .space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace
+from ..config import PrivatizerConfig
+from ..cpu import bf16_filter as fused
+from ..cpu import int8_keys
+from ..cpu.bf16_filter import fused_filter_available
+from ..cpu.int8_keys import int8_keys_available
+from ..errors import InvalidParameterError
+from ..gpu import triton_ready
+from ..gpu.nearest import tensor_core_model_holds
+from ..io import vectors
+from ..io.models import load_space
+from ..mechanisms import AdditiveMechanism, get_mechanism_class
+from ..postprocess import clear_neighbour_caches
+from ..privatizer import Privatizer
+from ..rng import Streams, derive_row_seed, streams_for_rows
+from ..search import bf16_filter_available, exact_fp32_matmul
+from ..space import CANDIDATE, DEFAULT_MODEL, EmbeddingSpace
 
 
 __all__ = [
@@ -127,7 +127,8 @@ BOUND_ROWS_CUDA = 16384
 #: ``text=`` value that asks for the packaged 30-row sample (a path to a file named so reads ``./sample``)
 SAMPLE_TEXT = "sample"
 _MR_RELATIVE = Path("shared") / "data" / "senteval" / "mr.jsonl"
-_SAMPLE = Path(__file__).resolve().parent / "data" / "sample.jsonl"
+_PACKAGE = Path(__file__).resolve().parents[1]  # hf_textdp/
+_SAMPLE = _PACKAGE / "data" / "sample.jsonl"
 
 
 # --------------------------------------------------------------------------- measurements
@@ -333,12 +334,11 @@ def _default_text() -> Path:
     env = os.environ.get("HF_TEXTDP_BENCH_TEXT")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for root in (Path.cwd(), *here.parents):
+    for root in (Path.cwd(), _PACKAGE, *_PACKAGE.parents):
         for cand in (root / _MR_RELATIVE, root.parent / _MR_RELATIVE):
             if cand.is_file():
                 return cand
-    checkout = here.parents[1]
+    checkout = _PACKAGE.parent
     raise InvalidParameterError(
         f"text: SentEval MR not found at {checkout.parent / _MR_RELATIVE} (nor under the current directory); "
         "give a text file with --text FILE (text= in Python; a .jsonl with a field 'text' or one row per line), "

@@ -18,7 +18,7 @@ calibration seed.
 
 Example:
 
->>> from hf_textdp.calibrate import calibrate
+>>> from hf_textdp.tools.calibrate import calibrate
 >>> res = calibrate(target_rate=0.5, model="sentence-transformers/all-MiniLM-L6-v2")   # doctest: +SKIP
 >>> round(res.epsilon, 1)                                                               # doctest: +SKIP
 76.4
@@ -38,25 +38,25 @@ import numpy as np
 import torch
 from scipy import special
 
+from ..config import PrivatizerConfig
+from ..errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
+from ..io.models import load_space
+from ..mechanisms import get_mechanism_class
+from ..mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from ..mechanisms.madlib import Madlib
+from ..postprocess import PostprocessStep
+from ..rng import derive_row_seed, streams_for_rows, validate_seed
+from ..scale import scale_stats
+from ..search import exact_fp32_matmul
+from ..space import DEFAULT_MODEL, EmbeddingSpace
+from ..utils.logging import get_logger
+from ..validation import check_epsilon, check_int, check_open_unit
 from .audit import apply_step
-from .config import PrivatizerConfig
-from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
-from .io.models import load_space
-from .mechanisms import get_mechanism_class
-from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
-from .mechanisms.madlib import Madlib
-from .postprocess import PostprocessStep
-from .rng import derive_row_seed, streams_for_rows, validate_seed
-from .scale import scale_stats
-from .search import exact_fp32_matmul
-from .space import DEFAULT_MODEL, EmbeddingSpace
-from .utils.logging import get_logger
-from .validation import check_epsilon, check_int, check_open_unit
 
 
 __all__ = ["calibrate", "CalibrationResult", "madlib_cell_radii"]
 
-logger = get_logger(__name__)
+logger = get_logger("hf_textdp.calibrate")  # the name its log lines have always carried (issue 38 moved the module)
 
 _SPLIT = "hf_textdp/calibrate"
 _MC_ROW = 256  # tokens per stream row in the Monte Carlo estimator

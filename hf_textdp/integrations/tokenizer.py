@@ -33,16 +33,16 @@ import torch
 from huggingface_hub import HfApi
 from transformers import AutoTokenizer, BatchEncoding
 
-from .accounting import Totals
-from .config import PrivatizerConfig
-from .errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
-from .io.models import resolve_model
-from .mechanisms.base import AdditiveMechanism
-from .privatizer import Privatizer
-from .rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
-from .space import CANDIDATE, STRUCTURAL, EmbeddingSpace
-from .tokens import text_fault
-from .validation import is_int, row_id_fault
+from ..accounting import Totals
+from ..config import PrivatizerConfig
+from ..errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
+from ..io.models import resolve_model
+from ..mechanisms.base import AdditiveMechanism
+from ..privatizer import Privatizer
+from ..rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
+from ..space import CANDIDATE, STRUCTURAL, EmbeddingSpace
+from ..tokens import text_fault
+from ..validation import is_int, row_id_fault
 
 
 __all__ = ["PrivateTokenizer"]
