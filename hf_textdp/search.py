@@ -45,6 +45,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from . import settings
 from .cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
 from .cpu.distances import pair_sqdist, top_of_pairs
 from .errors import InvalidParameterError, NumericalRangeError
@@ -265,7 +266,7 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
     CPU only (CUDA keeps the fp32 filter): the bf16 product must satisfy the library model of
     :func:`bf16_filter_bound` on a test product, and be fast: the CPU has AMX tiles or AVX-512 BF16
     (:func:`_bf16_is_fast`). ``filter="auto"`` indexes use it when this is true;
-    the environment variable ``HF_TEXTDP_SEARCH_FILTER`` (``auto``, ``bf16``, ``fp32``) sets what
+    the ``search_filter`` switch of :mod:`hf_textdp.settings` (``auto``, ``bf16``, ``fp32``) sets what
     ``"auto"`` means for the whole process (``bf16`` skips the speed test, never the exactness test).
     """
     return torch.device(device).type == "cpu" and _bf16_model_ok() and _bf16_is_fast()
@@ -429,7 +430,7 @@ class ExactIndex:
 
     def _packed_rows(self, k: int) -> PackedRows | None:
         """The rows packed for the fused bf16 kernel (:mod:`hf_textdp.cpu.bf16_filter`), or ``None`` where it does
-        not run (no AVX-512 BF16, AMX, no compiler, ``HF_TEXTDP_NATIVE=0``) or the rows fill fewer than k blocks."""
+        not run (no AVX-512 BF16, AMX, no compiler, native switch off) or the rows fill fewer than k blocks."""
         if self.device.type != "cpu" or -(-self.V // NB) < k or not fused_filter_available():
             return None
         with self._lock:
@@ -441,7 +442,7 @@ class ExactIndex:
         """Whether a search for ``k`` neighbours runs the bf16 filter (the answer is the same either way)."""
         if self.device.type != "cpu":
             return False
-        mode = self.filter if self.filter != "auto" else os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
+        mode = self.filter if self.filter != "auto" else settings.search_filter()
         if mode == "fp32":
             return False
         if mode == "bf16":
@@ -514,7 +515,7 @@ class ExactIndex:
     def _use_tensor_cores(self) -> bool:
         """Whether ``k = 1`` searches run the fused GPU kernels (:mod:`hf_textdp.gpu.nearest`): CUDA with Triton,
         and tensor cores that meet the bound's accumulation model (checked once per device)."""
-        mode = self.filter if self.filter != "auto" else os.environ.get("HF_TEXTDP_SEARCH_FILTER", "auto")
+        mode = self.filter if self.filter != "auto" else settings.search_filter()
         return mode != "fp32" and triton_ready(self.device) and tensor_core_model_holds(self.device)
 
     def _tensor_core_operands(self) -> TensorCoreOperands:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_textdp.tools import bench
 from hf_textdp.cli import build_parser, main
+from hf_textdp.tools import bench
 from hf_textdp.tools.bench import DEFAULT_CASES, format_table, load_texts, run_bench
 
 

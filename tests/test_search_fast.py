@@ -437,6 +437,14 @@ def test_vector_cache_hit_equals_parse_and_skips_errors(tmp_path: Path, monkeypa
     for _ in range(2):  # errors are never cached
         with pytest.raises(ValueError, match="line 2: 'x' is not a number"):
             vectors.read_vectors(bad)
+    # cache=False (bench's parse timing) neither reads nor writes an entry, whatever the switch says
+    other = tmp_path / "other.txt"
+    other.write_text("a 1 2\nb 3 4\n")
+    vectors.read_vectors(other, cache=False)
+    assert len(list((tmp_path / "cache" / "vectors").glob("*.npz"))) == 1
+    monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "0")
+    vectors.read_vectors(other, cache=True)  # cache=True stores even with the switch off
+    assert len(list((tmp_path / "cache" / "vectors").glob("*.npz"))) == 2
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

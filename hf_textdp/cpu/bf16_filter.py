@@ -97,7 +97,8 @@ def fused_filter_available() -> bool:
     It needs a C compiler and AVX-512 BF16 (read from the CPU's capabilities, not timed). On CPUs with AMX
     tiles oneDNN's bf16 product is several times faster than any AVX-512 kernel, so the torch filter stays
     there. The model (products exact, fp32 accumulation) is checked once, on a test product, before first
-    use. ``HF_TEXTDP_NATIVE=0`` turns the kernel off (the search then runs its torch bf16 filter).
+    use. The ``native`` switch (:mod:`hf_textdp.settings`) turns the kernel off (the search then runs its
+    torch bf16 filter).
     """
     return native_enabled() and _kernel_ok()
 

@@ -42,7 +42,7 @@ def _lib() -> Any:
 
 def pair_sqdist(Q: torch.Tensor, E: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor | None:
     """``[n]`` float64 D of query ``rows[i]`` of ``Q`` and row ``pos[i]`` of ``E`` (both fp32 on the CPU), or
-    ``None`` where the kernel does not run (no compiler, ``HF_TEXTDP_NATIVE=0``, other devices)."""
+    ``None`` where the kernel does not run (no compiler, native switch off, other devices)."""
     if Q.device.type != "cpu" or E.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
         return None
     Qc, Ec = Q.to(torch.float32).contiguous(), E.to(torch.float32).contiguous()

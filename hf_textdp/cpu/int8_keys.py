@@ -44,7 +44,7 @@ def _lib() -> Any:
 
 
 def int8_keys_available() -> bool:
-    """Whether the kernel runs here: a C compiler, AVX-512 VNNI, and ``HF_TEXTDP_NATIVE`` not ``0``."""
+    """Whether the kernel runs here: a C compiler, AVX-512 VNNI, and the native switch on (settings.py)."""
     return native_enabled() and _lib() is not None
 
 

@@ -52,7 +52,7 @@ def _run(lib: Any, call: Any, n: int, per_row: int) -> None:
 
 
 def noise_kernel_available() -> bool:
-    """Whether the kernel runs here: a C compiler and ``HF_TEXTDP_NATIVE`` not ``0``."""
+    """Whether the kernel runs here: a C compiler and the native switch on (:mod:`hf_textdp.settings`)."""
     return native_enabled() and _lib() is not None
 
 
@@ -90,7 +90,7 @@ def _draw(
 ) -> torch.Tensor | None:
     """``[N, 2·blocks]`` float64 values of blocks ``start … start + blocks − 1`` of ``draw`` per token by the
     kernel's ``name`` (``philox_uniforms`` or ``philox_normals``), or ``None`` where the kernel does not run (no
-    compiler, ``HF_TEXTDP_NATIVE=0``, another device)."""
+    compiler, native switch off, another device)."""
     if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
         return None
     N = int(position.shape[0])

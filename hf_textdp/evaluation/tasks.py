@@ -23,13 +23,14 @@ from typing import Literal
 
 import numpy as np
 
+from .. import settings
 from ..errors import InvalidParameterError
 
 
 __all__ = ["TaskSpec", "TaskData", "TASKS", "Protocol", "senteval_dir", "load_task", "chance_accuracy"]
 
 Protocol = Literal["cv", "split_dev", "split_cv"]
-SENTEVAL_DIR_ENV = "HF_TEXTDP_SENTEVAL_DIR"
+SENTEVAL_DIR_ENV = settings.SENTEVAL_DIR
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,11 +108,11 @@ TASKS: dict[str, TaskSpec] = {
 def senteval_dir(data_dir: str | os.PathLike[str] | None = None, *, root: Path | None = None) -> Path:
     """The folder that holds the SentEval JSON Lines files.
 
-    Order: the environment variable ``HF_TEXTDP_SENTEVAL_DIR``; then ``data_dir`` (relative paths are
+    Order: the ``senteval_dir`` setting (:mod:`hf_textdp.settings`); then ``data_dir`` (relative paths are
     resolved against ``root``, the repository root, by default the folder above the installed
     package); then ``<root>/../shared/data/senteval``.
     """
-    env = os.environ.get(SENTEVAL_DIR_ENV)
+    env = settings.senteval_dir()
     if env:
         return Path(env).expanduser()
     base = root if root is not None else Path(__file__).resolve().parents[2]

@@ -3,8 +3,9 @@ search and the exponential sampler's scores, bound and tries.
 
 Triton is optional: it ships with CUDA builds of PyTorch, and :func:`triton_ready` says whether the
 kernels can run for a device. Every kernel has a torch or CPU twin that computes the same numbers, and
-the kernels also run under Triton's interpreter (``TRITON_INTERPRET=1`` with ``HF_TEXTDP_TRITON=interpret``)
-on CPU tensors, which is how the tests check them on machines without a GPU (docs/performance.md, "GPU").
+the kernels also run under Triton's interpreter (``TRITON_INTERPRET=1`` with the ``triton`` switch of
+:mod:`hf_textdp.settings` at ``interpret``) on CPU tensors, which is how the tests check them on machines
+without a GPU (docs/performance.md, "GPU").
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+
+from .. import settings
 
 
 __all__ = ["triton_ready", "interpreting", "on_device", "built", "bf16_operands", "lanes"]
@@ -42,12 +45,12 @@ def _triton_importable() -> bool:
 def triton_ready(device: torch.device | str) -> bool:
     """Whether the Triton kernels run for tensors on ``device``.
 
-    CUDA devices need Triton (``HF_TEXTDP_TRITON=0`` turns the kernels off, for comparisons). CPU tensors
-    run them only under Triton's interpreter and when asked with ``HF_TEXTDP_TRITON=interpret`` (the
+    CUDA devices need Triton (the ``triton`` switch at ``0`` turns the kernels off, for comparisons). CPU tensors
+    run them only under Triton's interpreter and when the switch says ``interpret`` (the
     tests): someone debugging their own kernels with ``TRITON_INTERPRET=1`` keeps the package's fast CPU
     path, and its GPU path falls back to torch operations.
     """
-    mode = os.environ.get("HF_TEXTDP_TRITON", "1")
+    mode = settings.triton_mode()
     if mode == "0":
         return False
     kind = torch.device(device).type

@@ -9,12 +9,12 @@ The numbers are the torch form's, bit for bit (tests compare them).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .. import settings
 from . import built, interpreting, on_device, triton_ready
 
 
@@ -26,8 +26,8 @@ _kernels: dict[bool, Any] = {}
 
 
 def _config() -> tuple[int, int, int, int, int]:
-    """(BM, BN, BK, warps, stages): BN a multiple of BLOCK; ``HF_TEXTDP_CUDA_INT_TILES="128,128,64,8,3"`` overrides."""
-    env = os.environ.get("HF_TEXTDP_CUDA_INT_TILES")
+    """(BM, BN, BK, warps, stages): BN a multiple of BLOCK; ``settings.cuda_int_tiles()`` overrides."""
+    env = settings.cuda_int_tiles()
     if env:
         bm, bn, bk, w, st = (int(v) for v in env.split(",")[:5])
         return bm, bn, bk, w, st

@@ -27,12 +27,12 @@ distances to every row or, for a genuine near-tie, by the generic exact search
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .. import settings
 from ..utils.rounding import round_up_fp32
 from . import bf16_operands, built, interpreting, on_device, triton_ready
 
@@ -62,10 +62,10 @@ def tile_config() -> tuple[int, int, int, int, int, bool]:
     """(BM, BN, BK, warps, stages, preload) of the filter.
 
     ``preload``: the queries' tile stays in registers for the whole walk (K ≤ 4·BK), else it is reloaded
-    per position tile in a pipelined K loop. ``HF_TEXTDP_CUDA_TILES="64,64,128,4,3,p"`` overrides (``l``
-    for the loop).
+    per position tile in a pipelined K loop. :func:`hf_textdp.settings.cuda_tiles` (``"64,64,128,4,3,p"``)
+    overrides (``l`` for the loop).
     """
-    env = os.environ.get("HF_TEXTDP_CUDA_TILES")
+    env = settings.cuda_tiles()
     if env:
         parts = env.split(",")
         bm, bn, bk, w, st = (int(v) for v in parts[:5])

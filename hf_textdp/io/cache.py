@@ -19,7 +19,7 @@ logger = get_logger(__name__)
 class DiskCache:
     """:class:`hf_textdp.memo.Store` on disk: ``<cache_dir()>/<kind>/<key>.json``, written atomically.
 
-    The folder is read at each call, so a changed ``$HF_TEXTDP_CACHE`` counts.
+    The folder is read at each call, so a changed cache setting (:mod:`hf_textdp.settings`) counts.
     """
 
     def path(self, kind: str, key: str) -> Path:

@@ -8,15 +8,14 @@ Speed: the numbers of all rows are parsed by one C-level pass (``numpy.fromstrin
 like ``float()``) when every row has the plain shape ``word`` + d numbers made of ``[0-9eE+-.]``.
 Anything else (and any doubt: a count that does not add up, a parse error) goes through the
 line-by-line reference parser, which gives the same result and raises the errors of space.md §3. A
-successful parse is cached by the SHA-256 of the file's bytes (``$HF_TEXTDP_CACHE/vectors``;
-``HF_TEXTDP_VECTOR_CACHE=0`` turns it off), so a later load costs one read and one hash.
+successful parse is cached by the SHA-256 of the file's bytes (``vectors/`` in the cache folder;
+the ``vector_cache`` switch of :mod:`hf_textdp.settings` turns it off), so a later load costs one read and one hash.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import settings
 from ..errors import VectorFileError
 from ..utils.logging import get_logger
 from .cache import cache_dir
@@ -58,16 +58,20 @@ def _is_float(s: str) -> bool:
     return True
 
 
-def read_vectors(path: str | Path) -> StaticVectors:
-    """Parse a GloVe or word2vec text file (optionally gzip-compressed)."""
+def read_vectors(path: str | Path, *, cache: bool | None = None) -> StaticVectors:
+    """Parse a GloVe or word2vec text file (optionally gzip-compressed).
+
+    ``cache``: use the parse cache (``None``: as :func:`hf_textdp.settings.vector_cache_enabled` says)."""
     path = Path(path)
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
-    cached = _cache_load(sha)
+    use = settings.vector_cache_enabled() if cache is None else cache
+    cached = _cache_load(sha) if use else None
     if cached is not None:
         return cached
     result = _parse_bytes(raw, path.name, sha)
-    _cache_store(result)
+    if use:
+        _cache_store(result)
     return result
 
 
@@ -98,9 +102,7 @@ def _parse_bytes(raw: bytes, name: str, sha: str) -> StaticVectors:
 _CACHE_VERSION = "v1"
 
 
-def _cache_file(sha: str) -> Path | None:
-    if os.environ.get("HF_TEXTDP_VECTOR_CACHE", "1") == "0":
-        return None
+def _cache_file(sha: str) -> Path:
     return cache_dir() / "vectors" / f"{sha}.{_CACHE_VERSION}.npz"
 
 
@@ -112,7 +114,7 @@ def _cache_load(sha: str) -> StaticVectors | None:
     problem reading the entry (missing, truncated, another version) means a fresh parse.
     """
     path = _cache_file(sha)
-    if path is None or not path.is_file():
+    if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -129,8 +131,6 @@ def _cache_load(sha: str) -> StaticVectors | None:
 
 def _cache_store(vec: StaticVectors) -> None:
     path = _cache_file(vec.file_sha256)
-    if path is None:
-        return
     try:
         # kept words never contain whitespace (space.md §3), so a newline separates them unambiguously
         words = np.frombuffer("\n".join(vec.words).encode("utf-8"), dtype=np.uint8)

@@ -146,7 +146,7 @@ class ExponentialSampler:
 
     def _kernel_targets(self) -> PackedTargets | None:
         """The targets packed for the compiled key kernel (:mod:`hf_textdp.cpu.int8_keys`), or ``None`` where it
-        does not run (not a CPU, no AVX-512 VNNI or compiler, ``HF_TEXTDP_NATIVE=0``, too wide for its int32 sums)."""
+        does not run (not a CPU, no AVX-512 VNNI or compiler, native switch off, too wide for its int32 sums)."""
         if self.device.type != "cpu" or not self._kernel_fits or not int8_keys_available():
             return None
         if self._packed is None:

@@ -90,7 +90,8 @@ def privatize_dataset(
         split (`str`, *optional*): select one split of a ``DatasetDict``; also the noise key.
         num_proc (`int`, *optional*): worker processes for ``Dataset.map``. On a CUDA device the workers
             tokenize and decode on CPU and this process alone releases their batches on the GPU
-            (``HF_TEXTDP_RELEASE_SERVICE_OFF=1``: each worker uses the GPU itself); the output is the same.
+            (the ``release_service_off`` switch of :mod:`hf_textdp.settings`: each worker uses the GPU
+            itself); the output is the same.
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
             public benchmark data only.

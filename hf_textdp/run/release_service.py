@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
 from ..utils.logging import get_logger
 from ..utils.release_client import ENV, RemoteRelease, _clients, is_service_worker, remote_release
 
@@ -36,9 +37,9 @@ logger = get_logger("hf_textdp.utils.release_service")
 
 __all__ = ["ENV", "GATHER_ENV", "ReleaseService", "RemoteRelease", "is_service_worker", "remote_release", "serving"]
 
-#: ``HF_TEXTDP_RELEASE_GATHER_MS``: after a batch arrives, wait up to this long for other workers' batches to
+#: after a batch arrives, wait up to this long for other workers' batches to
 #: release them in the same call (default 0: release what is waiting)
-GATHER_ENV = "HF_TEXTDP_RELEASE_GATHER_MS"
+GATHER_ENV = settings.RELEASE_GATHER_MS
 
 #: the release the service runs: (keys [R] int64, sizes [R] int64, positions [N] int64) -> result [N] or [N, k]
 Handler = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -54,7 +55,7 @@ class ReleaseService:
 
     def __init__(self, handler: Handler, gather_s: float | None = None) -> None:
         self._handler = handler
-        self.gather_s = _gather_from_env() if gather_s is None else gather_s
+        self.gather_s = settings.release_gather_s() if gather_s is None else gather_s
         self._dir = tempfile.mkdtemp(prefix="hf-textdp-release-")  # mode 0700
         self.address = os.path.join(self._dir, "socket")
         self.authkey = secrets.token_bytes(32)
@@ -186,17 +187,6 @@ class ReleaseService:
             self.first_s or 0.0,
             self.last_s,
         )
-
-
-def _gather_from_env() -> float:
-    raw = os.environ.get(GATHER_ENV, "").strip()
-    try:
-        ms = float(raw) if raw else 0.0
-    except ValueError:
-        ms = -1.0
-    if not 0 <= ms <= 10_000:
-        raise ValueError(f"{GATHER_ENV} must be a number of milliseconds in [0, 10000], got {raw!r}.")
-    return ms / 1000
 
 
 _MALFORMED = "a release request is (keys, sizes, positions): 1-d int64 arrays, sum(sizes) == len(positions)"

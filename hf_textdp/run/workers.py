@@ -7,13 +7,14 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from .. import settings
 from .release_service import serving
 
 
 __all__ = ["SERVICE_SWITCH", "spawned_workers", "uses_gpu_workers", "worker_threads"]
 
-#: ``HF_TEXTDP_RELEASE_SERVICE_OFF=1``: every GPU worker holds its own CUDA context and runs its own releases
-SERVICE_SWITCH = "HF_TEXTDP_RELEASE_SERVICE_OFF"
+#: the variable that makes every GPU worker hold its own CUDA context and run its own releases
+SERVICE_SWITCH = settings.RELEASE_SERVICE_OFF
 #: the thread pools a worker would size to every core: OpenMP (torch), MKL, Rayon (the fast tokenizers)
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS")
 
@@ -69,7 +70,7 @@ def spawned_workers(
         with ExitStack() as stack:
             assert num_proc is not None
             stack.enter_context(worker_threads(num_proc))
-            if release is not None and os.environ.get(SERVICE_SWITCH, "") in ("", "0"):
+            if release is not None and not settings.release_service_off():
                 stack.enter_context(serving(release))
             yield
     finally:

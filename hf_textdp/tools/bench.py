@@ -52,11 +52,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from unittest.mock import patch
 
 import numpy as np
 import torch
 
+from .. import settings
 from ..config import PrivatizerConfig
 from ..cpu import bf16_filter as fused
 from ..cpu import int8_keys
@@ -330,8 +330,8 @@ def _mb(nbytes: float) -> float:
 
 # --------------------------------------------------------------------------- inputs
 def _default_text() -> Path:
-    """``$HF_TEXTDP_BENCH_TEXT``, else SentEval MR under the current directory or beside the checkout."""
-    env = os.environ.get("HF_TEXTDP_BENCH_TEXT")
+    """:func:`hf_textdp.settings.bench_text`, else SentEval MR under the current directory or beside the checkout."""
+    env = settings.bench_text()
     if env:
         return Path(env)
     for root in (Path.cwd(), _PACKAGE, *_PACKAGE.parents):
@@ -351,7 +351,7 @@ def _resolve_text(text: str | os.PathLike[str] | None) -> Path:
         return _SAMPLE
     path = Path(text) if text is not None else _default_text()
     if not path.is_file():
-        where = "" if text is not None else " ($HF_TEXTDP_BENCH_TEXT)"
+        where = "" if text is not None else f" (${settings.BENCH_TEXT})"
         raise InvalidParameterError(
             f"text: {str(path)!r}{where} is not an existing file (a .jsonl with a field 'text', or one row per "
             f"line); give another with --text FILE, or --text {SAMPLE_TEXT} for the packaged 30-row sample."
@@ -409,7 +409,7 @@ def load_texts(
     Args:
         text (`str`, *optional*): a .jsonl file (field ``text``) or a plain text file (one row per
             line), or ``"sample"`` (:data:`SAMPLE_TEXT`) for the packaged 30-row sample. Default:
-            ``$HF_TEXTDP_BENCH_TEXT``, else SentEval MR (``shared/data/senteval/mr.jsonl`` under the
+            :data:`hf_textdp.settings.BENCH_TEXT`, else SentEval MR (``shared/data/senteval/mr.jsonl`` under the
             current directory or beside the checkout).
         rows (`int`, *optional*, defaults to 4000): rows to use (cycling through the file when it is
             shorter; the description says so); ``None`` for the whole file.
@@ -788,15 +788,13 @@ def _vector_load(path: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     path.read_bytes()
     read_s = time.perf_counter() - t0
-    with patch.dict(os.environ, HF_TEXTDP_VECTOR_CACHE="0"):
-        t0 = time.perf_counter()
-        vec = vectors.read_vectors(path)
-        parse_s = time.perf_counter() - t0
-    with patch.dict(os.environ, HF_TEXTDP_VECTOR_CACHE="1"):
-        vectors.read_vectors(path)  # make sure the cache holds it
-        t0 = time.perf_counter()
-        vectors.read_vectors(path)
-        cached_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vec = vectors.read_vectors(path, cache=False)
+    parse_s = time.perf_counter() - t0
+    vectors.read_vectors(path, cache=True)  # make sure the cache holds it
+    t0 = time.perf_counter()
+    vectors.read_vectors(path, cache=True)
+    cached_s = time.perf_counter() - t0
     return {
         "file_mb": _mb(path.stat().st_size),
         "rows": len(vec.words),

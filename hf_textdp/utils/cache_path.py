@@ -1,15 +1,15 @@
-"""Where hf-textdp keeps derived, public files: ``$HF_TEXTDP_CACHE``, else ``~/.cache/hf_textdp``."""
+"""Where hf-textdp keeps derived, public files: the ``cache`` setting (:func:`hf_textdp.settings.cache_root`)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .. import settings
 
 
 __all__ = ["cache_dir"]
 
 
 def cache_dir() -> Path:
-    """``$HF_TEXTDP_CACHE``, else ``~/.cache/hf_textdp`` (read at each call, so a changed variable counts)."""
-    root = os.environ.get("HF_TEXTDP_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "hf_textdp")
-    return Path(root)
+    """:func:`hf_textdp.settings.cache_root` (read at each call, so a changed variable counts)."""
+    return Path(settings.cache_root())

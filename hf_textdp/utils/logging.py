@@ -1,9 +1,10 @@
-"""The library's root logger, controlled by ``HF_TEXTDP_VERBOSITY`` (as ``datasets.utils.logging``)."""
+"""The library's root logger, its level set by :func:`hf_textdp.settings.verbosity` (as ``datasets.utils.logging``)."""
 
 from __future__ import annotations
 
 import logging
-import os
+
+from .. import settings
 
 
 _ROOT = "hf_textdp"
@@ -24,7 +25,7 @@ def _configure() -> None:
         return
     _configured = True
     root = logging.getLogger(_ROOT)
-    env = os.environ.get("HF_TEXTDP_VERBOSITY", "").lower()
+    env = settings.verbosity()
     root.setLevel(_LEVELS.get(env, logging.WARNING))
     if not root.handlers:
         handler = logging.StreamHandler()

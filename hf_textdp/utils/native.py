@@ -3,9 +3,10 @@
 A kernel is a C file in ``hf_textdp/kernels/``. The first use compiles it with ``$CC`` (else ``cc``,
 ``gcc`` or ``clang``), ``-O3 -march=native -fno-math-errno``, into ``<cache>/native/<name>-<hash>.so``; the
 hash covers the source, the flags and the CPU's model and feature flags, so a cache shared between machines
-never loads another CPU's build. Without a compiler, or with ``HF_TEXTDP_NATIVE=0``, :func:`load_kernel`
-returns ``None`` and callers run their torch form, more slowly: the same answers, and the same bits but for
-the normals, whose logarithm, cosine and sine are the kernel's own (docs/mechanisms/randomness.md §4).
+never loads another CPU's build. Without a compiler, or with the native switch off
+(:mod:`hf_textdp.settings`), :func:`load_kernel` returns ``None`` and callers run their torch form, more
+slowly: the same answers, and the same bits but for the normals, whose logarithm, cosine and sine are the
+kernel's own (docs/mechanisms/randomness.md §4).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from .cache_path import cache_dir
 from .logging import get_logger
 
@@ -71,8 +73,9 @@ def check_index_range(index: Any, n: int, name: str) -> None:
 
 
 def native_enabled() -> bool:
-    """False when ``HF_TEXTDP_NATIVE`` is ``0``/``false``/``no``/``off``: every kernel then runs its torch form."""
-    return os.environ.get("HF_TEXTDP_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """False when the native switch is off (:func:`hf_textdp.settings.native_enabled`): every kernel then runs
+    its torch form."""
+    return settings.native_enabled()
 
 
 def _cpu_id() -> str:

@@ -5,16 +5,17 @@ sends its releases there. The privatizer asks this module, so that nothing below
 
 from __future__ import annotations
 
-import os
 from multiprocessing.connection import Client
 
 import numpy as np
+
+from .. import settings
 
 
 __all__ = ["ENV", "RemoteRelease", "is_service_worker", "remote_release"]
 
 #: the environment variable that tells a worker where the release service listens ("address:authkey hex")
-ENV = "HF_TEXTDP_RELEASE_SERVICE"
+ENV = settings.RELEASE_SERVICE
 
 
 class RemoteRelease:
@@ -41,13 +42,13 @@ _clients: dict[str, RemoteRelease] = {}
 
 def is_service_worker() -> bool:
     """Whether this process was started to do the host work for a release service (:data:`ENV` is set)."""
-    return bool(os.environ.get(ENV))
+    return settings.release_service() is not None
 
 
 def remote_release() -> RemoteRelease | None:
     """This process's connection to the release service, when it runs as one of its workers (else ``None``)."""
-    value = os.environ.get(ENV)
-    if not value:
+    value = settings.release_service()
+    if value is None:
         return None
     if value not in _clients:
         _clients[value] = RemoteRelease(value)
