@@ -16,7 +16,7 @@ import torch
 
 from .cpu.bf16_filter import farthest_pair_candidates, fused_filter_available
 from .memo import Store, matrix_key, memoised
-from .search import _BF16_MAX_MAGNITUDE, U32, ExactIndex, exact_fp32_matmul
+from .search import BF16_MAX_MAGNITUDE, U32, ExactIndex, exact_fp32_matmul
 from .utils.threads import torch_threads
 
 
@@ -74,7 +74,7 @@ def diameter(E: torch.Tensor, block: int = 512) -> float:
     sq64 = (E.double() ** 2).sum(1)
     n32 = sq64.float()
     R = math.sqrt(float(sq64.max()))
-    if E.device.type == "cpu" and V * d >= 2**18 and 2 * R * R < _BF16_MAX_MAGNITUDE and fused_filter_available():
+    if E.device.type == "cpu" and V * d >= 2**18 and 2 * R * R < BF16_MAX_MAGNITUDE and fused_filter_available():
         found = farthest_pair_candidates(E, sq64)  # the fused bf16 kernel (cpu/bf16_filter.py)
         if found is not None:
             E64 = E.double()

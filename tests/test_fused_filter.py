@@ -21,6 +21,7 @@ import torch
 from hf_textdp.cpu import bf16_filter as fused
 from hf_textdp.cpu.distances import pair_sqdist
 from hf_textdp.search import ExactIndex
+from hf_textdp.search.verify import verify, verify_sorted
 from hf_textdp.tools.bench import cpu_info, gemm_bounds
 from hf_textdp.utils.native import _compiler
 from tests.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
@@ -506,8 +507,10 @@ def test_nearest_verification_equals_the_sorted_form(noisy_case: Any) -> None:
     found = fused_nearest_of_pairs(Qt, idx, rows, pos, B, coef)
     assert found is not None
     best, tie = found
-    assert torch.equal(best, idx._verify_sorted(Qt, rows, pos, 1, B)[:, 0])
-    assert torch.equal(idx._verify(Qt, rows, pos, 1, B)[:, 0], nearest)  # brute force's: the lower position
+    assert torch.equal(best, verify_sorted(idx.E, idx.interval, Qt, rows, pos, 1, B)[:, 0])
+    assert torch.equal(
+        verify(idx.E, idx.interval, Qt, rows, pos, 1, B)[:, 0], nearest
+    )  # brute force's: the lower position
     assert bool(tie[dup].all()) and int(tie.sum()) < B // 2
 
 
@@ -526,7 +529,7 @@ def test_mutation_verification_without_tie_flags_is_caught(monkeypatch: pytest.M
     a query on the diagonal: the same exact distance, summed in another order; coordinates spread over
     2⁻²⁰ … 2¹⁰ so the sums round) must go to exact arithmetic and the lower position (seed 7115); a
     verification that trusts the float64 order answers some of them wrongly."""
-    from hf_textdp import search as search_module
+    from hf_textdp.search import verify as search_module
 
     rng = np.random.default_rng(7115)
     d = 16
@@ -570,7 +573,7 @@ def test_threshold_in_the_kernel_equals_the_torch_steps(noisy_case: Any, k: int)
 @pytest.mark.parametrize("k", [2, 4, 16])
 def test_top_k_verification_equals_the_sorted_form(noisy_case: Any, k: int) -> None:
     """The compiled verification for k > 1: the sorted form's first k on shuffled candidate lists that hold
-    each query's true top k, brute force's answer through the search's own ``_verify``, and a flag wherever
+    each query's true top k, brute force's answer through the search's own ``verify``, and a flag wherever
     the sorted form needs exact arithmetic (duplicated rows of E)."""
     from hf_textdp.cpu.distances import top_of_pairs
 
@@ -592,9 +595,9 @@ def test_top_k_verification_equals_the_sorted_form(noisy_case: Any, k: int) -> N
     assert found is not None
     best, count, tie = found
     assert bool((count >= k).all())
-    sorted_form = idx._verify_sorted(Qt, rows, pos, k, B)
+    sorted_form = verify_sorted(idx.E, idx.interval, Qt, rows, pos, k, B)
     assert torch.equal(best[~tie], sorted_form[~tie])
-    assert torch.equal(idx._verify(Qt, rows, pos, k, B), truth[:, :k])
+    assert torch.equal(verify(idx.E, idx.interval, Qt, rows, pos, k, B), truth[:, :k])
     twins = [b for b in range(B) if any((E == E[int(p)]).all(1).sum() > 1 for p in truth[b, : k + 1])]
     assert not twins or bool(tie[twins].any())
 

@@ -27,7 +27,8 @@ from hf_textdp.postprocess.select import (
     rank_select,
     rank_select_knn,
 )
-from hf_textdp.search import BF16_MAX_K, ExactIndex, FilterName, _bf16_model_ok
+from hf_textdp.search import BF16_MAX_K, ExactIndex, FilterName
+from hf_textdp.search.bf16 import _bf16_model_ok
 
 
 _ORDERS: dict[tuple[bytes, bytes, int | None], list[int]] = {}
@@ -145,7 +146,7 @@ def test_auto_filter_takes_fp32_above_bf16_max_k(monkeypatch: pytest.MonkeyPatch
 def test_float64_distances_do_not_depend_on_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """The blocked float64 verification (its torch form; the compiled one sums in another order, within the
     same bound: tests/test_fused_filter.py) gives the unblocked values bit for bit."""
-    import hf_textdp.search as search
+    import hf_textdp.search.verify as search
 
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
     g = torch.Generator().manual_seed(7413)
@@ -156,7 +157,7 @@ def test_float64_distances_do_not_depend_on_the_block(monkeypatch: pytest.Monkey
     ref = ((Q.double()[rows] - idx.E.double()[pos]) ** 2).sum(1)
     for block in (1, 7, 256, 5000):
         monkeypatch.setattr(search, "_VERIFY_PAIRS", block)
-        assert torch.equal(idx._sqdist64(Q, rows, pos), ref)
+        assert torch.equal(search.sqdist64(idx.E, Q, rows, pos), ref)
 
 
 def _reference_ranks(E: np.ndarray, pivots: np.ndarray, ranks: np.ndarray) -> list[int]:

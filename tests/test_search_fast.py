@@ -26,10 +26,10 @@ from hf_textdp.search import (
     BF16_MAX_CANDIDATES,
     ExactIndex,
     FilterName,
-    _bf16_model_ok,
     bf16_filter_available,
     bf16_filter_bound,
 )
+from hf_textdp.search.bf16 import _bf16_model_ok
 from tests.conftest import minilm_available
 from tests.utils import N_CASES
 

@@ -1,4 +1,4 @@
-/* Float64 squared distances of (query, row) pairs for the exact search's verification (hf_textdp/search.py,
+/* Float64 squared distances of (query, row) pairs for the exact search's verification (hf_textdp/search/verify.py,
  * docs/mechanisms/space.md §5.4).
  *
  * D = sum_j (double(q_j) - double(e_j))^2: per term one subtraction, one multiplication and one addition,
@@ -48,7 +48,7 @@ void pair_sqdist_team(const float *q, const float *e, const int64_t *rows, const
 
 /* The exact search's verification for k <= 16 (docs/mechanisms/space.md §5.4): candidate i is (query rows[i],
  * position pos[i]) at float64 distance D[i], certified to lie in [D - cD, D + cD] with c = coef (the err of
- * search.py's _verify_sorted, the same float64 operations). best[b][0 .. k) = query b's first k candidates in
+ * search/verify.py's verify_sorted, the same float64 operations). best[b][0 .. k) = query b's first k candidates in
  * (D, position) order; count[b] = its number of candidates (best's unused entries -1 when fewer than k);
  * tie[b] = 1 when one of those k intervals is not strictly below the next candidate's in that order (their
  * exact order is then open: the caller decides it exactly). Candidates in any order, repeats allowed.
