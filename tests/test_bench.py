@@ -12,7 +12,7 @@ import torch
 
 from hf_textdp.cli import build_parser, main
 from hf_textdp.tools import bench
-from hf_textdp.tools.bench import DEFAULT_CASES, format_table, load_texts, run_bench
+from hf_textdp.tools.bench import DEFAULT_CASES, cases, format_table, load_texts, processes, run_bench, texts
 
 
 CASE_FIELDS = {
@@ -69,7 +69,7 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
             "--batch-size",
             "10",
             "--text",
-            str(bench._SAMPLE),
+            str(texts._SAMPLE),
             "--json",
             str(out),
             "--no-cold-start",
@@ -80,7 +80,7 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
     report = json.loads(out.read_text())
     assert HEADER_FIELDS <= set(report)
     assert report["rows"] == 24 and report["V"] > 100 and report["repeats"] == 3
-    assert report["text_path"] == str(bench._SAMPLE) and report["text_file_rows"] == 30 and report["text_is_sample"]
+    assert report["text_path"] == str(texts._SAMPLE) and report["text_file_rows"] == 30 and report["text_is_sample"]
     assert report["threads"] == torch.get_num_threads() and report["cpu_model"]
     assert set(report["cpu_flags"]) <= set(bench.CPU_FLAGS)
     assert set(report["bounds"]) == {"fp32", "bf16", "int8"}
@@ -93,7 +93,7 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
 
     # header: the text used (with its rows), the CPU model and flags, torch threads, the three bounds
     lines = table.splitlines()
-    assert lines[1].startswith(f"text {bench._SAMPLE} (30 rows, first 24; THE PACKAGED 30-ROW SAMPLE")
+    assert lines[1].startswith(f"text {texts._SAMPLE} (30 rows, first 24; THE PACKAGED 30-ROW SAMPLE")
     assert lines[2].startswith(f"cpu {report['cpu_model']} (") and " flags " in lines[2]
     assert all(flag in lines[2] for flag in bench.CPU_FLAGS)  # present ones, then the absent ones after "not"
     assert lines[3] == f"torch {torch.__version__}, {torch.get_num_threads()} threads"
@@ -172,8 +172,8 @@ def test_cli_child_peak_rss_is_its_own() -> None:
     child (``hf-textdp --help``) still reports well under 1 GiB. ru_maxrss would not (exec on Linux folds
     the spawning process's high-water mark into the child's)."""
     big = torch.ones(2**28)  # 1 GiB of fp32, every page written
-    assert bench._max_rss_bytes() >= 2**30
-    res = bench._run_cli(["--help"], timeout=120)
+    assert processes._max_rss_bytes() >= 2**30
+    res = processes._run_cli(["--help"], timeout=120)
     del big
     assert res["returncode"] == 0 and "privatize" in res["output"]
     assert res["peak_rss_source"] == "VmHWM"
@@ -240,7 +240,7 @@ def test_cli_bench_refuses_missing_text(
 ) -> None:
     """No text, no bench: one line naming the path and how to pass --text, never the sample in silence."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bench, "_MR_RELATIVE", Path("no") / "such" / "mr.jsonl")
+    monkeypatch.setattr(texts, "_MR_RELATIVE", Path("no") / "such" / "mr.jsonl")
     if env is None:
         monkeypatch.delenv("HF_TEXTDP_BENCH_TEXT", raising=False)
     else:
@@ -272,7 +272,7 @@ def test_cli_bench_bad_arguments(
 
 def test_default_cases_are_registered() -> None:
     for case in DEFAULT_CASES:
-        bench._parse_case(case)
+        cases._parse_case(case)
 
 
 def test_bench_static_vectors_one_word_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,188 @@
+"""The bench's bounds: the best fp32, bf16 and int8 products shaped like the work on this machine (tokens/s
+at which a product could merely score every candidate), and the CPU's model and flags."""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+
+from ...cpu import bf16_filter as fused
+from ...cpu import int8_keys
+from ...cpu.bf16_filter import fused_filter_available
+from ...cpu.int8_keys import int8_keys_available
+from ...search import exact_fp32_matmul
+
+
+__all__ = [
+    "ARITHMETICS",
+    "Arithmetic",
+    "BOUND_ROWS",
+    "BOUND_ROWS_CUDA",
+    "CPU_FLAGS",
+    "bound_rows",
+    "cpu_info",
+    "gemm_bounds",
+]
+
+
+Arithmetic = Literal["fp32", "bf16", "int8"]
+
+#: the products whose bounds every run measures, in the order they run and print
+ARITHMETICS: tuple[Arithmetic, ...] = ("fp32", "bf16", "int8")
+
+#: CPU flags that decide which products run fast (the header prints those present)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
+
+#: rows of the bound products: a batch of noisy vectors scored against every candidate at once (a GPU
+#: needs many more rows than a CPU to reach its rate: it privatizes batches of tens of thousands of tokens)
+#: (on this 2-core AVX-512 BF16 EPYC every product ran faster at 1,024 rows than at 256 or 512: fp32 205 against
+#: 181, bf16 torch.mm 822 against 754, the fused kernel 1,010 against 899, int8 2,000 against 1,699 G/s; and a
+#: little faster again at 2,048: fp32 197-201 against 190-194, bf16 988-998 against 978-989, int8 1,968 against
+#: 1,918-1,926 G/s; and at 4,096, the CPU search's own query block (search.FUSED_CPU_QUERIES), against 2,048:
+#: fp32 196 against 191, bf16 torch.mm 880 against 869, the fused kernel 998 against 981, int8 1,983 against
+#: 1,929 G/s)
+BOUND_ROWS = 4096
+
+BOUND_ROWS_CUDA = 16384
+
+
+def _ceil8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bound_rows(device: str | torch.device) -> int:
+    """Rows of the bound products on ``device`` (:data:`BOUND_ROWS`, or :data:`BOUND_ROWS_CUDA` on a GPU)."""
+    return BOUND_ROWS_CUDA if torch.device(device).type == "cuda" else BOUND_ROWS
+
+
+def gemm_bounds(
+    V: int,
+    d: int,
+    *,
+    repeats: int = 5,
+    device: str | torch.device = "cpu",
+    rows: int | None = None,
+    sources: dict[str, float] | None = None,
+) -> dict[str, float | None]:
+    """Best ops/s of each of :data:`ARITHMETICS` on ``rows``×d @ d×V (``None``: no such product here).
+
+    fp32 and bf16 are ``torch.mm`` (fp32 under :func:`~hf_textdp.search.exact_fp32_matmul`), int8 is
+    ``torch._int_mm`` (int8 × int8 → int32). Where the fused bf16 kernel of the search runs
+    (:mod:`hf_textdp.cpu.bf16_filter`, AVX-512 BF16 without AMX), the bf16 bound is the faster of ``torch.mm``
+    and that kernel on the same shape: the bound of the arithmetic the search really runs; likewise the
+    int8 bound and the sampler's key kernel (:mod:`hf_textdp.cpu.int8_keys`, AVX-512 VNNI). All products
+    run round-robin, ``repeats`` times each after a warm-up, so load from other processes reaches all of
+    them. d and V are rounded up to multiples of 8 (``_int_mm`` needs it on CUDA) and the ops count that
+    shape; outputs are preallocated so that no timed product pays for fresh pages. ``sources``, when
+    given, receives the ops/s of each product by name (``"bf16 torch.mm"``, ``"bf16 fused kernel"``, …).
+
+    Example:
+
+    >>> sorted(gemm_bounds(100, 8, repeats=1, rows=16))
+    ['bf16', 'fp32', 'int8']
+    """
+    dev = torch.device(device)
+    m, k, n = rows or bound_rows(dev), _ceil8(d), _ceil8(V)
+    g = torch.Generator().manual_seed(0)
+    a32 = (torch.rand(m, k, generator=g) - 0.5).to(dev)
+    b32 = (torch.rand(k, n, generator=g) - 0.5).to(dev)
+    operands: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {
+        "fp32": (a32, b32, torch.empty(m, n, device=dev)),
+        "bf16": (a32.bfloat16(), b32.bfloat16(), torch.empty(m, n, dtype=torch.bfloat16, device=dev)),
+    }
+    if hasattr(torch, "_int_mm"):
+        a8 = torch.randint(-127, 128, (m, k), generator=g, dtype=torch.int8).to(dev)
+        b8 = torch.randint(-127, 128, (k, n), generator=g, dtype=torch.int8).to(dev)
+        operands["int8"] = (a8, b8, torch.empty(m, n, dtype=torch.int32, device=dev))
+
+    def matmul(a: torch.Tensor, b: torch.Tensor, res: torch.Tensor) -> Callable[[], object]:
+        if res.dtype == torch.int32:
+            return lambda: torch._int_mm(a, b, out=res)
+        return lambda: torch.mm(a, b, out=res)
+
+    products = {name: matmul(*ops) for name, ops in operands.items()}
+    if dev.type == "cpu" and fused_filter_available():
+        packed = fused.PackedRows.build(b32.T.contiguous(), torch.zeros(n, dtype=torch.float64))
+        q_tiles = fused.query_tiles(a32, packed.K2)
+        products["bf16 fused"] = lambda: fused.block_maxima(packed, q_tiles, torch.get_num_threads())
+    if dev.type == "cpu" and "int8" in operands and int8_keys_available():
+        a8, b8 = operands["int8"][0], operands["int8"][1]
+        cols = torch.zeros((-(-n // int8_keys.NB) * int8_keys.NB, k), dtype=torch.int8)
+        cols[:n] = b8.T
+        targets = int8_keys.PackedTargets.build(cols, torch.zeros(cols.shape[0], dtype=torch.int32))
+        products["int8 keys"] = lambda: int8_keys.block_key_maxima(targets, a8, torch.get_num_threads())
+
+    def product(name: str) -> None:
+        if name == "fp32":
+            with exact_fp32_matmul():
+                products[name]()
+        else:
+            products[name]()
+        _sync(dev)
+
+    best_s: dict[str, float] = {}
+    for name in list(products):
+        try:
+            product(name)  # warm-up: thread pool, allocator, kernels
+        except RuntimeError:  # e.g. no int8 kernel for this device or shape
+            del products[name]
+        else:
+            best_s[name] = math.inf
+    for _ in range(max(1, repeats)):
+        for name in products:  # each product ends synchronised: the clock times that product alone
+            t0 = time.perf_counter()
+            product(name)
+            best_s[name] = min(best_s[name], time.perf_counter() - t0)
+    ops = {name: 2.0 * m * k * n / t for name, t in best_s.items()}
+    if sources is not None:
+        sources.update({("bf16 torch.mm" if name == "bf16" else name): v for name, v in ops.items()})
+    out: dict[str, float | None] = {a: ops.get(a) for a in ARITHMETICS}
+    out["bf16"] = _max_of(out["bf16"], ops.get("bf16 fused"))
+    out["int8"] = _max_of(out["int8"], ops.get("int8 keys"))
+    return out
+
+
+def _int8_note(device: str | torch.device) -> str | None:
+    """Why the int8 bound cannot be measured on ``device`` (``None`` when it can)."""
+    if not hasattr(torch, "_int_mm"):
+        return f"torch {torch.__version__} has no torch._int_mm"
+    dev = torch.device(device)
+    try:
+        a = torch.ones(32, 8, dtype=torch.int8, device=dev)
+        torch._int_mm(a, torch.ones(8, 8, dtype=torch.int8, device=dev))
+    except RuntimeError as err:
+        return f"torch._int_mm fails on {dev}: {' '.join(str(err).split())[:200]}"
+    return None
+
+
+def _max_of(x: float | None, y: float | None) -> float | None:
+    return y if x is None else x if y is None else max(x, y)
+
+
+def cpu_info() -> tuple[str, list[str]]:
+    """The CPU's model name and which of :data:`CPU_FLAGS` it has (Linux ``/proc/cpuinfo``; else ``platform``)."""
+    model, flags = "", set[str]()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), [f for f in CPU_FLAGS if f in flags]

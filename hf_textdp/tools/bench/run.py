@@ -1,0 +1,170 @@
+"""``run_bench``: every case's rate against the interleaved bounds, the per-token reference, the CLI runs and
+the report."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import InvalidParameterError
+from ...io.models import load_space
+from ...space import DEFAULT_MODEL
+from .bounds import _ceil8, _int8_note, _max_of, bound_rows, cpu_info, gemm_bounds
+from .cases import DEFAULT_CASES, BenchCase, BenchReport, _parse_case, _run_case
+from .processes import _max_rss_bytes, _mb, _privatize_cli, _vector_load
+from .table import _case_line
+from .texts import _is_sample, _load, _read_rows
+
+
+__all__ = ["run_bench"]
+
+
+def run_bench(
+    *,
+    model: str = DEFAULT_MODEL,
+    mechanisms: Sequence[str] | None = None,
+    device: str = "cpu",
+    text: str | os.PathLike[str] | None = None,
+    rows: int = 4000,
+    epsilon: float = 10.0,
+    batch_size: int = 1000,
+    repeats: int = 3,
+    bound_repeats: int = 5,
+    one_word: bool = False,
+    reference_tokens: int = 200,
+    cold_start: bool = True,
+    memory_run: bool = False,
+    seed: int = 0,
+    kernel_only: bool | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Measure every case of ``mechanisms`` (default :data:`DEFAULT_CASES`); see the module docstring.
+
+    Args:
+        model (`str`): as ``PrivatizerConfig.model`` (a vector file path benches static vectors).
+        mechanisms (`list[str]`, *optional*): cases ``"mechanism"`` or ``"mechanism/postprocess"``.
+        device (`str`, defaults to `"cpu"`): ``"cpu"`` or ``"cuda[:N]"``.
+        text (`str`, *optional*): the text file, or ``"sample"`` (see :func:`load_texts`); without it,
+            SentEval MR, and an error when MR is not found.
+        rows (`int`, defaults to 4000): rows privatized per timed pass.
+        epsilon (`float`, defaults to 10.0): ε of every case (throughput barely depends on it).
+        batch_size (`int`, defaults to 1000): rows per ``privatize`` call (``Dataset.map``'s default).
+        repeats (`int`, defaults to 3): timed passes per case (the best counts; ``paired`` is the median).
+        bound_repeats (`int`, defaults to 5): products of each arithmetic per bound measurement (two
+            measurements per pass).
+        one_word (`bool`, defaults to `False`): one whitespace word per row (per-row overhead).
+        reference_tokens (`int`, defaults to 200): tokens for the per-token reference (0: skip).
+        cold_start (`bool`, defaults to `True`): time a cold CLI run on 30 rows (a fresh interpreter).
+        memory_run (`bool`, defaults to `False`): privatize the whole text file with the CLI in a
+            fresh interpreter and report its peak RSS.
+        seed (`int`, defaults to 0): the privatizers' seed (bench outputs are thrown away).
+        kernel_only (`bool`, *optional*): also time the device part alone (noise and search or sampling of
+            all the rows' tokens in one call, no tokenizing or decoding); default: on a GPU only.
+        progress (`callable`, *optional*): called with a line after each step.
+
+    Raises:
+        InvalidParameterError: a count below 1, an unknown case, or no text (see :func:`load_texts`).
+    """
+    if rows < 1 or batch_size < 1 or repeats < 1 or bound_repeats < 1:
+        raise InvalidParameterError(
+            f"rows, batch_size, repeats and bound_repeats must be >= 1, got {rows}, {batch_size}, {repeats}, "
+            f"{bound_repeats}."
+        )
+    cases = list(mechanisms) if mechanisms else list(DEFAULT_CASES)
+    for c in cases:
+        _parse_case(c)
+    note = progress or (lambda line: None)
+    text_path, file_rows, texts, source = _load(text, rows, one_word)
+    if _is_sample(text_path):
+        note(f"text: {source}")
+    t0 = time.perf_counter()
+    space = load_space(model, device)
+    load_s = time.perf_counter() - t0
+    V, d = space.V, space.d
+    per_op = 2.0 * V * d
+    sources: dict[str, float] = {}
+    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources)
+    results: list[BenchCase] = []
+    for c in cases:
+        try:
+            res = _run_case(
+                c,
+                model=model,
+                device=device,
+                epsilon=epsilon,
+                texts=texts,
+                batch_size=batch_size,
+                repeats=repeats,
+                bound_repeats=bound_repeats,
+                seed=seed,
+                reference_tokens=reference_tokens,
+                kernel_only=torch.device(device).type == "cuda" if kernel_only is None else kernel_only,
+            )
+        except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
+            res = BenchCase(
+                name=c,
+                mechanism=c.partition("/")[0],
+                postprocess=c.partition("/")[2] or "nearest",
+                epsilon=epsilon,
+                error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}",
+            )
+        results.append(res)
+        for a, tps in res.bound_tokens_per_s.items():
+            best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
+        note(_case_line(res))
+    int8_note = _int8_note(device) if best_ops["int8"] is None else None
+    bounds: dict[str, dict[str, Any]] = {
+        a: {
+            "ops_per_s": ops,
+            "tokens_per_s": None if ops is None else ops / per_op,
+            "note": int8_note if a == "int8" else None if ops is not None else "the product failed on this device",
+        }
+        for a, ops in best_ops.items()
+    }
+    cpu_model, cpu_flags = cpu_info()
+    machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs"
+    if torch.device(device).type == "cuda":
+        machine += f"; {torch.cuda.get_device_name(torch.device(device))}"
+    report = BenchReport(
+        model=model,
+        device=device,
+        text=source,
+        text_path=str(text_path),
+        text_file_rows=file_rows,
+        text_is_sample=_is_sample(text_path),
+        one_word=one_word,
+        rows=len(texts),
+        V=V,
+        d=d,
+        threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        machine=machine,
+        cpu_model=cpu_model,
+        cpu_flags=cpu_flags,
+        bound_shape=[bound_rows(device), _ceil8(d), _ceil8(V)],
+        bounds=bounds,
+        cases=results,
+        peak_rss_mb=_mb(_max_rss_bytes()),
+        repeats=repeats,
+        model_load_s=load_s,
+        bound_sources=sources,
+    )
+    if Path(model).is_file():
+        report.vector_load = _vector_load(Path(model))
+        note(f"vector file: read {report.vector_load['read_s']:.2f} s, parse {report.vector_load['parse_s']:.2f} s")
+    if cold_start:
+        report.cold_start = _privatize_cli(texts[:30], model, device, epsilon, timeout=600) | {"rows": min(30, rows)}
+        note(f"cold start: {report.cold_start['seconds']:.2f} s")
+    if memory_run:
+        whole = (
+            text_path if text_path.suffix.lower() in (".jsonl", ".ndjson") else _read_rows(text_path, one_word=False)
+        )
+        report.memory_run = _privatize_cli(whole, model, device, epsilon, timeout=3600) | {"text": text_path.name}
+        note(f"memory run: peak RSS {report.memory_run['peak_rss_mb']} MB")
+    return report

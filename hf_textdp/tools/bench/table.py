@@ -1,0 +1,116 @@
+"""The bench's report as a table (``hf-textdp bench`` prints it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bounds import CPU_FLAGS
+from .cases import BenchCase, BenchReport
+from .texts import _text_detail
+
+
+__all__ = ["format_table"]
+
+
+def _frac(x: float | None, width: int) -> str:
+    return f"{'-':>{width}s}" if x is None else f"{x:>{width}.2f}"
+
+
+def _case_line(c: BenchCase) -> str:
+    if c.error:
+        return f"{c.name}: error: {c.error}"
+    parts = [f"{c.fraction_fp32:.2f} of fp32" if c.fraction_fp32 is not None else "no fp32 bound"]
+    parts.append(f"{c.fraction_bf16:.2f} of bf16" if c.fraction_bf16 is not None else "no bf16 bound")
+    own = f"{c.fraction_own:.2f}" if c.fraction_own is not None else "-"
+    return f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts)}, {own} of its own ({c.arithmetic})"
+
+
+def format_table(report: BenchReport) -> str:
+    """The report as a fixed-width table with its header lines."""
+    m, k, n = report.bound_shape
+    absent = [f for f in CPU_FLAGS if f not in report.cpu_flags]
+    flags = " ".join(report.cpu_flags) or "none"
+    text = _text_detail(report.text_file_rows, report.rows, one_word=report.one_word, sample=report.text_is_sample)
+    lines = [
+        f"model {report.model} (V = {report.V:,}, d = {report.d}) on {report.device}",
+        f"text {report.text_path} ({text}); {report.repeats} timed passes per case",
+        f"cpu {report.cpu_model} ({report.machine}); flags {flags}" + (f", not {' '.join(absent)}" if absent else ""),
+        f"torch {report.torch_version}, {report.threads} threads",
+        f"bounds: best {m}x{k} @ {k}x{n} products of the run; here tokens/s = ops/s / (2 V d); each case divides "
+        "by its own 2 n m (the rows n and dimension m its tokens score, by piece class: the searched column)",
+    ]
+    for a, b in report.bounds.items():
+        if b["ops_per_s"] is None:
+            lines.append(f"  {a:5s} not measured: {b['note']}")
+        else:
+            unit = "GOPS  " if a == "int8" else "GFLOPS"
+            lines.append(f"  {a:5s} {b['ops_per_s'] / 1e9:>9,.0f} {unit} = {b['tokens_per_s']:>12,.0f} tokens/s")
+    src = report.bound_sources
+    if "bf16 fused" in src:
+        lines.append(
+            f"  (bf16: the faster of torch.mm, {src.get('bf16 torch.mm', 0) / 1e9:,.0f} GFLOPS, and the search's "
+            f"fused kernel, {src['bf16 fused'] / 1e9:,.0f} GFLOPS, in the first measurement)"
+        )
+    if "int8 keys" in src:
+        lines.append(
+            f"  (int8: the faster of torch._int_mm, {src.get('int8', 0) / 1e9:,.0f} GOPS, and the sampler's key "
+            f"kernel, {src['int8 keys'] / 1e9:,.0f} GOPS, in the first measurement)"
+        )
+    lines += [
+        "",
+        f"{'case':26s} {'arith':>5s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'fp32':>6s} {'bf16':>6s} "
+        f"{'own':>6s} {'paired':>6s} {'peak RSS':>9s}",
+    ]
+    for c in report.cases:
+        if c.error:
+            lines.append(f"{c.name:26s} error: {c.error}")
+            continue
+        lines.append(
+            f"{c.name:26s} {c.arithmetic:>5s} {c.search_filter or '-':>6s} {c.tokens:>9,d} {c.tokens_per_s:>10,.0f} "
+            f"{_frac(c.fraction_fp32, 6)} {_frac(c.fraction_bf16, 6)} {_frac(c.fraction_own, 6)} "
+            f"{_frac(c.fraction_paired, 6)} {c.peak_rss_mb:>6,.0f} MB"
+        )
+    lines.append(
+        "(fp32, bf16, own: best pass over the best product of that arithmetic in the case; own = the arith column; "
+        "paired: median pass over its own paired bound)"
+    )
+    lines += [f"  searched by {c.name}: {c.searched}" for c in report.cases if c.searched and not c.error]
+    kernels = [c for c in report.cases if c.kernel and not c.error]
+    if kernels:
+        lines += [
+            "",
+            "kernel only (noise and search or sampling of all the rows' tokens in one call, results back on the host; "
+            "no tokenizing, key derivation or decoding):",
+            f"{'case':26s} {'tokens':>9s} {'tokens/s':>12s} {'fp32':>6s} {'bf16':>6s} {'own':>6s} {'fallbacks':>9s}",
+        ]
+        for c in kernels:
+            kr: dict[str, Any] = c.kernel or {}
+            lines.append(
+                f"{c.name:26s} {kr['tokens']:>9,d} {kr['tokens_per_s']:>12,.0f} {_frac(kr.get('fraction_fp32'), 6)} "
+                f"{_frac(kr.get('fraction_bf16'), 6)} {_frac(kr.get('fraction_own'), 6)} {kr['fallback_queries']:>9,d}"
+            )
+    lines.append("")
+    for c in report.cases:
+        ref = c.per_token_reference
+        if ref:
+            lines.append(
+                f"per-token reference ({c.name}): {ref['tokens_per_s']:,.1f} tokens/s over {ref['tokens']} tokens; "
+                f"ratio {ref['ratio']:,.0f}x; same answers on {ref['agreement']:.1%}"
+            )
+    lines.append(f"peak RSS (this process): {report.peak_rss_mb:,.0f} MB; model load {report.model_load_s or 0:.2f} s")
+    if report.vector_load:
+        vl = report.vector_load
+        lines.append(
+            f"vector file ({vl['file_mb']:,.0f} MB, {vl['rows']:,} x {vl['d']}): read once {vl['read_s']:.2f} s, "
+            f"parse {vl['parse_s']:.2f} s, from the parse cache {vl['cached_s']:.2f} s"
+        )
+    cli_runs = {
+        "time to first output (cold CLI, {rows} rows)": report.cold_start,
+        "CLI on all of {text}": report.memory_run,
+    }
+    for what, run in cli_runs.items():
+        if run:
+            rss = "?" if run["peak_rss_mb"] is None else f"{run['peak_rss_mb']:,.0f} MB"
+            status = "" if run["returncode"] == 0 else f" (exit {run['returncode']}: {run.get('error')})"
+            lines.append(f"{what.format(**run)}: {run['seconds']:.2f} s, peak RSS {rss} (its own){status}")
+    return "\n".join(lines)
