@@ -274,7 +274,7 @@ def build_report(
 ) -> dict[str, Any]:
     """Assemble the report of accounting.md §4 (JSON-ready; never holds the seed or any text).
 
-    ``measured_recovery``: the attack table's entry for this configuration (hf_textdp/attack_table.py),
+    ``measured_recovery``: the attack table's entry for this configuration (hf_textdp/io/attack_table.py),
     quoted as it is; absent when the configuration was not measured.
     """
     report: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""``Privatizer``: the ``datasets.map`` transform.
+"""``Privatizer``: the ``datasets.map`` transform (the release itself is :mod:`hf_textdp.release`'s).
 
 >>> from hf_textdp import PrivatizerConfig, Privatizer          # doctest: +SKIP
 >>> priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 17)   # doctest: +SKIP
@@ -14,53 +14,29 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, build_report, combine_class_claims
-from .attack_table import measured_recovery
+from .accounting import Claim, Totals
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
-from .io.models import load_space, model_identity
-from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
-from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
-from .rng import (
-    STREAM_VERSION,
-    Streams,
-    derive_row_seeds,
-    fresh_seed,
-    streams_for_rows,
-    validate_secret_seed,
-    validate_split,
-    validate_stream,
-)
-from .scale import scale_stats
+from .io.models import model_identity
+from .mechanisms.base import Mechanism
+from .release import ReleaseEngine
+from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
-from .utils.logging import get_logger, warn_once
-from .utils.release_client import is_service_worker, remote_release
+from .utils.logging import get_logger
 from .validation import row_id_fault
 
 
 __all__ = ["Privatizer"]
 
 logger = get_logger(__name__)
-
-
-@dataclass
-class _Release:
-    """What releases one piece class (space.md §7): the class, its own mechanism and step, and its claim."""
-
-    part: ClassPart
-    mech: Mechanism
-    step: PostprocessStep | None
-    claim: Claim
-    positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
 
 
 class Privatizer:
@@ -116,15 +92,9 @@ class Privatizer:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._space: EmbeddingSpace | None = None
-        self._mech: Mechanism | None = None
-        self._step: PostprocessStep | None = None
-        self._claim: Claim | None = None
+        #: the release of this configuration under this privatizer's key (built lazily, never pickled)
+        self.engine = ReleaseEngine(self.config, self.seed, self.split, self.stream)
         self._tokens: HFTokens | WordTokens | None = None
-        self._releases: list[_Release] = []
-        self._class_of: torch.Tensor | None = None  # [V] class index of each position in C (split only)
-        self._local: torch.Tensor | None = None  # [V] position inside its class's space (split only)
-        self._device_maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the two above, per device
         self.totals = Totals()
 
     # ---------------------------------------------------------------- pickling (decision D4)
@@ -169,99 +139,57 @@ class Privatizer:
             f"model={self.config.model!r}, text_column={self.text_column!r}, {seeded})"
         )
 
-    # ---------------------------------------------------------------- lazy runtime
+    # ---------------------------------------------------------------- the engine's, for callers of a Privatizer
+    def _ensure(self) -> None:
+        if self._tokens is None:
+            self._tokens = make_tokens(self.engine.space)
+
     @property
     def space(self) -> EmbeddingSpace:
-        self._ensure()
-        assert self._space is not None
-        return self._space
+        return self.engine.space
 
     @property
     def mechanism(self) -> Mechanism:
-        self._ensure()
-        assert self._mech is not None
-        return self._mech
-
-    def _ensure(self) -> None:
-        if self._space is not None:
-            return
-        # a worker of a GPU release service (utils/release_service.py) does the host work only: its space on CPU
-        device = "cpu" if is_service_worker() else self.config.device
-        space = load_space(self.config.model, device, self.config.candidates)
-        mech, step = self.config.build()
-        mech.setup(space)
-        self._claim = mech.claim(space)
-        parts = space.class_parts()
-        if len(parts) > 1 and not (step is not None and step.RELEASES_VECTORS):
-            self._split_by_class(space, parts)
-        else:  # one space; vectors (postprocess="vector") are released before any token is chosen
-            whole = space.whole_part()
-            self._releases = [_Release(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
-        if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
-            self._claim = unsafe_claim(self._claim)
-        if self._claim.guarantee == "none":
-            warn_once(
-                logger,
-                f"unsafe:{self.config.mechanism}:{self.config.postprocess}",
-                f"postprocess={self.config.postprocess!r} reads the original token: the output has NO privacy "
-                "guarantee (dp_epsilon is null).",
-            )
-        self._tokens = make_tokens(space)
-        self._mech, self._step, self._space = mech, step, space
-
-    def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
-        """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
-        releases = []
-        for part in parts:
-            mech, step = self.config.build()
-            mech.setup(part.space)
-            releases.append(_Release(part, mech, step, mech.claim(part.space), torch.from_numpy(part.positions)))
-        class_of, local = space.position_class().astype(np.int64), space.local_positions()
-        self._releases = releases
-        self._class_of, self._local = torch.from_numpy(class_of), torch.from_numpy(local)
-        self._device_maps = {}
-        self._claim = combine_class_claims([r.claim for r in releases], class_of.tolist(), local.tolist())
-
-    @property
-    def classes(self) -> list[ClassPart]:
-        """The piece classes released separately (one part, ``"all"``, without class-preserving replacement)."""
-        self._ensure()
-        return [r.part for r in self._releases]
-
-    @property
-    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
-        """Each released class with the mechanism set up on its space (evaluation reads the law from these)."""
-        self._ensure()
-        return [(r.part, r.mech) for r in self._releases]
-
-    def class_report(self) -> list[dict[str, Any]] | None:
-        """Each class's size, diameter and claim (the report's ``candidate_set.per_class``); ``None``: one space."""
-        self._ensure()
-        if len(self._releases) < 2:
-            return None
-        out = []
-        for r in self._releases:
-            stats = scale_stats(r.mech.scale_metric_matrix(r.part.space), store=r.part.space.store)
-            out.append(
-                {
-                    "name": r.part.name,
-                    "marker": self._space.piece_marker if self._space is not None else None,
-                    "size": r.part.space.V,
-                    "median_rho1": stats.median_rho1,
-                    "diam": stats.diam,
-                    "epsilon_token": r.claim.epsilon_token,
-                    "delta_token": r.claim.delta_token if r.claim.epsilon_token is not None else None,
-                    "certified": r.claim.certified,
-                    "details": r.mech.details(r.part.space),
-                }
-            )
-        return out
+        return self.engine.mechanism
 
     @property
     def claim(self) -> Claim:
-        self._ensure()
-        assert self._claim is not None
-        return self._claim
+        return self.engine.claim
+
+    @property
+    def classes(self) -> list[ClassPart]:
+        """The piece classes released separately (:attr:`ReleaseEngine.classes`)."""
+        return self.engine.classes
+
+    @property
+    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
+        """Each released class with its mechanism (:attr:`ReleaseEngine.class_mechanisms`)."""
+        return self.engine.class_mechanisms
+
+    def class_report(self) -> list[dict[str, Any]] | None:
+        return self.engine.class_report()
+
+    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The privacy report of ``totals`` released with this configuration (:meth:`ReleaseEngine.build_report`)."""
+        return self.engine.build_report(totals, training)
+
+    def release_positions(
+        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
+    ) -> list[torch.Tensor]:
+        """:meth:`ReleaseEngine.release_positions`: already-classified tokens, each row's candidate positions."""
+        return self.engine.release_positions(positions, row_ids, stream=stream)
+
+    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """:meth:`ReleaseEngine.release_keyed` (the GPU release service's handler)."""
+        return self.engine.release_keyed(keys, sizes, positions)
+
+    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """:meth:`ReleaseEngine.release_streams`: the device part of a batch."""
+        return self.engine.release_streams(positions, streams)
+
+    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
+        """:meth:`ReleaseEngine.row_keys`: each row's Philox key."""
+        return self.engine.row_keys(row_ids, stream)
 
     # ---------------------------------------------------------------- public API
     def privatize(self, texts: Sequence[str], row_ids: Sequence[int] | None = None) -> list[str]:
@@ -335,39 +263,6 @@ class Privatizer:
             )
         return self.build_report(self.totals)
 
-    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
-        self._ensure()
-        assert self._space is not None and self._mech is not None and self._claim is not None
-        space, mech, claim = self._space, self._mech, self._claim
-        stats = scale_stats(mech.scale_metric_matrix(space), store=space.store)
-        eps = self.config.epsilon
-        return build_report(
-            mechanism=mech.name,
-            parameters=mech.parameters(),
-            postprocess=self.config.postprocess if mech.kind == "additive" else "none",
-            postprocess_parameters=(
-                self._step.report_parameters(mech, space)
-                if self._step is not None and isinstance(mech, AdditiveMechanism)
-                else {}
-            ),
-            claim=claim,
-            details=mech.details(space),
-            candidate_set={**space.candidate_set_info(), "per_class": self.class_report()},
-            model=space.model_info(),
-            scale={
-                "metric": claim.metric or "euclidean",
-                "median_rho1": stats.median_rho1,
-                "min_rho1": stats.min_rho1,
-                "diam": stats.diam,
-                "epsilon_median_rho1": eps * stats.median_rho1,
-                "epsilon_diam": eps * stats.diam,
-            },
-            totals=totals,
-            projection=mech.projection(space),
-            training=training,
-            measured_recovery=measured_recovery(self.config),
-        )
-
     # ---------------------------------------------------------------- the work
     def _check_id(self, value: Any, i: int, at: Sequence[int] | None) -> int:
         fault = row_id_fault(value)
@@ -408,8 +303,9 @@ class Privatizer:
         """
         self._check_texts(texts, row_ids)
         self._ensure()
-        space, tokens, claim = self._space, self._tokens, self._claim
-        assert space is not None and tokens is not None and claim is not None
+        engine, tokens = self.engine, self._tokens
+        space, step = engine.space, engine.step
+        assert tokens is not None
         n = len(texts)
         flat, lengths, rows = tokens.encode_flat(texts)
         bounds = np.zeros(n + 1, dtype=np.int64)
@@ -419,8 +315,8 @@ class Privatizer:
         cand = cls == CANDIDATE
         sizes = np.bincount(row_of[cand], minlength=n)
         cand_pos = torch.from_numpy(pos[cand])
-        released = self._release_flat(cand_pos, sizes.tolist(), row_ids)
-        if self._step is not None and self._step.RELEASES_VECTORS:
+        released = engine.release_flat(cand_pos, sizes.tolist(), row_ids)
+        if step is not None and step.RELEASES_VECTORS:
             return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
         out = flat.copy()
         if released.numel():
@@ -459,8 +355,7 @@ class Privatizer:
         out: np.ndarray | None,
     ) -> None:
         """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (accounting.md §2)."""
-        space, claim = self._space, self._claim
-        assert space is not None and claim is not None
+        space, claim = self.engine.space, self.engine.claim
         n = lengths.size
         result["dp_tokens"] = sizes.tolist()
         # a row's ε and δ are one product dp_tokens · (per-token value) (accounting.md §2), as row_epsilon forms it
@@ -494,8 +389,7 @@ class Privatizer:
         (public); passthrough positions hold their own embedding where one exists (they are released
         as they are anyway), zeros otherwise. ``attention_mask`` is unchanged.
         """
-        space = self._space
-        assert space is not None
+        space = self.engine.space
         n = lengths.size
         k = int(released.shape[1]) if released.ndim == 2 and released.numel() else space.d
         full = space.E_full
@@ -519,125 +413,6 @@ class Privatizer:
         # the original text is not released in this mode: the text column becomes empty strings
         result[self.text_column] = ["" for _ in range(n)]
         return result
-
-    def release_positions(
-        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
-    ) -> list[torch.Tensor]:
-        """Privatize already-classified tokens: each row's positions in the candidate set C.
-
-        The entry point for tokenizers and collators that tokenize themselves: row ``i``'s positions
-        ``positions[i]`` (int64, into ``space.candidate_ids``) are released with row ``row_ids[i]``'s
-        keyed stream of ``stream`` (default: this privatizer's), exactly as :meth:`privatize` releases
-        a row's candidate tokens. Returns one result per row: positions ``[n_i]`` (or vectors for
-        ``postprocess="vector"``), on CPU. Accounting of the release is the caller's.
-        """
-        self._ensure()
-        if stream is not None:
-            validate_stream(stream)
-        return self._release(list(positions), list(row_ids), self.stream if stream is None else stream)
-
-    def _release(self, positions: list[torch.Tensor], row_ids: list[int], stream: int) -> list[torch.Tensor]:
-        """Run the mechanism (and post-processing) for each row's candidate positions; one result per row."""
-        sizes = [int(p.numel()) for p in positions]
-        flat = (
-            torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
-        )
-        res = self._release_flat(flat, sizes, row_ids, stream)
-        empty = torch.empty(0, dtype=torch.int64)
-        return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
-
-    def _release_flat(
-        self, positions: torch.Tensor, sizes: list[int], row_ids: list[int], stream: int | None = None
-    ) -> torch.Tensor:
-        """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
-
-        Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
-        so the whole batch goes through one mechanism call and one post-processing call, and a seeded
-        row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
-        on CPU.
-        """
-        space = self._space
-        assert space is not None
-        if not any(sizes):
-            return torch.empty(0, dtype=torch.int64)
-        stream = self.stream if stream is None else stream
-        keys = self.row_keys(row_ids, stream)
-        remote = remote_release()
-        if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
-            key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-            return torch.from_numpy(remote.release(key_arr, size_arr, positions.numpy()))
-        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device))
-
-    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
-        service's handler: several workers' batches at once)."""
-        self._ensure()
-        assert self._space is not None
-        streams = streams_for_rows(torch.from_numpy(keys), sizes.tolist(), self._space.device)
-        return self.release_streams(torch.from_numpy(positions), streams).numpy()
-
-    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
-        """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
-
-        The device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench``
-        times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
-        """
-        self._ensure()
-        if len(self._releases) == 1:
-            return self._release_class(self._releases[0], positions, streams)
-        # Each class on its own space: a token's draws depend on its key and position only, so releasing a
-        # class's tokens apart from the others draws exactly what they would draw in one call.
-        # The split runs where the streams are (on a GPU: no host passes over the batch between the classes'
-        # kernels); every class is released before the positions are assembled on the host.
-        class_of, local_of = self._split_maps(streams.device)
-        pos = positions.to(streams.device)
-        cls, loc = class_of[pos], local_of[pos]
-        # the tokens grouped by class in one sort (each class's tokens in batch order), the group sizes read
-        # in one synchronisation
-        order = torch.argsort(cls, stable=True)
-        counts = torch.bincount(cls, minlength=len(self._releases)).tolist()
-        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
-        results = []
-        for rel in self._releases:
-            a, b = starts[rel.part.index], starts[rel.part.index + 1]
-            idx = order[a:b]
-            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if b > a else None))
-        order_cpu = order.cpu()
-        out = torch.empty_like(positions)
-        for rel, (a, b, res) in zip(self._releases, results, strict=True):
-            if res is not None:
-                out[order_cpu[a:b]] = rel.positions[res]
-        return out
-
-    def _split_maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The class and local position of every candidate position, on ``device`` (cached; on the CPU, the maps
-        themselves)."""
-        assert self._class_of is not None and self._local is not None
-        key = str(device)
-        if key not in self._device_maps:
-            self._device_maps[key] = (self._class_of.to(device), self._local.to(device))
-        return self._device_maps[key]
-
-    @staticmethod
-    def _release_class(rel: _Release, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
-        """One class's mechanism and post-processing over its local positions; positions (or vectors) on CPU."""
-        space, mech, step = rel.part.space, rel.mech, rel.step
-        if isinstance(mech, SelectionMechanism):
-            return mech.sample(space, positions, streams).cpu()
-        assert isinstance(mech, AdditiveMechanism) and step is not None
-        z = mech.perturb_positions(space, positions, streams)
-        if isinstance(step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
-            res = step.apply_unsafe(z, mech, space, streams, positions)
-        else:
-            res = step.apply(z, mech, space, streams)
-        return res.cpu()
-
-    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
-        """The Philox key of each row: derived from (seed, split, stream, row id), or fresh OS entropy unseeded."""
-        stream = self.stream if stream is None else stream
-        if self.seed is None:
-            return [fresh_seed() for _ in row_ids]
-        return derive_row_seeds(self.seed, [int(r) for r in row_ids], self.split, stream)
 
 
 def _row_name(i: int, indices: Sequence[int] | None) -> str:

@@ -39,14 +39,14 @@ def class_queries(priv: Privatizer, texts: list[str]):
     """Per piece class: (index, noisy vectors on the GPU) for every privatized token of ``texts``."""
     flat, streams = device_inputs(priv, texts)
     out = []
-    if len(priv._releases) == 1:
-        groups = [(priv._releases[0], flat, streams)]
+    if len(priv.engine._releases) == 1:
+        groups = [(priv.engine._releases[0], flat, streams)]
     else:
-        cls = priv._class_of[flat]
+        cls = priv.engine._class_of[flat]
         groups = []
-        for rel in priv._releases:
+        for rel in priv.engine._releases:
             mask = cls == rel.part.index
-            groups.append((rel, priv._local[flat[mask]], streams.select(mask)))
+            groups.append((rel, priv.engine._local[flat[mask]], streams.select(mask)))
     for rel, local, st in groups:
         z = rel.mech.perturb_positions(rel.part.space, local, st)
         out.append((rel.mech.search_index(rel.part.space), z))

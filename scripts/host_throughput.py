@@ -41,7 +41,7 @@ def main() -> None:
         return positions.clone()
 
     priv.privatize(texts[:16])
-    priv._release_flat = identity
+    priv.engine.release_flat = identity  # type: ignore[method-assign]
     best = float("inf")
     for rep in range(args.repeats + 1):
         tokens = 0

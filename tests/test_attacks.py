@@ -14,9 +14,8 @@ import pytest
 import torch
 from scipy import stats
 
-from hf_textdp import Privatizer, PrivatizerConfig, attack_table
+from hf_textdp import Privatizer, PrivatizerConfig, release
 from hf_textdp.accounting import format_report
-from hf_textdp.attack_table import config_key
 from hf_textdp.cli import main
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.evaluation.attacks import AttackSettings, run_attack
@@ -29,6 +28,8 @@ from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
 from hf_textdp.evaluation.attacks.records import read_records
 from hf_textdp.evaluation.attacks.summary import table_entries
 from hf_textdp.integrations.cards import dataset_card
+from hf_textdp.io import attack_table
+from hf_textdp.release import config_key
 from tests.utils import corpus, write_jsonl
 
 
@@ -316,8 +317,8 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
     measured = PrivatizerConfig(mechanism="madlib", epsilon=200.0, model=tiny_bert)
     entry = _entry(measured)
     monkeypatch.setattr(attack_table, "_table", lambda: {entry["key"]: entry})
-    assert attack_table.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=201.0, model=tiny_bert)) is None
-    assert attack_table.measured_recovery(PrivatizerConfig(mechanism="tem", epsilon=200.0, model=tiny_bert)) is None
+    assert release.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=201.0, model=tiny_bert)) is None
+    assert release.measured_recovery(PrivatizerConfig(mechanism="tem", epsilon=200.0, model=tiny_bert)) is None
     priv = Privatizer(measured, seed=2**40 + 1)
     priv.privatize(corpus(5, seed=3))
     report = priv.privacy_report()
@@ -335,10 +336,10 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
 def test_shipped_table_matches_the_records() -> None:
     """hf_textdp/data/attack_table.json is the table of results/attacks, and the default configs find it."""
     records = read_records(RESULTS)
-    shipped = json.loads((Path(attack_table.__file__).parent / "data" / attack_table.TABLE_FILE).read_text())
+    shipped = json.loads((Path(release.__file__).parent / "data" / attack_table.TABLE_FILE).read_text())
     assert shipped["entries"] == json.loads(json.dumps(table_entries(records, "results/attacks")))
     madlib = min((r for r in records if r["mechanism"] == "madlib"), key=lambda r: r["epsilon"])
-    found = attack_table.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=madlib["epsilon"]))
+    found = release.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=madlib["epsilon"]))
     assert found is not None and found["attacks"]["bayes"] == madlib["attacks"]["bayes"]["recovery_top1"]
 
 

@@ -358,7 +358,7 @@ def test_batch_split_and_release_list_api_agree(tmp_path: Path) -> None:
     ]
     pos = [p[p >= 0] for p in pos]
     rel = priv.release_positions(pos, list(range(len(pos))))
-    flat = priv._release_flat(torch.cat(pos), [int(p.numel()) for p in pos], list(range(len(pos))))
+    flat = priv.engine.release_flat(torch.cat(pos), [int(p.numel()) for p in pos], list(range(len(pos))))
     assert torch.equal(torch.cat(rel), flat)
     assert all(r.dtype == torch.int64 and r.numel() == p.numel() for r, p in zip(rel, pos, strict=True))
 

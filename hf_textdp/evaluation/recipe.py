@@ -122,7 +122,7 @@ def _privatize_task(
         totals.merge(priv.totals)
     assert priv is not None
     seconds = time.perf_counter() - t0
-    report = priv.build_report(totals)
+    report = priv.engine.build_report(totals)
     ref = np.concatenate(orig_pos) if orig_pos else np.zeros(0, dtype=np.int64)
     out_ids = np.concatenate(new_pos) if new_pos else np.zeros(0, dtype=np.int64)
     diag = metrics.diagnostics.compute(

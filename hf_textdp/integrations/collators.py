@@ -290,7 +290,7 @@ class DataCollatorWithPrivatization:
 
     # ---------------------------------------------------------------- accounting
     def _record(self, enc: EncodedBatch, keys: list[int] | None, epoch: int) -> None:
-        claim = self._encoder.privatizer.claim
+        claim = self._encoder.engine.claim
         n = len(enc.example_dp_tokens)
         rec = np.zeros(n, dtype=RECORD)
         rec["key"] = keys if keys is not None else _NO_KEY
@@ -327,7 +327,7 @@ class DataCollatorWithPrivatization:
         """The privacy report of accounting.md with the ``training`` block (epochs, releases, per-example maxima)."""
         self._drain()
         acc = self.accountant
-        return self._encoder.privatizer.build_report(acc.totals, training=acc.training_block())
+        return self._encoder.engine.build_report(acc.totals, training=acc.training_block())
 
     # ---------------------------------------------------------------- collating
     def _key_column(self, feature: Mapping[str, Any]) -> str | None:

@@ -39,6 +39,7 @@ from ..errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupp
 from ..io.models import resolve_model
 from ..mechanisms.base import AdditiveMechanism
 from ..privatizer import Privatizer
+from ..release import ReleaseEngine
 from ..rng import fresh_seed, streams_for_rows, validate_secret_seed, validate_split, validate_stream
 from ..space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from ..tokens import text_fault
@@ -162,8 +163,13 @@ class PrivateEncoder:
         return self._priv
 
     @property
+    def engine(self) -> ReleaseEngine:
+        """The release engine this encoder releases its candidate tokens with (the privatizer's own)."""
+        return self.privatizer.engine
+
+    @property
     def space(self) -> EmbeddingSpace:
-        return self.privatizer.space
+        return self.engine.space
 
     def _model_tokenizer(self) -> Any:
         """The tokenizer of ``config.model``'s space (refused for a static word-vector file)."""
@@ -197,8 +203,8 @@ class PrivateEncoder:
 
     def vector_width(self) -> int:
         """k of the released vectors (postprocess="vector"), from one draw on a public candidate."""
-        priv = self.privatizer
-        mech, step, space = priv.mechanism, priv._step, priv.space
+        priv = self.engine
+        mech, step, space = priv.mechanism, priv.step, priv.space
         if step is None or not step.RELEASES_VECTORS:
             raise InvalidParameterError(
                 f"postprocess={self.config.postprocess!r} releases token ids; inputs_embeds need postprocess='vector'."
@@ -310,9 +316,7 @@ class PrivateEncoder:
             sel = cls == CANDIDATE
             priv_pos.append(kept[i][sel])
             cand_pos.append(torch.from_numpy(cpos[sel]))
-        released = self.privatizer.release_positions(
-            cand_pos, ids_list, stream=self.stream if stream is None else stream
-        )
+        released = self.engine.release_positions(cand_pos, ids_list, stream=self.stream if stream is None else stream)
 
         cand_ids = space.candidate_ids.numpy()
         new_whole: list[np.ndarray] = []
@@ -611,7 +615,7 @@ class PrivateTokenizer:
             row_ids = list(indices)
         return_tensors = kwargs.get("return_tensors")
         enc = self._encoder.encode(text, text_pair, row_ids=row_ids, **kwargs)
-        claim = self.privatizer.claim
+        claim = self._encoder.engine.claim
         data = enc.data
         data["dp_tokens"] = enc.dp_tokens
         eps = [claim.row_epsilon(k) for k in enc.dp_tokens]
@@ -633,4 +637,4 @@ class PrivateTokenizer:
 
     def privacy_report(self) -> dict[str, Any]:
         """The privacy report of accounting.md for what this object released in this process."""
-        return self.privatizer.build_report(self.totals)
+        return self._encoder.engine.build_report(self.totals)

@@ -186,7 +186,7 @@ def privatize_dataset(
         # the same configuration, and a release depends only on the keys the workers derive)
         first = next(iter(privatizers.values()))
         first.space  # noqa: B018 - loaded here, on the GPU, before the workers start
-        release = first.release_keyed
+        release = first.engine.release_keyed
 
     if output is None or iterable:
         results: dict[str, Any] = {}

@@ -248,7 +248,7 @@ def ray_report(
     batches = (
         t.to_pydict() for t in written.select_columns(cols).iter_batches(batch_size=4096, batch_format="pyarrow")
     )
-    return priv.build_report(totals_from_columns(priv.space, batches))
+    return priv.engine.build_report(totals_from_columns(priv.engine.space, batches))
 
 
 # --------------------------------------------------------------------------- files in, files out (the CLI)

@@ -149,4 +149,4 @@ def dataset_report(
             totals.merge(_totals_from_source(p, sources[name], part))
             continue
         totals.merge(totals_from_dataset(p.space, part))
-    return priv.build_report(totals)
+    return priv.engine.build_report(totals)

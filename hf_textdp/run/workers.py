@@ -52,7 +52,7 @@ def spawned_workers(
     CUDA does not survive a fork: a worker forked from a parent that has used the GPU (the pipeline loads
     the model before it writes anything, so that a bad model fails first) cannot use it. Spawned workers
     start fresh and rebuild the privatizer from its pickled configuration, as forked ones do. With
-    ``release`` (a :meth:`Privatizer.release_keyed`), the workers do the host work on CPU and this process
+    ``release`` (a :meth:`ReleaseEngine.release_keyed`), the workers do the host work on CPU and this process
     alone holds the GPU (:mod:`~hf_textdp.run.release_service`), several workers' batches in one call,
     instead of each worker time-sharing the GPU with a CUDA context of its own. The spawned workers size
     their thread pools to the cores they share (:func:`worker_threads`; forked ones already run one torch

@@ -77,10 +77,10 @@ def sq_dist(a: torch.Tensor, b: torch.Tensor, b_sq: torch.Tensor) -> torch.Tenso
 def class_maps(priv: Privatizer) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """For every candidate position: the index of the class the privatizer releases it in, and its
     position inside that class's space (the privatizer's own split, one class without it)."""
-    V = int(priv.space.V)
+    V = int(priv.engine.space.V)
     part_of = np.full(V, -1, dtype=np.int64)
     local = np.full(V, -1, dtype=np.int64)
-    for i, (part, _) in enumerate(priv.class_mechanisms):
+    for i, (part, _) in enumerate(priv.engine.class_mechanisms):
         part_of[part.positions] = i
         local[part.positions] = np.arange(part.positions.size)
     return part_of, local
@@ -101,7 +101,7 @@ class ExactLaw:
         self.block = block
         self.parts: list[tuple[npt.NDArray[np.int64], torch.Tensor, torch.Tensor, float, float, torch.Tensor]] = []
         self.part_of, self.local = class_maps(priv)
-        for part, mech in priv.class_mechanisms:
+        for part, mech in priv.engine.class_mechanisms:
             assert isinstance(mech, Tem)
             s, gamma = mech.score_scale(), mech.gamma_for(part.space.V)
             E = part.space.E.float().cpu()

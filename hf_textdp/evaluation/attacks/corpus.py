@@ -72,7 +72,7 @@ def release_corpus(
     The privatizer tokenizes as it always does; the released ids are one to one with the input's
     tokenization, so the candidate tokens line up position by position.
     """
-    space = priv.space
+    space = priv.engine.space
     tokens = make_tokens(space)
     inputs, released, sizes, out_texts = [], [], [], []
     texts = list(texts)

@@ -35,10 +35,10 @@ class FittedLaw:
     def __init__(self, priv: Privatizer, *, neighbours: int = 50, block: int = 1024) -> None:
         self.block = block
         self.neighbours = neighbours
-        self.V = int(priv.space.V)
+        self.V = int(priv.engine.space.V)
         self.part_of, self.local = class_maps(priv)
         self.parts: list[tuple[npt.NDArray[np.int64], torch.Tensor, torch.Tensor]] = []
-        for part, mech in priv.class_mechanisms:
+        for part, mech in priv.engine.class_mechanisms:
             index = mech.search_index(part.space) if isinstance(mech, AdditiveMechanism) else part.space.index
             R = index.E.float().cpu()
             self.parts.append((part.positions, R, (R * R).sum(1)))

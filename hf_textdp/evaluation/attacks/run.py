@@ -99,7 +99,7 @@ def _attacker(config: PrivatizerConfig, settings: AttackSettings, split: str) ->
 
 def build_law(attacker: Privatizer, settings: AttackSettings) -> ExactLaw | FittedLaw:
     """The law the Bayes attack uses, read from the attacker's privatizer: exact (tem, santext) or fitted."""
-    if has_exact_law(attacker.mechanism):
+    if has_exact_law(attacker.engine.mechanism):
         return ExactLaw(attacker)
     return FittedLaw(attacker, neighbours=settings.neighbours)
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...attack_table import config_key
 from ...config import PrivatizerConfig
+from ...release import config_key
 from .records import read_records
 
 
@@ -44,7 +44,8 @@ def attack_table(records: list[dict[str, Any]]) -> str:
 
 
 def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, Any]]:
-    """The package's attack-table entries (hf_textdp/attack_table.py) for these records."""
+    """The package's attack-table entries (hf_textdp/io/attack_table.py, keyed by release.config_key) for these
+    records."""
     out = []
     for r in sorted(records, key=lambda r: (r["label"], r["epsilon"])):
         config = PrivatizerConfig(

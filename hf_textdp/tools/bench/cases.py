@@ -169,8 +169,8 @@ def work_per_token(priv: Privatizer, texts: Sequence[str]) -> tuple[float, str]:
     (samplers), in that index's dimension: 2·n_c·m_c, averaged over the tokens by class. The shapes
     read ``n×m (share of tokens)``.
     """
-    space = priv.space
-    pairs = priv.class_mechanisms
+    space = priv.engine.space
+    pairs = priv.engine.class_mechanisms
     shapes = []
     for part, mech in pairs:
         index = mech.search_index(part.space) if isinstance(mech, AdditiveMechanism) else part.space
@@ -191,7 +191,7 @@ def _candidate_rows(priv: Privatizer, texts: Sequence[str]) -> list[np.ndarray]:
     assert priv._tokens is not None  # set up by the warm-up call
     parts = []
     for r in priv._tokens.encode(list(texts)):
-        cls, p = priv.space.classify(r.ids)
+        cls, p = priv.engine.space.classify(r.ids)
         parts.append(p[cls == CANDIDATE])
     return parts
 
@@ -204,7 +204,7 @@ def _candidate_positions(priv: Privatizer, texts: Sequence[str]) -> np.ndarray:
 
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
     """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
-    space, mech = priv.space, priv.mechanism
+    space, mech = priv.engine.space, priv.engine.mechanism
     pos_t = torch.from_numpy(_candidate_positions(priv, texts[:200])[:n_tokens])
     st = streams_for_rows([derive_row_seed(0, 0, "bench-reference", 0)], [int(pos_t.numel())], space.device)
     Z = mech.perturb(mech.inputs(space, pos_t), st)
@@ -224,18 +224,22 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
 
 
 def device_inputs(priv: Privatizer, texts: Sequence[str]) -> tuple[torch.Tensor, Streams]:
-    """What :meth:`Privatizer.release_streams` takes for ``texts`` as rows 0 … n − 1: every privatized token's
+    """What :meth:`ReleaseEngine.release_streams` takes for ``texts`` as rows 0 … n − 1: every privatized token's
     candidate position (on CPU) and the rows' keyed streams (on the privatizer's device)."""
     parts = _candidate_rows(priv, texts)
     positions = torch.from_numpy(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
-    streams = streams_for_rows(priv.row_keys(range(len(texts))), [int(p.size) for p in parts], priv.space.device)
+    streams = streams_for_rows(
+        priv.engine.row_keys(range(len(texts))), [int(p.size) for p in parts], priv.engine.space.device
+    )
     return positions, streams
 
 
 def _search_indexes(priv: Privatizer) -> list[Any]:
     """The exact-search indexes a privatizer's classes search (none for selection mechanisms)."""
     return [
-        mech.search_index(part.space) for part, mech in priv.class_mechanisms if isinstance(mech, AdditiveMechanism)
+        mech.search_index(part.space)
+        for part, mech in priv.engine.class_mechanisms
+        if isinstance(mech, AdditiveMechanism)
     ]
 
 
@@ -247,15 +251,15 @@ def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[s
     handed to the generic search in the timed passes (near-ties, overflowing candidate lists).
     """
     positions, streams = device_inputs(priv, texts)
-    dev = priv.space.device
-    priv.release_streams(positions, streams)  # warm-up: kernels compiled, operands prepared
+    dev = priv.engine.space.device
+    priv.engine.release_streams(positions, streams)  # warm-up: kernels compiled, operands prepared
     indexes = _search_indexes(priv)
     before = sum(getattr(ix, "fallback_queries", 0) for ix in indexes)
     best = math.inf
     for _ in range(max(1, repeats)):
         _sync(dev)
         t0 = time.perf_counter()
-        priv.release_streams(positions, streams)
+        priv.engine.release_streams(positions, streams)
         _sync(dev)
         best = min(best, time.perf_counter() - t0)
     fallbacks = sum(getattr(ix, "fallback_queries", 0) for ix in indexes) - before
@@ -283,17 +287,17 @@ def _run_case(
     # public benchmark text with a public seed: not a privacy key, so a small seed is fine here
     priv = Privatizer(cfg, seed=seed, split="bench", allow_weak_seed=True)
     priv.privatize(list(texts[:16]))  # warm-up: load, set up, scale statistics (cached), first kernels
-    mech = priv.mechanism
-    out.arithmetic = case_arithmetic(case, priv.space)
+    mech = priv.engine.mechanism
+    out.arithmetic = case_arithmetic(case, priv.engine.space)
     if mech.kind == "additive":  # selection mechanisms sample; they run no search
-        index = mech.search_index(priv.space)  # type: ignore[attr-defined]
+        index = mech.search_index(priv.engine.space)  # type: ignore[attr-defined]
         if post in K1_STEPS and index._use_tensor_cores():
             out.search_filter = "bf16tc"  # the fused filter on tensor cores (gpu/nearest.py)
         else:
             out.search_filter = "bf16" if index._use_bf16() else "fp32"
     elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
         out.search_filter = "int8"
-    V, d = priv.space.V, priv.space.d
+    V, d = priv.engine.space.V, priv.engine.space.d
     per_op, out.searched = work_per_token(priv, texts)
     out.ops_per_token = per_op
     best_rate = 0.0

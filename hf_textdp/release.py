@@ -1,0 +1,343 @@
+"""The release engine: what a :class:`~hf_textdp.Privatizer` releases and how it is reported.
+
+It builds the mechanism (and post-processing step) from a config, one per piece class where
+class-preserving replacement splits the candidate set (space.md §7), derives each row's keyed stream
+(randomness.md), runs the release of candidate positions (locally, or through the GPU release service
+when this process is one of its workers) and builds the privacy report (accounting.md §3). It never
+tokenizes or decodes: the ``datasets.map`` contract (:mod:`hf_textdp.privatizer`), the tokenizer, the
+collators, the runners and the bench call it with candidate positions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .accounting import Claim, Totals, build_report, combine_class_claims
+from .candidates import parse_candidates
+from .config import PrivatizerConfig
+from .io.attack_table import lookup
+from .io.models import load_space
+from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
+from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
+from .scale import scale_stats
+from .space import ClassPart, EmbeddingSpace
+from .utils.logging import get_logger, warn_once
+from .utils.release_client import is_service_worker, remote_release
+
+
+__all__ = ["ClassRelease", "ReleaseEngine", "config_key", "measured_recovery"]
+
+logger = get_logger("hf_textdp.privatizer")  # the name the unsafe-step warning has always carried
+
+
+@dataclass
+class ClassRelease:
+    """What releases one piece class (space.md §7): the class, its own mechanism and step, and its claim."""
+
+    part: ClassPart
+    mech: Mechanism
+    step: PostprocessStep | None
+    claim: Claim
+    positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
+
+
+class ReleaseEngine:
+    """The release of one configuration under one key: ``(seed, split, stream)`` as a :class:`Privatizer` holds them.
+
+    Lazy: the model and the mechanisms load on first use (:meth:`load`). Not pickled: a privatizer builds
+    its engine again after unpickling.
+    """
+
+    def __init__(self, config: PrivatizerConfig, seed: int | None, split: str, stream: int) -> None:
+        self.config = config
+        self.seed = seed
+        self.split = split
+        self.stream = stream
+        self._space: EmbeddingSpace | None = None
+        self._mech: Mechanism | None = None
+        self._step: PostprocessStep | None = None
+        self._claim: Claim | None = None
+        self._releases: list[ClassRelease] = []
+        self._class_of: torch.Tensor | None = None  # [V] class index of each position in C (split only)
+        self._local: torch.Tensor | None = None  # [V] position inside its class's space (split only)
+        self._device_maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the two above, per device
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        self.load()
+        assert self._space is not None
+        return self._space
+
+    @property
+    def mechanism(self) -> Mechanism:
+        self.load()
+        assert self._mech is not None
+        return self._mech
+
+    @property
+    def step(self) -> PostprocessStep | None:
+        """The post-processing step (``None`` for selection mechanisms)."""
+        self.load()
+        return self._step
+
+    @property
+    def claim(self) -> Claim:
+        self.load()
+        assert self._claim is not None
+        return self._claim
+
+    def load(self) -> None:
+        """Build the space, the mechanisms (one per piece class where they are split) and the claim, once."""
+        if self._space is not None:
+            return
+        # a worker of a GPU release service (run/release_service.py) does the host work only: its space on CPU
+        device = "cpu" if is_service_worker() else self.config.device
+        space = load_space(self.config.model, device, self.config.candidates)
+        mech, step = self.config.build()
+        mech.setup(space)
+        self._claim = mech.claim(space)
+        parts = space.class_parts()
+        if len(parts) > 1 and not (step is not None and step.RELEASES_VECTORS):
+            self._split_by_class(space, parts)
+        else:  # one space; vectors (postprocess="vector") are released before any token is chosen
+            whole = space.whole_part()
+            self._releases = [ClassRelease(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
+        if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
+            self._claim = unsafe_claim(self._claim)
+        if self._claim.guarantee == "none":
+            warn_once(
+                logger,
+                f"unsafe:{self.config.mechanism}:{self.config.postprocess}",
+                f"postprocess={self.config.postprocess!r} reads the original token: the output has NO privacy "
+                "guarantee (dp_epsilon is null).",
+            )
+        self._mech, self._step, self._space = mech, step, space
+
+    def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
+        """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
+        releases = []
+        for part in parts:
+            mech, step = self.config.build()
+            mech.setup(part.space)
+            releases.append(ClassRelease(part, mech, step, mech.claim(part.space), torch.from_numpy(part.positions)))
+        class_of, local = space.position_class().astype(np.int64), space.local_positions()
+        self._releases = releases
+        self._class_of, self._local = torch.from_numpy(class_of), torch.from_numpy(local)
+        self._device_maps = {}
+        self._claim = combine_class_claims([r.claim for r in releases], class_of.tolist(), local.tolist())
+
+    @property
+    def classes(self) -> list[ClassPart]:
+        """The piece classes released separately (one part, ``"all"``, without class-preserving replacement)."""
+        self.load()
+        return [r.part for r in self._releases]
+
+    @property
+    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
+        """Each released class with the mechanism set up on its space (evaluation reads the law from these)."""
+        self.load()
+        return [(r.part, r.mech) for r in self._releases]
+
+    def class_report(self) -> list[dict[str, Any]] | None:
+        """Each class's size, diameter and claim (the report's ``candidate_set.per_class``); ``None``: one space."""
+        self.load()
+        if len(self._releases) < 2:
+            return None
+        out = []
+        for r in self._releases:
+            stats = scale_stats(r.mech.scale_metric_matrix(r.part.space), store=r.part.space.store)
+            out.append(
+                {
+                    "name": r.part.name,
+                    "marker": self._space.piece_marker if self._space is not None else None,
+                    "size": r.part.space.V,
+                    "median_rho1": stats.median_rho1,
+                    "diam": stats.diam,
+                    "epsilon_token": r.claim.epsilon_token,
+                    "delta_token": r.claim.delta_token if r.claim.epsilon_token is not None else None,
+                    "certified": r.claim.certified,
+                    "details": r.mech.details(r.part.space),
+                }
+            )
+        return out
+
+    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.load()
+        assert self._space is not None and self._mech is not None and self._claim is not None
+        space, mech, claim = self._space, self._mech, self._claim
+        stats = scale_stats(mech.scale_metric_matrix(space), store=space.store)
+        eps = self.config.epsilon
+        return build_report(
+            mechanism=mech.name,
+            parameters=mech.parameters(),
+            postprocess=self.config.postprocess if mech.kind == "additive" else "none",
+            postprocess_parameters=(
+                self._step.report_parameters(mech, space)
+                if self._step is not None and isinstance(mech, AdditiveMechanism)
+                else {}
+            ),
+            claim=claim,
+            details=mech.details(space),
+            candidate_set={**space.candidate_set_info(), "per_class": self.class_report()},
+            model=space.model_info(),
+            scale={
+                "metric": claim.metric or "euclidean",
+                "median_rho1": stats.median_rho1,
+                "min_rho1": stats.min_rho1,
+                "diam": stats.diam,
+                "epsilon_median_rho1": eps * stats.median_rho1,
+                "epsilon_diam": eps * stats.diam,
+            },
+            totals=totals,
+            projection=mech.projection(space),
+            training=training,
+            measured_recovery=measured_recovery(self.config),
+        )
+
+    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
+        """The Philox key of each row: derived from (seed, split, stream, row id), or fresh OS entropy unseeded."""
+        stream = self.stream if stream is None else stream
+        if self.seed is None:
+            return [fresh_seed() for _ in row_ids]
+        return derive_row_seeds(self.seed, [int(r) for r in row_ids], self.split, stream)
+
+    def release_positions(
+        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
+    ) -> list[torch.Tensor]:
+        """Privatize already-classified tokens: each row's positions in the candidate set C.
+
+        The entry point for tokenizers and collators that tokenize themselves: row ``i``'s positions
+        ``positions[i]`` (int64, into ``space.candidate_ids``) are released with row ``row_ids[i]``'s
+        keyed stream of ``stream`` (default: this privatizer's), exactly as :meth:`privatize` releases
+        a row's candidate tokens. Returns one result per row: positions ``[n_i]`` (or vectors for
+        ``postprocess="vector"``), on CPU. Accounting of the release is the caller's.
+        """
+        self.load()
+        if stream is not None:
+            validate_stream(stream)
+        return self._release(list(positions), list(row_ids), self.stream if stream is None else stream)
+
+    def _release(self, positions: list[torch.Tensor], row_ids: list[int], stream: int) -> list[torch.Tensor]:
+        """Run the mechanism (and post-processing) for each row's candidate positions; one result per row."""
+        sizes = [int(p.numel()) for p in positions]
+        flat = (
+            torch.cat([p.to(torch.int64).cpu() for p in positions]) if positions else torch.empty(0, dtype=torch.int64)
+        )
+        res = self.release_flat(flat, sizes, row_ids, stream)
+        empty = torch.empty(0, dtype=torch.int64)
+        return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
+
+    def release_flat(
+        self, positions: torch.Tensor, sizes: list[int], row_ids: list[int], stream: int | None = None
+    ) -> torch.Tensor:
+        """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
+
+        Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
+        so the whole batch goes through one mechanism call and one post-processing call, and a seeded
+        row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
+        on CPU.
+        """
+        space = self._space
+        assert space is not None
+        if not any(sizes):
+            return torch.empty(0, dtype=torch.int64)
+        stream = self.stream if stream is None else stream
+        keys = self.row_keys(row_ids, stream)
+        remote = remote_release()
+        if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
+            key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+            return torch.from_numpy(remote.release(key_arr, size_arr, positions.numpy()))
+        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device))
+
+    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
+        service's handler: several workers' batches at once)."""
+        self.load()
+        assert self._space is not None
+        streams = streams_for_rows(torch.from_numpy(keys), sizes.tolist(), self._space.device)
+        return self.release_streams(torch.from_numpy(positions), streams).numpy()
+
+    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
+
+        The device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench``
+        times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        """
+        self.load()
+        if len(self._releases) == 1:
+            return self._release_class(self._releases[0], positions, streams)
+        # Each class on its own space: a token's draws depend on its key and position only, so releasing a
+        # class's tokens apart from the others draws exactly what they would draw in one call.
+        # The split runs where the streams are (on a GPU: no host passes over the batch between the classes'
+        # kernels); every class is released before the positions are assembled on the host.
+        class_of, local_of = self._split_maps(streams.device)
+        pos = positions.to(streams.device)
+        cls, loc = class_of[pos], local_of[pos]
+        # the tokens grouped by class in one sort (each class's tokens in batch order), the group sizes read
+        # in one synchronisation
+        order = torch.argsort(cls, stable=True)
+        counts = torch.bincount(cls, minlength=len(self._releases)).tolist()
+        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        results = []
+        for rel in self._releases:
+            a, b = starts[rel.part.index], starts[rel.part.index + 1]
+            idx = order[a:b]
+            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if b > a else None))
+        order_cpu = order.cpu()
+        out = torch.empty_like(positions)
+        for rel, (a, b, res) in zip(self._releases, results, strict=True):
+            if res is not None:
+                out[order_cpu[a:b]] = rel.positions[res]
+        return out
+
+    def _split_maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The class and local position of every candidate position, on ``device`` (cached; on the CPU, the maps
+        themselves)."""
+        assert self._class_of is not None and self._local is not None
+        key = str(device)
+        if key not in self._device_maps:
+            self._device_maps[key] = (self._class_of.to(device), self._local.to(device))
+        return self._device_maps[key]
+
+    @staticmethod
+    def _release_class(rel: ClassRelease, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """One class's mechanism and post-processing over its local positions; positions (or vectors) on CPU."""
+        space, mech, step = rel.part.space, rel.mech, rel.step
+        if isinstance(mech, SelectionMechanism):
+            return mech.sample(space, positions, streams).cpu()
+        assert isinstance(mech, AdditiveMechanism) and step is not None
+        z = mech.perturb_positions(space, positions, streams)
+        if isinstance(step, UnsafePostprocessStep):  # postprocess.md §7: the only path that sees the inputs
+            res = step.apply_unsafe(z, mech, space, streams, positions)
+        else:
+            res = step.apply(z, mech, space, streams)
+        return res.cpu()
+
+
+# --------------------------------------------------------------------------- the attack table
+def config_key(config: PrivatizerConfig) -> str:
+    """The attack table's key of a configuration: everything that sets the release's law, as canonical JSON
+    (the mechanism's parameters with their defaults filled in, so an option left at its default matches)."""
+    mech, _ = config.build()
+    return json.dumps(
+        {
+            "model": config.model,
+            "mechanism": config.mechanism,
+            "parameters": mech.parameters(),
+            "postprocess": config.postprocess if mech.kind == "additive" else "none",
+            "candidates": parse_candidates(config.candidates).to_value(),
+        },
+        sort_keys=True,
+    )
+
+
+def measured_recovery(config: PrivatizerConfig) -> dict[str, Any] | None:
+    """The attack table's entry for ``config`` (without its key), or ``None`` when it was not measured."""
+    return lookup(config_key(config))
