@@ -1,7 +1,7 @@
 """The GPU path on a real GPU: fused exact search, the tensor-core model behind its bound, Philox bits.
 
-Skipped without CUDA (CI has none); tests/test_gpu_interpreted.py runs the same kernels under Triton's
-interpreter everywhere. The seeded CPU/CUDA comparisons of whole privatizers are in tests/test_rng.py.
+Skipped without CUDA (CI has none); tests/kernels/test_gpu_interpreted.py runs the same kernels under Triton's
+interpreter everywhere. The seeded CPU/CUDA comparisons of whole privatizers are in tests/core/test_rng.py.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def test_glove_recipe_end_to_end(shared_dir, tmp_path, monkeypatch):
 
 
 def test_shipped_glove_recipe_names_the_fetched_file():
-    recipe = load_recipe(Path(__file__).resolve().parents[1] / "recipes" / "glove_senteval.yaml")
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "glove_senteval.yaml")
     assert recipe.lowercase and Path(recipe.encoder["model"]).name == "glove.840B.300d_filtered.txt"
     assert {p.model for p in recipe.privatizers} == {recipe.encoder["model"]}
 
@@ -130,7 +130,7 @@ def test_results_card_on_static_vectors_names_no_hub_base_model(tmp_path):
 
     from hf_textdp.integrations.cards import results_card
 
-    src = Path(__file__).resolve().parents[1] / "results" / "glove_senteval"
+    src = Path(__file__).resolve().parents[2] / "results" / "glove_senteval"
     folder = tmp_path / "glove"
     folder.mkdir()
     for name in ("cr__clean.json", "cr__madlib__eps10__train_only.json", "cr__madlib__eps10__train_and_test.json"):

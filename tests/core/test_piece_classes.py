@@ -23,8 +23,8 @@ from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.mechanisms.tem import Tem
 from hf_textdp.postprocess import get_postprocess_class
 from hf_textdp.space import EmbeddingSpace
-from tests.test_audit_mechanisms import MadlibHalved
-from tests.test_tem import chi2_gof_pvalue, exp_mech_law
+from tests.mechanisms.test_tem import chi2_gof_pvalue, exp_mech_law
+from tests.tools.test_audit_mechanisms import MadlibHalved
 from tests.utils import FAMILIES, build_wordpiece_rows, corpus, write_jsonl
 
 

@@ -145,7 +145,7 @@ def test_auto_filter_takes_fp32_above_bf16_max_k(monkeypatch: pytest.MonkeyPatch
 
 def test_float64_distances_do_not_depend_on_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """The blocked float64 verification (its torch form; the compiled one sums in another order, within the
-    same bound: tests/test_fused_filter.py) gives the unblocked values bit for bit."""
+    same bound: tests/search/test_fused_filter.py) gives the unblocked values bit for bit."""
     import hf_textdp.search.verify as search
 
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")

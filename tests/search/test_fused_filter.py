@@ -4,7 +4,7 @@ Exactness (float64 brute force, Fraction arithmetic on near ties), the bound of
 :func:`~hf_textdp.cpu.bf16_filter.fused_filter_bound` against float64 on every (query, row) pair, and
 mutation checks: a filter without its 2β margin, and kernels that break the arithmetic model, must be
 caught. Runs where the kernel runs (a C compiler and AVX-512 BF16 without AMX, as on CI); skipped
-elsewhere, where the search keeps its torch filter (``tests/test_search_fast.py``).
+elsewhere, where the search keeps its torch filter (``tests/search/test_search_fast.py``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from hf_textdp.search import ExactIndex
 from hf_textdp.search.verify import verify, verify_sorted
 from hf_textdp.tools.bench import cpu_info, gemm_bounds
 from hf_textdp.utils.native import _compiler
-from tests.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
-from tests.test_search_fast import noisy_case as noisy_case  # noqa: PLC0414 - the fixture, under its own name
+from tests.search.test_search_fast import GOLDEN_CONFIGS, _outputs_with_each_filter, brute64, exact_knn, static_fixture
+from tests.search.test_search_fast import noisy_case as noisy_case  # noqa: PLC0414 - the fixture, under its own name
 from tests.utils import N_CASES
 
 

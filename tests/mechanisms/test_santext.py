@@ -23,7 +23,7 @@ from hf_textdp.io.frequencies import check_not_input, load_frequencies, resolve_
 from hf_textdp.mechanisms import get_mechanism_class
 from hf_textdp.mechanisms.santext import Santext, sensitive_set
 from hf_textdp.mechanisms.santext_plus import SantextPlus
-from tests.test_tem import (
+from tests.mechanisms.test_tem import (
     L12,
     AcceptAllSampler,
     DoubledScaleSampler,
@@ -168,7 +168,7 @@ def test_santext_memory_v200k():
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=str(Path(__file__).resolve().parents[1]),
+        cwd=str(Path(__file__).resolve().parents[2]),
     )
     assert res.returncode == 0, res.stderr
     growth_mb = float(res.stdout.strip().splitlines()[-1])

@@ -26,7 +26,7 @@ from tests.utils import corpus
 
 
 SEED = 2**41 + 5
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _features(n=12, seed=40, keyed=True, text=None):

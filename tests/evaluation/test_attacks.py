@@ -45,7 +45,7 @@ FAMILIES = (
     "santext",
     "santext_plus",
 )
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "attacks"
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "attacks"
 SMALL = AttackSettings(train_rows=150, bootstrap=200, epochs=2, neighbours=20)
 
 
@@ -354,7 +354,7 @@ def test_shipped_table_matches_the_records() -> None:
 def test_attack_recipe_errors_name_the_key(tmp_path: Path, change: dict, match: str) -> None:
     import yaml
 
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "recipes" / "attacks_mr.yaml").read_text())
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "recipes" / "attacks_mr.yaml").read_text())
     raw.update(change)
     path = tmp_path / "recipes" / "bad.yaml"
     path.parent.mkdir()

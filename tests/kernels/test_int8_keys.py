@@ -3,7 +3,8 @@
 The keys 2·I_x·I_c − N_c are exact integers, so the kernel's block maxima and hot-block keys must equal those
 of torch's int8 product bit for bit, and the sampler's seeded outputs must be the same with the kernel on
 and off. Runs where the kernel runs (a C compiler and AVX-512 VNNI, as on CI; a test checks that it builds
-on such a CPU); the sampler's law tests (``tests/test_tem.py``, ``tests/test_santext.py``) run with it on.
+on such a CPU); the sampler's law tests (``tests/mechanisms/test_tem.py``, ``tests/mechanisms/test_santext.py``)
+run with it on.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GPU kernels' checks (tests/interpreted/check_gpu_kernels.py) under Triton's interpreter.
+"""The GPU kernels' checks (tests/kernels/interpreted/check_gpu_kernels.py) under Triton's interpreter.
 
 Triton decides at import whether its kernels are interpreted, so the checks run in a fresh process with
 ``TRITON_INTERPRET=1`` (and ``HF_TEXTDP_TRITON=interpret``, the package's opt-in); this test runs them

@@ -208,7 +208,7 @@ def test_hf_hub_offline_is_the_one_network_switch(monkeypatch, value, allowed):
 
 
 def test_private_network_switch_is_gone():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     hits = [
         str(p.relative_to(root))
         for pattern in ("hf_textdp/**/*.py", "docs/**/*.md", "README.md", "examples/*.py")

@@ -41,7 +41,7 @@ bf16_ok = pytest.mark.skipif(not _bf16_model_ok(), reason="no exact bf16 matrix 
 @pytest.fixture(autouse=True)
 def torch_bf16_filter(monkeypatch: pytest.MonkeyPatch) -> None:
     """This module tests the torch bf16 filter: the compiled fused one (on by default where it runs) is off
-    here and has its own tests (``tests/test_fused_filter.py``)."""
+    here and has its own tests (``tests/search/test_fused_filter.py``)."""
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
 
 
@@ -306,7 +306,7 @@ def static_fixture(folder: Path) -> tuple[str, list[str]]:
 
 
 def sample_texts() -> list[str]:
-    path = Path(__file__).resolve().parents[1] / "hf_textdp" / "data" / "sample.jsonl"
+    path = Path(__file__).resolve().parents[2] / "hf_textdp" / "data" / "sample.jsonl"
     return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -1,9 +1,9 @@
 """The Triton kernels (hf_textdp.gpu) under Triton's interpreter on CPU tensors, as CUDA runs them.
 
-Run by tests/test_gpu_interpreted.py in a fresh interpreter with ``TRITON_INTERPRET=1`` (Triton reads it
+Run by tests/kernels/test_gpu_interpreted.py in a fresh interpreter with ``TRITON_INTERPRET=1`` (Triton reads it
 when it is imported) and ``HF_TEXTDP_TRITON=interpret`` (the package's opt-in for CPU tensors). The
 interpreter executes the kernels' own code with NumPy, program by program, so these check the kernels'
-logic (counters, candidate lists, certification, overflow) without a GPU; tests/test_cuda.py checks the
+logic (counters, candidate lists, certification, overflow) without a GPU; tests/kernels/test_cuda.py checks the
 same kernels on a GPU where one exists.
 """
 
@@ -27,7 +27,9 @@ from hf_textdp.search import ExactIndex  # noqa: E402
 
 @pytest.fixture
 def interpret(monkeypatch):
-    assert interpreting(), "TRITON_INTERPRET=1 HF_TEXTDP_TRITON=interpret (tests/test_gpu_interpreted.py sets them)"
+    assert interpreting(), (
+        "TRITON_INTERPRET=1 HF_TEXTDP_TRITON=interpret (tests/kernels/test_gpu_interpreted.py sets them)"
+    )
     monkeypatch.delenv("HF_TEXTDP_CUDA_TILES", raising=False)
     monkeypatch.delenv("HF_TEXTDP_SEARCH_FILTER", raising=False)
 

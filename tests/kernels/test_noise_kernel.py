@@ -5,7 +5,7 @@ float64 functions) and with extended-precision references to within a few units 
 radius, at the extremes of the uniforms too; madlib's noisy vectors with the torch form's (equal in fp32
 but where an ulp of float64 crosses an fp32 rounding boundary); and a token's draws do not depend on the
 batch or on the thread split. The law of its draws is tested where the rng and madlib tests test it
-(tests/test_rng.py, tests/test_madlib.py), which run this kernel on the CPU.
+(tests/core/test_rng.py, tests/mechanisms/test_madlib.py), which run this kernel on the CPU.
 """
 
 from __future__ import annotations

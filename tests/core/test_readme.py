@@ -23,7 +23,7 @@ from tests.conftest import minilm_available
 
 codeblocks = pytest.importorskip("pytest_codeblocks")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = [b for b in codeblocks.extract_from_file(ROOT / "README.md") if b.syntax in ("python", "bash", "sh")]
 
 pytestmark = [

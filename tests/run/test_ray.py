@@ -19,7 +19,7 @@ from hf_textdp.errors import ColumnNotFoundError, InvalidParameterError, Missing
 from tests.utils import corpus
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 2**63 + 777
 N = 40
 TEXTS = corpus(N, seed=91)
@@ -36,7 +36,7 @@ pytestmark = [
 def ray_session():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    # Test functions are pickled by reference (tests.test_ray.*): the workers need the repository on their path.
+    # Test functions are pickled by reference (tests.run.test_ray.*): the workers need the repository on their path.
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     ray.init(
         num_cpus=4,  # logical CPUs: two actors plus the read and write tasks, on any machine

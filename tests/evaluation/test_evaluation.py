@@ -18,7 +18,7 @@ from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV, senteval_dir
 from tests.conftest import minilm_available
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
