@@ -31,7 +31,8 @@ def _config() -> tuple[int, int, int, int, int]:
     if env:
         bm, bn, bk, w, st = (int(v) for v in env.split(",")[:5])
         return bm, bn, bk, w, st
-    # the fastest of five shapes on an H200 (docs/bench/cuda_h200_sweep.json: tem 7.2 M tokens/s against 4.2–6.7 M)
+    # the fastest of five shapes on an H200 (git show 740eb28:docs/bench/cuda_h200_sweep.json:
+    # tem 7.2 M tokens/s against 4.2–6.7 M)
     return (16, 64, 16, 1, 1) if interpreting() else (256, 128, 64, 8, 3)
 
 

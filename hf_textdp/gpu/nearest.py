@@ -72,8 +72,9 @@ def tile_config() -> tuple[int, int, int, int, int, bool]:
         return bm, bn, bk, w, st, (parts[5:] or ["p"])[0] == "p"
     if interpreting():
         return 16, 64, 16, 1, 1, True
-    # the fastest of seven shapes on an H100 and of nine on an H200 (docs/bench/cuda_h100_sweep.json,
-    # cuda_h200_sweep.json: 9.9 M queries/s, 1.5 % above three stages, 12–40 % above the other shapes)
+    # the fastest of seven shapes on an H100 and of nine on an H200 (git show
+    # 740eb28:docs/bench/cuda_h100_sweep.json, cuda_h200_sweep.json: 9.9 M queries/s, 1.5 % above three
+    # stages, 12–40 % above the other shapes)
     return 128, 64, 128, 8, 4, True
 
 
