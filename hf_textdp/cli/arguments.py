@@ -1,0 +1,154 @@
+"""The arguments the commands share (config, candidates, ``-o`` options) and the help they print: every option's
+default, each mechanism's options, the delta each mechanism takes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS
+from ..mechanisms import get_mechanism_class, list_mechanisms
+from ..postprocess import list_postprocess
+
+
+__all__ = [
+    "mechanism_names",
+    "postprocess_names",
+    "options_epilog",
+    "delta_help",
+    "HelpFormatter",
+    "add_config_args",
+    "add_candidate_args",
+    "add_option_args",
+]
+
+
+def mechanism_names() -> list[str]:
+    return list_mechanisms()
+
+
+def postprocess_names() -> list[str]:
+    return list_postprocess()
+
+
+def options_epilog() -> str:
+    """Each registered mechanism's -o options with their defaults, and which post-processing steps apply."""
+    lines = [
+        "mechanism options (-o KEY=VALUE; defaults shown, allowed values in docs/mechanisms/<family>.md) and "
+        "post-processing steps:"
+    ]
+    for name in mechanism_names():
+        cls = get_mechanism_class(name)
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in getattr(cls, "OPTIONS", {}).items()) or "none"
+        steps = ", ".join(getattr(cls, "POSTPROCESS", ()))
+        lines.append(f"  {name}: {opts}; postprocess: {steps}")
+    return "\n".join(lines)
+
+
+def delta_help() -> str:
+    """``--delta``'s help: the mechanisms that use a delta and the default each takes when it is not given."""
+    defaults: dict[str, list[str]] = {}
+    for name in mechanism_names():
+        cls = get_mechanism_class(name)
+        if getattr(cls, "USES_DELTA", False):
+            value = getattr(cls, "DEFAULT_DELTA", None)
+            defaults.setdefault("none" if value is None else f"{value:g}", []).append(name)
+    users = ", ".join(n for names in defaults.values() for n in names)
+    if len(defaults) == 1:
+        default = next(iter(defaults))
+    else:
+        default = "; ".join(f"{d} for {', '.join(names)}" for d, names in defaults.items())
+    return f"delta in (0, 1), only for mechanisms with one ({users}) (default: {default})"
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default (argparse's ``%(default)s``), flags without one excepted."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            return text + " (default: off)"
+        if action.default is None:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def add_config_args(p: argparse.ArgumentParser, *, epsilon_required: bool) -> None:
+    mechanisms, steps = mechanism_names(), postprocess_names()
+    p.add_argument(
+        "--epsilon",
+        type=float,
+        required=epsilon_required,
+        default=None,
+        help="per-token epsilon, a finite float > 0 (required"
+        + (")" if epsilon_required else ", unless --config holds one)"),
+    )
+    p.add_argument(
+        "--mechanism",
+        default=None,
+        metavar="NAME",
+        help=f"registered mechanism, one of: {', '.join(mechanisms)} (default: madlib"
+        + (")" if epsilon_required else ", or the --config's)"),
+    )
+    p.add_argument("--delta", type=float, default=None, help=delta_help())
+    p.add_argument(
+        "--model",
+        default=None,
+        help="hub id, local model folder or GloVe/word2vec text file "
+        "(default: sentence-transformers/all-MiniLM-L6-v2)",
+    )
+    p.add_argument(
+        "--postprocess",
+        default=None,
+        metavar="NAME",
+        help=f"post-processing step, one of: {', '.join(steps)} (which apply depends on the mechanism) "
+        "(default: nearest)",
+    )
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cpu)")
+    add_candidate_args(p)
+    add_option_args(p)
+    if not epsilon_required:
+        p.add_argument("--config", help="a privatizer_config.json (or folder holding one) (default: none)")
+
+
+def add_candidate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--candidates",
+        default=None,
+        choices=CANDIDATE_SETS,
+        help=f"tokens that may be emitted (docs/mechanisms/space.md §6) (default: {DEFAULT_CANDIDATES})",
+    )
+    p.add_argument(
+        "--candidate-scripts",
+        default=None,
+        metavar="SCRIPT[,SCRIPT]",
+        help=f"keep only candidates written in these scripts, from: {', '.join(SCRIPTS)} (default: any)",
+    )
+    p.add_argument(
+        "--candidate-vocab",
+        default=None,
+        metavar="FILE",
+        help="public text or word file whose tokens are the candidates (implies --candidates public_vocab); never "
+        "the input (default: none)",
+    )
+    p.add_argument(
+        "--candidate-classes",
+        default=None,
+        choices=CLASS_MODES,
+        help="preserve: a word-initial token is replaced by a word-initial one and a continuation piece by a "
+        "continuation, each class its own metric space (docs/mechanisms/space.md §7); mix: one space over all "
+        "candidates (default: preserve)",
+    )
+
+
+def add_option_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="mechanism/post-processing option, repeatable, e.g. -o bound=clip -o beta=0.9; VALUE is JSON when it "
+        "parses (the options of each mechanism: docs/mechanisms/) (default: none)",
+    )

@@ -1,0 +1,81 @@
+"""``hf-textdp bench``: throughput against this machine's product bounds."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..io.files import dumps_json
+from ..space import DEFAULT_MODEL
+
+
+__all__ = ["BenchCommand"]
+
+
+class BenchCommand:
+    name = "bench"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser(
+            "bench",
+            help="throughput of privatize() against this machine's fp32, bf16 and int8 product bounds",
+            description="Measure privatize()'s tokens/s per mechanism against the fp32, bf16 and int8 matrix-product "
+            "bounds of this machine, measured in the same run.",
+        )
+        p.add_argument("--model", default=None, help="hub id, model folder or vector file (default: all-MiniLM-L6-v2)")
+        p.add_argument(
+            "--mechanism",
+            action="append",
+            default=None,
+            metavar="MECH[/POSTPROCESS]",
+            help="a case to run, repeatable (default: the standard set)",
+        )
+        p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+        p.add_argument(
+            "--kernel-only",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="also time the device part alone, without tokenizing or decoding (default: on a GPU)",
+        )
+        p.add_argument(
+            "--text",
+            default=None,
+            help=".jsonl (field 'text') or text file (default: SentEval MR; an error when it is missing); "
+            "'sample' for the packaged 30-row sample",
+        )
+        p.add_argument("--rows", type=int, default=4000)
+        p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+        p.add_argument("--epsilon", type=float, default=10.0)
+        p.add_argument("--batch-size", type=int, default=1000)
+        p.add_argument("--repeats", type=int, default=3, help="timed passes per case (the best counts; default 3)")
+        p.add_argument("--one-word-rows", action="store_true", help="one whitespace word per row")
+        p.add_argument("--no-cold-start", action="store_true", help="skip the cold CLI run on 30 rows")
+        p.add_argument("--memory", action="store_true", help="also privatize the whole text with the CLI (peak RSS)")
+        p.set_defaults(command=BenchCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from ..tools.bench import format_table, run_bench
+
+        report = run_bench(
+            model=args.model or DEFAULT_MODEL,
+            mechanisms=args.mechanism,
+            device=args.device,
+            text=args.text,
+            rows=args.rows,
+            epsilon=args.epsilon,
+            batch_size=args.batch_size,
+            repeats=args.repeats,
+            one_word=args.one_word_rows,
+            cold_start=not args.no_cold_start,
+            memory_run=args.memory,
+            kernel_only=args.kernel_only,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        print(format_table(report))
+        if args.json:
+            Path(args.json).write_text(dumps_json(report.to_dict()), encoding="utf-8")
+        return 0

@@ -1,0 +1,45 @@
+"""``hf-textdp card``: render the card of a privatized output or a results folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import OutputExistsError
+
+
+__all__ = ["CardCommand"]
+
+
+class CardCommand:
+    name = "card"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser(
+            "card",
+            help="render a card for a privatized output or a recipe's results folder",
+            description="Render the dataset card of a privatized output (from its privacy report) or the model-index "
+            "card of a recipe's results folder.",
+        )
+        p.add_argument("path", help="a privatized output (with its privacy report) or a results folder")
+        p.add_argument("--output", default=None, help="where to write the card (default: print it)")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+        p.set_defaults(command=CardCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from ..integrations.cards import render_card
+
+        if args.output and Path(args.output).exists() and not args.overwrite:
+            raise OutputExistsError(f"--output {args.output!r} already exists; pass --overwrite to replace it.")
+        card = render_card(args.path)
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(str(card), encoding="utf-8")
+            print(f"wrote {args.output}")
+        else:
+            sys.stdout.write(str(card) + "\n")
+        return 0

@@ -1,0 +1,90 @@
+"""Parsed arguments to values: ``-o KEY=VALUE`` options, the ``PrivatizerConfig`` of ``--config`` and the flags over
+it, the candidate setting, and the seed of ``--seed``/``--seed-file`` (never echoed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..candidates import DEFAULT_CANDIDATES, parse_candidates
+from ..config import PrivatizerConfig
+from ..errors import InvalidParameterError
+
+
+__all__ = ["parse_value", "parse_options", "read_seed", "config_from_args", "candidates_from_args"]
+
+
+def parse_value(text: str) -> Any:
+    """``-o KEY=VALUE``: VALUE is JSON when it parses (numbers, true/false, null, lists), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_options(pairs: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise InvalidParameterError(f"-o/--option expects KEY=VALUE, got {item!r}.")
+        key, value = item.split("=", 1)
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def read_seed(args: argparse.Namespace) -> int | None:
+    """``--seed`` or ``--seed-file`` (the commands without ``--seed-file`` too), decimal or 0x hex; never echoed."""
+    seed_file = getattr(args, "seed_file", None)
+    if args.seed is not None and seed_file is not None:
+        raise InvalidParameterError("--seed and --seed-file are mutually exclusive; give one of them.")
+    if seed_file is not None:
+        text = Path(seed_file).read_text().strip()
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise InvalidParameterError("--seed-file must hold one integer (decimal or 0x hex).") from None
+    if args.seed is not None:
+        try:
+            return int(args.seed, 0)
+        except ValueError:
+            raise InvalidParameterError("--seed must be an integer (decimal or 0x hex).") from None
+    return None
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    base: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        base = PrivatizerConfig.from_pretrained(args.config).to_dict()
+    for key in ("mechanism", "model", "postprocess", "delta", "device"):
+        value = getattr(args, key, None)
+        if value is not None:
+            base[key] = value
+    if getattr(args, "epsilon", None) is not None:
+        base["epsilon"] = args.epsilon
+    if "epsilon" not in base:
+        raise InvalidParameterError("--epsilon is required (or a --config that holds one).")
+    opts = dict(base.get("options") or {})
+    opts.update(parse_options(getattr(args, "option", None)))
+    base["options"] = opts
+    if getattr(args, "keep_original", False):
+        base["keep_original"] = True
+    base["candidates"] = candidates_from_args(args, base.get("candidates", DEFAULT_CANDIDATES))
+    return PrivatizerConfig(**base)
+
+
+def candidates_from_args(args: argparse.Namespace, base: Any) -> Any:
+    """``--candidates``, ``--candidate-scripts`` and ``--candidate-vocab`` over the config's setting."""
+    keys = ("candidates", "candidate_scripts", "candidate_vocab", "candidate_classes")
+    cand_set, scripts, vocab, classes = (getattr(args, k, None) for k in keys)
+    if cand_set is None and scripts is None and vocab is None and classes is None:
+        return base
+    spec = parse_candidates(base)
+    return {
+        "set": cand_set or ("public_vocab" if vocab is not None else spec.set),
+        "scripts": [s.strip() for s in scripts.split(",") if s.strip()] if scripts is not None else spec.scripts,
+        "vocab": vocab if vocab is not None else spec.vocab,
+        "classes": classes or spec.classes,
+    }

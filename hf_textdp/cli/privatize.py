@@ -1,0 +1,135 @@
+"""``hf-textdp privatize``: privatize a dataset file or folder and save it with its privacy report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidParameterError
+from ..io.paths import report_path_for
+from ..run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
+from .arguments import HelpFormatter, add_config_args, options_epilog
+from .parse import config_from_args, read_seed
+
+
+__all__ = ["PrivatizeCommand"]
+
+
+class PrivatizeCommand:
+    name = "privatize"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser(
+            "privatize",
+            help="privatize a dataset file or folder",
+            description="Privatize the text column of a dataset and save it with its privacy report.",
+            formatter_class=HelpFormatter,
+            epilog=options_epilog(),
+        )
+        p.add_argument("input", help=".jsonl/.csv/.parquet file, dataset folder, or hub id")
+        p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
+        add_config_args(p, epsilon_required=False)
+        p.add_argument("--text-column", default="text", help="the column to privatize")
+        p.add_argument(
+            "--id-column", default=None, help="int column used as row id instead of the index (default: none)"
+        )
+        p.add_argument(
+            "--split",
+            default=None,
+            help="one split of a DatasetDict; also part of the noise key (default: all splits)",
+        )
+        p.add_argument(
+            "--seed",
+            default=None,
+            help="secret seed, decimal or 0x hex, >= 64 random bits (prefer --seed-file; never publish it) "
+            "(default: none, fresh OS entropy per row)",
+        )
+        p.add_argument("--seed-file", default=None, help="file holding the secret seed (default: none)")
+        p.add_argument(
+            "--allow-weak-seed",
+            action="store_true",
+            help="accept a seed below 2**32: anyone holding the output can search such a seed and recompute the "
+            "noise, so use it only for public benchmark data",
+        )
+        p.add_argument("--num-proc", type=int, default=None, help="worker processes for Dataset.map (default: 1)")
+        p.add_argument("--batch-size", type=int, default=1000, help="rows per map batch (outputs do not depend on it)")
+        p.add_argument(
+            "--shard-size", type=int, default=None, help="rows per shard, the unit of --resume (default: 10000)"
+        )
+        p.add_argument("--streaming", action="store_true", help="stream the source and write shards as they finish")
+        p.add_argument(
+            "--engine", choices=["local", "ray"], default="local", help="local (datasets) or ray (Ray Data)"
+        )
+        p.add_argument(
+            "--keep-original",
+            action="store_true",
+            help="also keep the input text in TEXT_COLUMN_original (NOT private)",
+        )
+        p.add_argument("--overwrite", action="store_true", help="replace an existing output (or partial run)")
+        p.add_argument("--resume", action="store_true", help="continue a killed run from its finished shards")
+        p.set_defaults(command=PrivatizeCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        config = config_from_args(args)
+        try:
+            seed = read_seed(args)
+        except OSError as err:
+            raise InvalidParameterError(f"--seed-file {args.seed_file!r} cannot be read ({err.strerror}).") from None
+        if args.engine == "ray":  # Ray Data reads, privatizes and writes parquet; see docs/large_corpora.md
+            if args.resume:
+                raise InvalidParameterError(
+                    "--resume is not available with --engine ray: Ray Data retries lost work within a run; rerun "
+                    "with --overwrite."
+                )
+            from ..run.ray import privatize_ray_files  # Ray Data only with --engine ray
+
+            report = privatize_ray_files(
+                args.input,
+                args.output,
+                config,
+                text_column=args.text_column,
+                id_column=args.id_column,
+                seed=seed,
+                allow_weak_seed=args.allow_weak_seed,
+                split=args.split or "",
+                batch_size=args.batch_size,
+                concurrency=args.num_proc,
+                overwrite=args.overwrite,
+            )
+            totals = report["totals"]
+            print(
+                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
+                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}); "
+                f"report: {report_path_for(Path(args.output))}"
+            )
+            return 0
+        privatize_dataset(
+            args.input,
+            config,
+            text_column=args.text_column,
+            split=args.split,
+            num_proc=args.num_proc,
+            seed=seed,
+            allow_weak_seed=args.allow_weak_seed,
+            id_column=args.id_column,
+            output_dir=args.output,
+            streaming=args.streaming,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            batch_size=args.batch_size,
+            shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
+        )
+        report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
+        totals = report["totals"]
+        eps_row = totals["max_row_dp_epsilon"]
+        print(
+            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
+            f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
+            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}); report: "
+            f"{report_path_for(Path(args.output))}"
+        )
+        return 0

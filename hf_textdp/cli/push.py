@@ -1,0 +1,43 @@
+"""``hf-textdp push``: publish an output, a config or results to the Hub."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+__all__ = ["PushCommand"]
+
+
+class PushCommand:
+    name = "push"
+
+    @staticmethod
+    def register_subcommand(sub: Any) -> None:
+        p = sub.add_parser(
+            "push",
+            help="publish a privatized output, a config or recipe results to the Hub",
+            description="Publish a privatized output (with its card and report), a privatizer config or a recipe's "
+            "results to the Hugging Face Hub.",
+        )
+        p.add_argument("path", help="privatized output, privatizer_config.json (or its folder), or results folder")
+        p.add_argument("repo_id")
+        p.add_argument("--private", action="store_true")
+        p.add_argument("--token", default=None)
+        p.add_argument(
+            "--allow-original",
+            action="store_true",
+            help="publish a dataset that holds *_original columns (the input text, NOT private; refused "
+            "otherwise); its card then says the dataset is not private",
+        )
+        p.set_defaults(command=PushCommand)
+
+    @staticmethod
+    def run(args: argparse.Namespace) -> int:
+        from ..integrations.hub import push_to_hub
+
+        url = push_to_hub(
+            args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
+        )
+        print(f"pushed {args.path} to {url}")
+        return 0
