@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -17,7 +18,41 @@ from .files import atomic_path, dumps_json, fsync_tree
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
 
 
-__all__ = ["check_not_input", "input_paths", "refuse_existing_output", "save_output", "output_errors"]
+__all__ = [
+    "check_not_input",
+    "input_paths",
+    "foreign_entries",
+    "refuse_existing_output",
+    "save_output",
+    "output_errors",
+]
+
+#: the files ``save_to_disk`` and the report put in an output folder (and in each split's folder)
+_OWN_OUTPUT_FILE = re.compile(
+    rf"({re.escape(REPORT_NAME)}|dataset_info\.json|state\.json|dataset_dict\.json|data-\d{{5}}-of-\d{{5}}\.arrow)"
+)
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """What the output folder ``folder`` holds that an hf-textdp output does not (links included): replacing the
+    folder would delete these. Split folders are those its ``dataset_dict.json`` names."""
+    try:
+        splits = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+    except (OSError, ValueError, AttributeError):
+        splits = []
+    foreign: list[str] = []
+    for child in sorted(folder.iterdir()):
+        if child.is_symlink():
+            foreign.append(child.name)
+        elif child.is_dir() and child.name in splits:
+            foreign += [
+                f"{child.name}/{c.name}"
+                for c in sorted(child.iterdir())
+                if c.is_symlink() or not c.is_file() or not _OWN_OUTPUT_FILE.fullmatch(c.name)
+            ]
+        elif not (child.is_file() and _OWN_OUTPUT_FILE.fullmatch(child.name)):
+            foreign.append(child.name)
+    return foreign
 
 
 def _write_csv(ds: datasets.Dataset, path: Path, batch_size: int = 10_000) -> None:
@@ -74,9 +109,18 @@ def refuse_existing_output(output: Path, *, resume: bool = False, overwrite: boo
         )
     folder_output = output.suffix.lower() not in FILE_FORMATS
     if output.is_dir() and not output.is_symlink():
-        if not any(output.iterdir()) or (output / REPORT_NAME).is_file():
+        if not any(output.iterdir()):
             return
-        what = "a folder that is not an hf-textdp output (it holds no privacy_report.json)"
+        foreign = foreign_entries(output)
+        if (output / REPORT_NAME).is_file() and not foreign:
+            return
+        what = (
+            f"a folder holding files no hf-textdp output holds ({', '.join(map(repr, foreign[:3]))}"
+            + (", ..." if len(foreign) > 3 else "")
+            + ")"
+            if (output / REPORT_NAME).is_file()
+            else "a folder that is not an hf-textdp output (it holds no privacy_report.json)"
+        )
     elif not folder_output:
         return
     else:
