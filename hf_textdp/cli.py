@@ -15,8 +15,8 @@ from typing import Any
 from .accounting import format_report
 from .candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS, parse_candidates
 from .config import PrivatizerConfig
-from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, OutputExistsError
-from .io.files import dumps_json
+from .errors import HfTextDPError, InvalidParameterError, MissingExtraError, unexpected_error_line
+from .io.files import dumps_json, refuse_existing_file, write_user_file
 from .io.models import load_space
 from .io.paths import report_path_for
 from .io.reports import privacy_report
@@ -54,10 +54,9 @@ def _read_seed(args: argparse.Namespace) -> int | None:
     if args.seed is not None and seed_file is not None:
         raise InvalidParameterError("--seed and --seed-file are mutually exclusive; give one of them.")
     if seed_file is not None:
-        text = Path(seed_file).read_text().strip()
-        try:
-            return int(text, 0)
-        except ValueError:
+        try:  # never decoded with the error's message: it would quote a byte of the secret
+            return int(Path(seed_file).read_bytes().decode("ascii").strip(), 0)
+        except ValueError:  # UnicodeDecodeError included
             raise InvalidParameterError("--seed-file must hold one integer (decimal or 0x hex).") from None
     if args.seed is not None:
         try:
@@ -611,6 +610,7 @@ class AttackCommand:
         _add_config_args(p, epsilon_required=False)
         p.add_argument("--max-rows", type=int, default=None, help="attack the first N private rows (default: all)")
         p.add_argument("--no-contextual", action="store_true", help="skip the contextual attack (faster)")
+        p.add_argument("--overwrite", action="store_true", help="without --recipe: replace an existing --output file")
         p.set_defaults(command=AttackCommand)
 
     @staticmethod
@@ -629,6 +629,7 @@ class AttackCommand:
             return 0
         if args.private is None or not args.public:
             raise InvalidParameterError("attack: give --private and --public (or --recipe).")
+        refuse_existing_file(args.output, overwrite=args.overwrite, param="--output")  # before the attack runs
         record = attack_files(
             _config_from_args(args),
             Path(args.private),
@@ -639,7 +640,7 @@ class AttackCommand:
         )
         print(format_record(record))
         if args.output:
-            Path(args.output).write_text(dumps_json(record), encoding="utf-8")
+            write_user_file(args.output, dumps_json(record), overwrite=args.overwrite, param="--output")
             print(f"wrote {args.output}")
         return 0
 
@@ -664,12 +665,10 @@ class CardCommand:
     def run(args: argparse.Namespace) -> int:
         from .cards import render_card
 
-        if args.output and Path(args.output).exists() and not args.overwrite:
-            raise OutputExistsError(f"--output {args.output!r} already exists; pass --overwrite to replace it.")
+        refuse_existing_file(args.output, overwrite=args.overwrite, param="--output")
         card = render_card(args.path)
         if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(str(card), encoding="utf-8")
+            write_user_file(args.output, str(card), overwrite=args.overwrite, param="--output")
             print(f"wrote {args.output}")
         else:
             sys.stdout.write(str(card) + "\n")
@@ -744,6 +743,7 @@ class BenchCommand:
         )
         p.add_argument("--rows", type=int, default=4000)
         p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
         p.add_argument("--epsilon", type=float, default=10.0)
         p.add_argument("--batch-size", type=int, default=1000)
         p.add_argument("--repeats", type=int, default=3, help="timed passes per case (the best counts; default 3)")
@@ -756,6 +756,7 @@ class BenchCommand:
     def run(args: argparse.Namespace) -> int:
         from .bench import format_table, run_bench
 
+        refuse_existing_file(args.json, overwrite=args.overwrite, param="--json")  # before the benchmark runs
         report = run_bench(
             model=args.model or DEFAULT_MODEL,
             mechanisms=args.mechanism,
@@ -773,7 +774,7 @@ class BenchCommand:
         )
         print(format_table(report))
         if args.json:
-            Path(args.json).write_text(dumps_json(report.to_dict()), encoding="utf-8")
+            write_user_file(args.json, dumps_json(report.to_dict()), overwrite=args.overwrite, param="--json")
         return 0
 
 
@@ -830,7 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise
-        sys.stderr.write(f"hf-textdp: error: {type(err).__name__}: {' '.join(str(err).split())[:500]}\n")
+        sys.stderr.write(f"hf-textdp: error: {unexpected_error_line(err)}\n")
         return 1
 
 

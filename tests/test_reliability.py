@@ -4,17 +4,19 @@ report describes only its own output, resume's seed check cannot pass by chance,
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from hf_textdp import PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import OutputExistsError
 from hf_textdp.io.paths import work_dir_for
-from tests.utils import small_jsonl
+from tests.utils import CLI, error_lines, small_jsonl
 
 
 pytestmark = pytest.mark.usefixtures("isolated_datasets_cache")
 SEED = 2**40 + 1
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
 
 # ---------------------------------------------------------------- 1. the work folder and --overwrite
@@ -91,3 +93,238 @@ def test_overwrite_refuses_an_output_folder_holding_foreign_files(tiny_bert, tmp
     assert (output / "my_notes.txt").read_text() == "mine\n"
     (output / "my_notes.txt").unlink()
     privatize_dataset(str(src), cfg, seed=SEED, output_dir=output, overwrite=True)  # its own output: replaced
+
+
+# ---------------------------------------------------------------- 2. a report is bound to its output
+def test_report_card_and_push_refuse_an_output_changed_after_privatizing(tiny_bert, tmp_path):
+    import subprocess
+
+    from hf_textdp import privacy_report
+    from hf_textdp.cards import render_card
+    from hf_textdp.errors import OutputChangedError
+    from hf_textdp.hub import push_to_hub
+
+    src = small_jsonl(tmp_path)
+    cfg = PrivatizerConfig(epsilon=100.0, model=tiny_bert)
+    output = tmp_path / "private.jsonl"
+    privatize_dataset(str(src), cfg, seed=SEED, output_dir=output)
+    assert privacy_report(output)["guarantee"] == "metric_dp"  # its own output: described
+    output.write_bytes(src.read_bytes())  # the README's attack block did this: raw text under the same name
+    for call in (privacy_report, render_card, lambda p: push_to_hub(p, "me/x", api=object())):
+        with pytest.raises(OutputChangedError, match=r"this file changed after it was privatized"):
+            call(output)
+    res = subprocess.run([*CLI, "report", str(output)], capture_output=True, text=True, env=ENV)
+    expected = (
+        f"hf-textdp: error: output {str(output)!r}: this file changed after it was privatized (its content "
+        "differs from the SHA-256 its privacy report records), so the report does not describe it."
+    )
+    assert res.returncode == 2 and res.stdout == "" and error_lines(res.stderr) == [expected]
+    folder = tmp_path / "private"
+    privatize_dataset(str(src), cfg, seed=SEED, output_dir=folder)
+    render_card(folder)
+    (folder / "privatizer_config.json").write_text("{}")  # a file no output holds may be added beside the data
+    render_card(folder)
+    data = next(folder.glob("data-*.arrow"))
+    data.write_bytes(data.read_bytes()[:-8])
+    with pytest.raises(OutputChangedError, match=r"this folder changed after it was privatized"):
+        privacy_report(folder)
+
+
+# ---------------------------------------------------------------- 4. errors never carry the text
+CANARY = "zqxcanary9003 secret"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "streaming", "message"),
+    [
+        (
+            "x.json",
+            f'[{{"text": "{CANARY}"}}, {{"text": 5}}]',
+            False,
+            "column 'text' holds a number at row 1 and a string at row 0",
+        ),
+        (
+            "x.jsonl",
+            f'{{"text": 5}}\n{{"text": "{CANARY}"}}\n',
+            False,
+            "column 'text' holds a string at line 2 and a number at line 1",
+        ),
+        *[
+            (
+                "x.jsonl",
+                f'{{"text": "ok"}}\n{{"text": "{CANARY}", broken\n',
+                s,
+                "line 2, column 34: not valid JSON (Expecting property name enclosed in double quotes)",
+            )
+            for s in (False, True)
+        ],
+        *[
+            ("x.csv", f"text,label\nfine,1\n{CANARY},2,extra\n", s, "line 3 has 3 field(s) and the header line 2")
+            for s in (False, True)
+        ],
+    ],
+)
+def test_unreadable_input_names_the_line_and_column_never_the_text(name, content, streaming, message, tmp_path):
+    from hf_textdp.errors import InputFileError
+    from hf_textdp.io.sources import load_source
+
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(InputFileError) as info:
+        load_source(str(path), streaming=streaming)
+    assert str(info.value) == f"input file {str(path)!r} cannot be read as {name.split('.')[1]}: {message}."
+    assert "zqxcanary" not in str(info.value)
+
+
+def test_the_cli_catch_all_prints_no_library_message(monkeypatch, capsys):
+    from hf_textdp import cli
+
+    def boom(args):
+        raise RuntimeError(f"Could not convert '{CANARY}' with type str")
+
+    monkeypatch.setattr(cli.ReportCommand, "run", staticmethod(boom))
+    assert cli.main(["report", "x"]) == 1
+    assert capsys.readouterr().err == (
+        "hf-textdp: error: unexpected RuntimeError; its message is not shown, as it may quote the data (rerun with "
+        "--debug to see it)\n"
+    )
+
+
+def test_a_seed_file_that_is_not_text_is_named_without_its_bytes(tmp_path):
+    import subprocess
+
+    seed = tmp_path / "s.seed"
+    seed.write_bytes(b"\xff\xfe\x9b1234\n")
+    src = small_jsonl(tmp_path)
+    res = subprocess.run(
+        [*CLI, "privatize", str(src), str(tmp_path / "o.jsonl"), "--epsilon", "100", "--seed-file", str(seed)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+    )
+    assert res.returncode == 2
+    assert error_lines(res.stderr) == ["hf-textdp: error: --seed-file must hold one integer (decimal or 0x hex)."]
+
+
+def test_a_missing_path_that_looks_like_a_file_never_asks_the_hub(tmp_path, monkeypatch):
+    import datasets
+
+    from hf_textdp.errors import InputFileError
+    from hf_textdp.io.sources import load_source
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the Hub was asked")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    for missing in (str(tmp_path / "typo.jsonl"), "data/typo.csv", "./corpus", "a/b/c"):
+        with pytest.raises(
+            InputFileError, match=rf"^input file '{missing}' does not exist \(no such file or folder\)"
+        ):
+            load_source(missing)
+
+
+def test_push_offline_says_the_hub_could_not_be_reached(tmp_path):
+    import httpx
+
+    from hf_textdp.errors import HubUnreachableError
+    from hf_textdp.hub import push_to_hub
+
+    class Offline:
+        def create_repo(self, *args, **kwargs):
+            raise httpx.ConnectError("[Errno -2] Name or service not known")
+
+    with pytest.raises(HubUnreachableError) as info:
+        push_to_hub(_config_folder(tmp_path), "me/x", api=Offline())
+    assert str(info.value) == (
+        "could not reach the Hugging Face Hub (ConnectError: [Errno -2] Name or service not known); check your "
+        "connection."
+    )
+
+
+def _config_folder(tmp_path: Path) -> Path:
+    cfg = PrivatizerConfig(epsilon=100.0, model="line.txt")
+    cfg.save_pretrained(tmp_path / "cfg")
+    return tmp_path / "cfg"
+
+
+# ---------------------------------------------------------------- 5. recipe folders stay inside --output
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "key", "value"),
+    [
+        ("quick.yaml", "results_folder", "../../elsewhere"),
+        ("quick.yaml", "name", ".."),
+        ("finetune_trec.yaml", "results_folder", "/tmp/elsewhere"),
+        ("attacks_mr.yaml", "results_folder", "../elsewhere"),
+        ("attacks_mr.yaml", "name", ".."),
+    ],
+)
+def test_a_recipe_cannot_write_outside_output(recipe, key, value, tmp_path):
+    import yaml
+
+    from hf_textdp.errors import InvalidParameterError
+    from hf_textdp.evaluation.attacks.recipe import run_attack_recipe
+    from hf_textdp.evaluation.recipe import run_recipe_file
+
+    raw = yaml.safe_load((RECIPES / recipe).read_text())
+    raw.pop("results_folder", None)
+    raw[key] = value
+    path = tmp_path / "recipes" / recipe
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "a" / "b" / "out"
+    run = run_attack_recipe if recipe.startswith("attacks") else run_recipe_file
+    with pytest.raises(InvalidParameterError, match=rf"^recipe {key} '{value}' must name a folder inside --output"):
+        run(path, out)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["recipes", recipe])
+
+
+# ---------------------------------------------------------------- 6. user-named files: refused, atomic, links
+def _saved_output(tmp_path: Path) -> Path:
+    import json
+
+    from tests.utils import bound_report
+
+    out = tmp_path / "private.jsonl"
+    out.write_text('{"text": "a b c", "dp_tokens": 3}\n')
+    report = {"guarantee": "metric_dp", "mechanism": "madlib", "epsilon": 100.0, "certified": True}
+    out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(bound_report(out, report)))
+    return out
+
+
+def test_card_output_replaces_a_link_never_its_target(tmp_path, capsys):
+    from hf_textdp.cli import main
+
+    out = _saved_output(tmp_path)
+    target = tmp_path / "thesis.md"
+    target.write_text("mine\n")
+    link = tmp_path / "card.md"
+    link.symlink_to(target)
+    assert main(["card", str(out), "--output", str(link)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"hf-textdp: error: --output {str(link)!r} already exists; pass --overwrite to replace it.\n"
+    )
+    assert main(["card", str(out), "--output", str(link), "--overwrite"]) == 0
+    assert target.read_text() == "mine\n" and not link.is_symlink() and "metric" in link.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [out.name, out.name + ".privacy_report.json", "thesis.md", "card.md"]
+    )
+
+
+@pytest.mark.parametrize("command", [["attack", "--private", "p.jsonl", "--public", "q.jsonl"], ["bench"]])
+def test_attack_and_bench_refuse_an_existing_file_before_running(command, tmp_path, capsys, monkeypatch):
+    from hf_textdp.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    existing = tmp_path / "mine.json"
+    existing.write_text("mine\n")
+    flag = "--json" if command == ["bench"] else "--output"
+    assert main([*command, flag, str(existing)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"hf-textdp: error: {flag} {str(existing)!r} already exists; pass --overwrite to replace it.\n"
+    )
+    assert existing.read_text() == "mine\n"
