@@ -11,6 +11,7 @@ hashes it in milliseconds, a seeded rerun is a cache hit, and an unseeded rerun 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, build_report, combine_class_claims
+from .accounting import Claim, Totals, build_report, combine_class_claims, refuse_overflowing_epsilon
 from .attack_table import measured_recovery
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
@@ -61,6 +62,13 @@ class _Release:
     step: PostprocessStep | None
     claim: Claim
     positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
+
+
+def _claim_at(config: PrivatizerConfig, epsilon: float, space: EmbeddingSpace) -> Claim:
+    """The claim of ``config``'s mechanism at another ``epsilon`` on ``space`` (an error message's bisection)."""
+    mech, _ = dataclasses.replace(config, epsilon=epsilon).build()
+    mech.setup(space)
+    return mech.claim(space)
 
 
 class Privatizer:
@@ -197,6 +205,7 @@ class Privatizer:
         else:  # one space; vectors (postprocess="vector") are released before any token is chosen
             whole = space.whole_part()
             self._releases = [_Release(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
+        refuse_overflowing_epsilon(self._claim, self.config.epsilon, lambda e: _claim_at(self.config, e, space))
         if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":

@@ -328,3 +328,27 @@ def test_attack_and_bench_refuse_an_existing_file_before_running(command, tmp_pa
         == f"hf-textdp: error: {flag} {str(existing)!r} already exists; pass --overwrite to replace it.\n"
     )
     assert existing.read_text() == "mine\n"
+
+
+# ---------------------------------------------------------------- 8. silent acceptance: an overflowing epsilon
+@pytest.mark.parametrize("mechanism", ["madlib", "mahalanobis", "santext"])  # ε_tok = ε·diam (+ ...)
+def test_an_epsilon_whose_token_bound_overflows_is_refused(mechanism, tmp_path):
+    import math
+    import re
+
+    import numpy as np
+
+    from hf_textdp import Privatizer
+    from hf_textdp.errors import InvalidParameterError
+    from tests.utils import write_vectors
+
+    vec = write_vectors(tmp_path / "v.txt", ["a", "b", "c"], np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 5.0]]))
+    priv = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=1e308, model=str(vec)), seed=SEED)
+    with pytest.raises(InvalidParameterError, match=r"^epsilon too large: the release would carry no privacy") as info:
+        priv.privacy_report()
+    largest = float(re.search(r"the largest epsilon with a finite bound here is ([0-9.e+]+)\.$", str(info.value))[1])
+    ok = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest, model=str(vec)), seed=SEED)
+    assert math.isfinite(ok.claim.epsilon_token)
+    over = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest * (1 + 1e-9), model=str(vec)), seed=SEED)
+    with pytest.raises(InvalidParameterError, match="epsilon too large"):
+        over.privacy_report()
