@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,12 @@ class _Release:
     step: PostprocessStep | None
     claim: Claim
     positions: torch.Tensor  # [V_c] int64: the class's local position -> position in C
+
+
+#: tokens released in one mechanism call: a longer batch (or one row of a million tokens) goes through in
+#: chunks of this many, each token drawing from its own keyed stream, so the output is the one call's and the
+#: noise and search buffers stay bounded (a few hundred MB at d = 384)
+RELEASE_CHUNK = 1 << 16
 
 
 def _claim_at(config: PrivatizerConfig, epsilon: float, space: EmbeddingSpace) -> Claim:
@@ -294,6 +300,11 @@ class Privatizer:
         self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
     ) -> dict[str, list[Any]]:
         """Transform a ``datasets`` batch: ``ds.map(priv, batched=True, with_indices=True)``."""
+        if not isinstance(batch, Mapping):  # its "columns" would be the texts, which no message may list
+            raise ParameterTypeError(
+                f"a Privatizer is called with a datasets batch (a dict of columns), got {type(batch).__name__}; "
+                "for a list of texts use priv.privatize(texts)."
+            )
         if self.text_column not in batch:
             raise ColumnNotFoundError(
                 f"text_column={self.text_column!r} is not in the dataset. Current columns in the dataset: "
@@ -592,6 +603,12 @@ class Privatizer:
         times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
         """
         self._ensure()
+        if positions.numel() > RELEASE_CHUNK:  # bounded memory for any row or batch length: the same draws
+            parts = [
+                self.release_streams(positions[a : a + RELEASE_CHUNK], streams.slice(a, a + RELEASE_CHUNK))
+                for a in range(0, int(positions.numel()), RELEASE_CHUNK)
+            ]
+            return torch.cat(parts)
         if len(self._releases) == 1:
             return self._release_class(self._releases[0], positions, streams)
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a

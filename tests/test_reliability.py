@@ -190,6 +190,15 @@ def test_the_cli_catch_all_prints_no_library_message(monkeypatch, capsys):
     )
 
 
+def test_a_privatizer_called_with_a_list_never_lists_its_texts(tiny_bert):
+    from hf_textdp import Privatizer
+    from hf_textdp.errors import ParameterTypeError
+
+    with pytest.raises(ParameterTypeError) as info:
+        Privatizer(PrivatizerConfig(epsilon=100.0, model=tiny_bert), seed=SEED)([CANARY], [0])
+    assert "zqxcanary" not in str(info.value) and "got list; for a list of texts use priv.privatize" in str(info.value)
+
+
 def test_a_seed_file_that_is_not_text_is_named_without_its_bytes(tmp_path):
     import subprocess
 
@@ -352,3 +361,26 @@ def test_an_epsilon_whose_token_bound_overflows_is_refused(mechanism, tmp_path):
     over = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest * (1 + 1e-9), model=str(vec)), seed=SEED)
     with pytest.raises(InvalidParameterError, match="epsilon too large"):
         over.privacy_report()
+
+
+# ---------------------------------------------------------------- 7. rows of any length
+@pytest.mark.parametrize(
+    ("mechanism", "postprocess"),
+    [("madlib", "nearest"), ("tem", "nearest"), ("santext", "nearest"), ("madlib", "vector")],
+)
+def test_a_long_row_released_in_chunks_gives_the_one_call_output(mechanism, postprocess, tiny_bert, monkeypatch):
+    import hf_textdp.privatizer as privatizer_mod
+    from hf_textdp import Privatizer
+    from tests.utils import corpus
+
+    texts = [" ".join(corpus(40, seed=3)), "short row", " ".join(corpus(7, seed=4))]
+    cfg = PrivatizerConfig(mechanism=mechanism, epsilon=20.0, model=tiny_bert, postprocess=postprocess)
+    whole = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
+    assert max(whole["dp_tokens"]) > 300
+    calls = []
+    real = Privatizer._release_class
+    monkeypatch.setattr(Privatizer, "_release_class", staticmethod(lambda *a: calls.append(len(a[1])) or real(*a)))
+    monkeypatch.setattr(privatizer_mod, "RELEASE_CHUNK", 37)
+    chunked = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
+    assert max(calls) <= 37 and len(calls) > 8  # no mechanism call saw more than a chunk
+    assert chunked == whole

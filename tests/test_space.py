@@ -153,7 +153,17 @@ def test_gzip_bom_crlf_blank_lines_and_whitespace_words(tmp_path):
         ("", r"empty"),
         ("a 1 2\n", r"at least 2 are needed"),
     ],
-    ids=["repeated-word", "repeated-word-w2v", "short-row", "non-number", "long-row", "infinite", "w2v-count", "empty", "one-word"],
+    ids=[
+        "repeated-word",
+        "repeated-word-w2v",
+        "short-row",
+        "non-number",
+        "long-row",
+        "infinite",
+        "w2v-count",
+        "empty",
+        "one-word",
+    ],
 )
 def test_malformed_vector_files_raise(tmp_path, content, match):
     p = tmp_path / "bad.txt"
