@@ -196,11 +196,15 @@ def push_to_hub(
     return str(url)
 
 
+#: the base classes of a failure to reach a server, by name: httpx's and httpx2's (huggingface_hub >= 1 uses one
+#: of them), requests' and the builtins
+_NETWORK_ERRORS = {"TransportError", "NetworkError", "TimeoutException", "ConnectionError", "TimeoutError"}
+
+
 @contextlib.contextmanager
 def hub_unreachable() -> Iterator[None]:
     """Turn a failure to reach the Hub (offline mode, a name that does not resolve, a refused or timed-out
     connection) into :class:`~hf_textdp.errors.HubUnreachableError`, one line naming the cause."""
-    import httpx
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     try:
@@ -209,7 +213,9 @@ def hub_unreachable() -> Iterator[None]:
         raise HubUnreachableError(
             "could not reach the Hugging Face Hub (HF_HUB_OFFLINE is set); unset it to push."
         ) from None
-    except (httpx.TransportError, ConnectionError, TimeoutError) as err:
+    except Exception as err:
+        if not any(c.__name__ in _NETWORK_ERRORS for c in type(err).__mro__):
+            raise
         reason = " ".join(str(err).split()) or type(err).__name__
         raise HubUnreachableError(
             f"could not reach the Hugging Face Hub ({type(err).__name__}: {reason}); check your connection."

@@ -232,15 +232,26 @@ def test_a_missing_path_that_looks_like_a_file_never_asks_the_hub(tmp_path, monk
             load_source(missing)
 
 
-def test_push_offline_says_the_hub_could_not_be_reached(tmp_path):
+class TransportError(Exception):  # httpx2's hierarchy, which huggingface_hub 2 raises (not httpx's)
+    pass
+
+
+class ConnectError(TransportError):
+    pass
+
+
+@pytest.mark.parametrize("kind", ["httpx", "httpx2"])
+def test_push_offline_says_the_hub_could_not_be_reached(kind, tmp_path):
     import httpx
 
     from hf_textdp.errors import HubUnreachableError
     from hf_textdp.hub import push_to_hub
 
+    error = httpx.ConnectError if kind == "httpx" else ConnectError
+
     class Offline:
         def create_repo(self, *args, **kwargs):
-            raise httpx.ConnectError("[Errno -2] Name or service not known")
+            raise error("[Errno -2] Name or service not known")
 
     with pytest.raises(HubUnreachableError) as info:
         push_to_hub(_config_folder(tmp_path), "me/x", api=Offline())
