@@ -395,3 +395,17 @@ def test_a_long_row_released_in_chunks_gives_the_one_call_output(mechanism, post
     chunked = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
     assert max(calls) <= 37 and len(calls) > 8  # no mechanism call saw more than a chunk
     assert chunked == whole
+
+
+def test_a_json_lines_row_longer_than_pyarrows_block_is_read(tmp_path):
+    """pyarrow parses JSON in 1 MB blocks and refused a longer line ("straddling object"); the block now fits
+    the longest line."""
+    import json
+
+    from hf_textdp.io.sources import load_source
+
+    long_text = "word " * 600_000  # 3 MB
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps({"text": "short"}) + "\n" + json.dumps({"text": long_text}) + "\n")
+    ds = load_source(str(path))
+    assert ds["text"] == ["short", long_text]
