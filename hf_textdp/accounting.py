@@ -243,8 +243,8 @@ def refuse_overflowing_epsilon(claim: Claim, epsilon: float, claim_at: Callable[
     such a release carries no privacy (the noise is nothing next to the space) and its report could state no
     bound. ``claim_at(e)`` is the claim at another epsilon; the message names the largest finite one, found by
     bisection on a log scale (ε_tok grows with ε)."""
-    if claim.epsilon_token is None or math.isfinite(claim.epsilon_token):
-        return
+    if claim.epsilon_token is None or math.isfinite(claim.epsilon_token) or math.isinf(epsilon):
+        return  # epsilon = inf is the documented test mode (no noise), which says so itself
     lo, hi = min(1.0, epsilon / 2), float(epsilon)
     for _ in range(80):
         mid = math.sqrt(lo) * math.sqrt(hi)  # the geometric mean, without overflowing lo·hi
