@@ -29,6 +29,8 @@ never contain the text being privatized, token ids of a row, or the seed.
 
 from __future__ import annotations
 
+import os
+
 
 __all__ = [
     "HfTextDPError",
@@ -49,7 +51,22 @@ __all__ = [
     "ResumeError",
     "OriginalTextError",
     "MissingExtraError",
+    "OutputChangedError",
+    "HubUnreachableError",
+    "unexpected_error_line",
 ]
+
+
+def unexpected_error_line(err: BaseException) -> str:
+    """The one line the CLI prints for an error that is not an :class:`HfTextDPError`: its type, and for an
+    ``OSError`` its reason and file; never another library's message, which may quote the data being read."""
+    if isinstance(err, OSError) and err.strerror:
+        where = f" ({os.fsdecode(err.filename)!r})" if err.filename is not None else ""
+        return f"{type(err).__name__}: {err.strerror}{where}"
+    return (
+        f"unexpected {type(err).__name__}; its message is not shown, as it may quote the data (rerun with --debug "
+        "to see it)"
+    )
 
 
 class HfTextDPError(ValueError):
@@ -120,6 +137,14 @@ class OutputExistsError(_PlainMessage, FileExistsError):
 
 class OutputNotWritableError(_PlainMessage, PermissionError):
     """The output path, or the folder that would hold it, cannot be written."""
+
+
+class OutputChangedError(HfTextDPError):
+    """A saved output no longer holds what its privacy report was written for (its content hash differs)."""
+
+
+class HubUnreachableError(_PlainMessage, ConnectionError):
+    """The Hugging Face Hub could not be reached (offline, ``HF_HUB_OFFLINE=1``, a name or a connection failure)."""
 
 
 class ResumeError(HfTextDPError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -213,6 +213,11 @@ class Privatizer:
         self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
     ) -> dict[str, list[Any]]:
         """Transform a ``datasets`` batch: ``ds.map(priv, batched=True, with_indices=True)``."""
+        if not isinstance(batch, Mapping):  # its "columns" would be the texts, which no message may list
+            raise ParameterTypeError(
+                f"a Privatizer is called with a datasets batch (a dict of columns), got {type(batch).__name__}; "
+                "for a list of texts use priv.privatize(texts)."
+            )
         if self.text_column not in batch:
             raise ColumnNotFoundError(
                 f"text_column={self.text_column!r} is not in the dataset. Current columns in the dataset: "

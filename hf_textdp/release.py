@@ -10,6 +10,7 @@ collators, the runners and the bench call it with candidate positions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, build_report, combine_class_claims
+from .accounting import Claim, Totals, build_report, combine_class_claims, refuse_overflowing_epsilon
 from .candidates import parse_candidates
 from .config import PrivatizerConfig
 from .io.attack_table import lookup
@@ -35,6 +36,19 @@ from .utils.release_client import is_service_worker, remote_release
 __all__ = ["ClassRelease", "ReleaseEngine", "config_key", "measured_recovery"]
 
 logger = get_logger("hf_textdp.privatizer")  # the name the unsafe-step warning has always carried
+
+
+#: tokens released in one mechanism call: a longer batch (or one row of a million tokens) goes through in
+#: chunks of this many, each token drawing from its own keyed stream, so the output is the one call's and the
+#: noise and search buffers stay bounded (a few hundred MB at d = 384)
+RELEASE_CHUNK = 1 << 16
+
+
+def _claim_at(config: PrivatizerConfig, epsilon: float, space: EmbeddingSpace) -> Claim:
+    """The claim of ``config``'s mechanism at another ``epsilon`` on ``space`` (an error message's bisection)."""
+    mech, _ = dataclasses.replace(config, epsilon=epsilon).build()
+    mech.setup(space)
+    return mech.claim(space)
 
 
 @dataclass
@@ -109,6 +123,7 @@ class ReleaseEngine:
         else:  # one space; vectors (postprocess="vector") are released before any token is chosen
             whole = space.whole_part()
             self._releases = [ClassRelease(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
+        refuse_overflowing_epsilon(self._claim, self.config.epsilon, lambda e: _claim_at(self.config, e, space))
         if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":
@@ -271,6 +286,12 @@ class ReleaseEngine:
         times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
         """
         self.load()
+        if positions.numel() > RELEASE_CHUNK:  # bounded memory for any row or batch length: the same draws
+            parts = [
+                self.release_streams(positions[a : a + RELEASE_CHUNK], streams.slice(a, a + RELEASE_CHUNK))
+                for a in range(0, int(positions.numel()), RELEASE_CHUNK)
+            ]
+            return torch.cat(parts)
         if len(self._releases) == 1:
             return self._release_class(self._releases[0], positions, streams)
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a

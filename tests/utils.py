@@ -377,3 +377,10 @@ def build_wordpiece_rows(folder: Path, words: list[str], rows: np.ndarray) -> Pa
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+def bound_report(output: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` bound to the output ``output`` as a saved output's is (its content hashes, issue 37)."""
+    from hf_textdp.io.reports import CONTENT_KEY, content_hashes
+
+    return report | {CONTENT_KEY: content_hashes(output)}

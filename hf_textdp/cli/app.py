@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import HfTextDPError
+from ..errors import HfTextDPError, unexpected_error_line
 from .attack import AttackCommand
 from .audit import AuditCommand
 from .bench import BenchCommand
@@ -76,5 +76,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             raise
-        sys.stderr.write(f"hf-textdp: error: {type(err).__name__}: {' '.join(str(err).split())[:500]}\n")
+        sys.stderr.write(f"hf-textdp: error: {unexpected_error_line(err)}\n")
         return 1

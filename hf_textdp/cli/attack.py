@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidParameterError
-from ..io.files import dumps_json
+from ..io.files import dumps_json, refuse_existing_file, write_user_file
 from .arguments import HelpFormatter, add_config_args, options_epilog
 from .parse import config_from_args
 
@@ -42,6 +42,7 @@ class AttackCommand:
         add_config_args(p, epsilon_required=False)
         p.add_argument("--max-rows", type=int, default=None, help="attack the first N private rows (default: all)")
         p.add_argument("--no-contextual", action="store_true", help="skip the contextual attack (faster)")
+        p.add_argument("--overwrite", action="store_true", help="without --recipe: replace an existing --output file")
         p.set_defaults(command=AttackCommand)
 
     @staticmethod
@@ -60,6 +61,7 @@ class AttackCommand:
             return 0
         if args.private is None or not args.public:
             raise InvalidParameterError("attack: give --private and --public (or --recipe).")
+        refuse_existing_file(args.output, overwrite=args.overwrite, param="--output")  # before the attack runs
         record = attack_files(
             config_from_args(args),
             Path(args.private),
@@ -70,6 +72,6 @@ class AttackCommand:
         )
         print(format_record(record))
         if args.output:
-            Path(args.output).write_text(dumps_json(record), encoding="utf-8")
+            write_user_file(args.output, dumps_json(record), overwrite=args.overwrite, param="--output")
             print(f"wrote {args.output}")
         return 0

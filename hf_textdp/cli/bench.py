@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..io.files import dumps_json
+from ..io.files import dumps_json, refuse_existing_file, write_user_file
 from ..space import DEFAULT_MODEL
 
 
@@ -48,6 +47,7 @@ class BenchCommand:
         )
         p.add_argument("--rows", type=int, default=4000)
         p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+        p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
         p.add_argument("--epsilon", type=float, default=10.0)
         p.add_argument("--batch-size", type=int, default=1000)
         p.add_argument("--repeats", type=int, default=3, help="timed passes per case (the best counts; default 3)")
@@ -60,6 +60,7 @@ class BenchCommand:
     def run(args: argparse.Namespace) -> int:
         from ..tools.bench import format_table, run_bench
 
+        refuse_existing_file(args.json, overwrite=args.overwrite, param="--json")  # before the benchmark runs
         report = run_bench(
             model=args.model or DEFAULT_MODEL,
             mechanisms=args.mechanism,
@@ -77,5 +78,5 @@ class BenchCommand:
         )
         print(format_table(report))
         if args.json:
-            Path(args.json).write_text(dumps_json(report.to_dict()), encoding="utf-8")
+            write_user_file(args.json, dumps_json(report.to_dict()), overwrite=args.overwrite, param="--json")
         return 0

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..errors import OutputExistsError
+from ..io.files import refuse_existing_file, write_user_file
 
 
 __all__ = ["CardCommand"]
@@ -33,12 +32,10 @@ class CardCommand:
     def run(args: argparse.Namespace) -> int:
         from ..integrations.cards import render_card
 
-        if args.output and Path(args.output).exists() and not args.overwrite:
-            raise OutputExistsError(f"--output {args.output!r} already exists; pass --overwrite to replace it.")
+        refuse_existing_file(args.output, overwrite=args.overwrite, param="--output")
         card = render_card(args.path)
         if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(str(card), encoding="utf-8")
+            write_user_file(args.output, str(card), overwrite=args.overwrite, param="--output")
             print(f"wrote {args.output}")
         else:
             sys.stdout.write(str(card) + "\n")

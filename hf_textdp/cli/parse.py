@@ -41,10 +41,9 @@ def read_seed(args: argparse.Namespace) -> int | None:
     if args.seed is not None and seed_file is not None:
         raise InvalidParameterError("--seed and --seed-file are mutually exclusive; give one of them.")
     if seed_file is not None:
-        text = Path(seed_file).read_text().strip()
-        try:
-            return int(text, 0)
-        except ValueError:
+        try:  # never decoded with the error's message: it would quote a byte of the secret
+            return int(Path(seed_file).read_bytes().decode("ascii").strip(), 0)
+        except ValueError:  # UnicodeDecodeError included
             raise InvalidParameterError("--seed-file must hold one integer (decimal or 0x hex).") from None
     if args.seed is not None:
         try:

@@ -14,13 +14,13 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..config import PrivatizerConfig
+from ..io.files import write_user_file
 from ..io.models import load_space
 from ..mechanisms.base import AdditiveMechanism
 from ..rng import derive_row_seed, streams_for_rows
@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deltas", default="1e-5,1e-6")
     parser.add_argument("--n-tokens", type=int, default=2000)
     parser.add_argument("--output", default=None)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     args = parser.parse_args(argv)
     t = time.perf_counter()
     rows = compare_noise(
@@ -105,8 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     text = json.dumps(out, indent=2, sort_keys=True)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        write_user_file(args.output, text + "\n", overwrite=args.overwrite, param="--output")
     for r in rows:
         print(
             f"delta={r['delta']:g} eps={r['epsilon']:g}: var lap={r['laplace']['variance']:.4g} "

@@ -40,6 +40,7 @@ import torch
 from ..accounting import Totals
 from ..config import parse_device_name
 from ..errors import InvalidParameterError
+from ..io.paths import folder_inside
 from ..privatizer import Privatizer
 from ..space import CANDIDATE
 from ..tokens import make_tokens
@@ -468,7 +469,8 @@ def run_recipes(
             finetunes.append(p)
             continue
         recipe = load_recipe(p)
-        recipes.append((recipe, Path(output_root) / recipe.folder))
+        param = "results_folder" if recipe.results_folder else "name"
+        recipes.append((recipe, folder_inside(output_root, recipe.folder, param)))
     # one job per output file set: recipes sharing a results folder share their clean baselines
     phases: list[list[tuple[float, str, str, UnitKey, str]]] = [[], []]
     seen: set[tuple[str, str]] = set()
@@ -552,7 +554,8 @@ def run_recipe_file(
     p = Path(path)
     raw = _finetune_raw(p)
     if raw is not None:
-        folder = Path(output_root) / str(raw.get("results_folder") or raw.get("name") or p.stem)
+        key = "results_folder" if raw.get("results_folder") else "name"
+        folder = folder_inside(output_root, str(raw.get(key) or p.stem), key)
         if (raw["finetune"] or {}).get("mode") == "full":  # the whole model, Trainer (finetune_full.py)
             written = run_full_finetune(raw, folder, recipe_path=p, progress=progress)
         else:
@@ -560,7 +563,7 @@ def run_recipe_file(
             _plot(folder)
     else:
         recipe = load_recipe(p)
-        folder = Path(output_root) / recipe.folder
+        folder = folder_inside(output_root, recipe.folder, "results_folder" if recipe.results_folder else "name")
         written = run_recipe(recipe, folder, resume=resume, progress=progress, device=device)
     if summary:
         write_summary(Path(output_root))

@@ -28,6 +28,7 @@ from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard,
 
 from ..accounting import recovery_statement
 from ..errors import InvalidParameterError
+from ..io.reports import load_bound_report
 from ..io.results import load_results
 from ..version import __version__
 
@@ -466,7 +467,7 @@ def render_card(path: str | os.PathLike[str], *, repo_id: str = "USER/DATASET") 
             f"path={str(p)!r} is neither a privatized output with its privacy report (OUTPUT.privacy_report.json "
             "or OUTPUT/privacy_report.json) nor a folder of hf-textdp evaluate results."
         )
-    report = json.loads(report_path.read_text(encoding="utf-8"))
+    report = load_bound_report(p, report_path)  # refuses an output changed since it was privatized
     return dataset_card(report, repo_id=repo_id, original_columns=original_columns(p))
 
 

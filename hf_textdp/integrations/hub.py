@@ -13,16 +13,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from huggingface_hub import HfApi, ModelCard, ModelCardData
 
-from ..errors import InvalidParameterError, OriginalTextError
+from ..errors import HubUnreachableError, InvalidParameterError, OriginalTextError
+from ..io.reports import load_bound_report
 from ..validation import check_bool
 from .cards import find_report, is_results_folder, original_columns, render_card, results_card
 
@@ -127,6 +130,7 @@ def stage_for_hub(
         check_original_columns(p, allow_original=allow_original)
         report = find_report(p)
         assert report is not None
+        load_bound_report(p, report)  # refuses an output changed since it was privatized, before anything is copied
         if p.is_dir():
             shutil.copytree(p, out / "data", ignore=shutil.ignore_patterns(".*", "privacy_report.json"))
         else:
@@ -181,11 +185,38 @@ def push_to_hub(
     with tempfile.TemporaryDirectory(prefix="hf_textdp_push_") as tmp:
         kind = stage_for_hub(path, repo_id, tmp, allow_original=check_bool(allow_original, "allow_original"))
         repo_type = "dataset" if kind == "dataset" else "model"
-        url = client.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
-        client.upload_folder(
-            repo_id=repo_id,
-            folder_path=tmp,
-            repo_type=repo_type,
-            commit_message=commit_message or f"hf-textdp: upload {kind} with card and privacy report",
-        )
+        with hub_unreachable():
+            url = client.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+            client.upload_folder(
+                repo_id=repo_id,
+                folder_path=tmp,
+                repo_type=repo_type,
+                commit_message=commit_message or f"hf-textdp: upload {kind} with card and privacy report",
+            )
     return str(url)
+
+
+#: the base classes of a failure to reach a server, by name: httpx's and httpx2's (huggingface_hub >= 1 uses one
+#: of them), requests' and the builtins
+_NETWORK_ERRORS = {"TransportError", "NetworkError", "TimeoutException", "ConnectionError", "TimeoutError"}
+
+
+@contextlib.contextmanager
+def hub_unreachable() -> Iterator[None]:
+    """Turn a failure to reach the Hub (offline mode, a name that does not resolve, a refused or timed-out
+    connection) into :class:`~hf_textdp.errors.HubUnreachableError`, one line naming the cause."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    try:
+        yield
+    except OfflineModeIsEnabled:
+        raise HubUnreachableError(
+            "could not reach the Hugging Face Hub (HF_HUB_OFFLINE is set); unset it to push."
+        ) from None
+    except Exception as err:
+        if not any(c.__name__ in _NETWORK_ERRORS for c in type(err).__mro__):
+            raise
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise HubUnreachableError(
+            f"could not reach the Hugging Face Hub ({type(err).__name__}: {reason}); check your connection."
+        ) from None

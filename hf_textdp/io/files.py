@@ -32,6 +32,8 @@ __all__ = [
     "try_lock",
     "release_lock",
     "stat_identity",
+    "refuse_existing_file",
+    "write_user_file",
 ]
 
 
@@ -163,6 +165,31 @@ def atomic_path(
         replace_path(tmp, path, trash_dir=staging)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def refuse_existing_file(path: str | os.PathLike[str] | None, *, overwrite: bool, param: str) -> None:
+    """Refuse a user-named output file ``path`` (the option ``param``) that exists, unless ``overwrite``; a
+    folder is refused even then (replacing it would delete what it holds)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir() and not p.is_symlink():
+        raise _output_exists(f"{param} {str(path)!r} is a folder; give the path of a file to write.")
+    if (p.exists() or p.is_symlink()) and not overwrite:
+        raise _output_exists(f"{param} {str(path)!r} already exists; pass --overwrite to replace it.")
+
+
+def write_user_file(path: str | os.PathLike[str], text: str, *, overwrite: bool, param: str) -> None:
+    """Write ``text`` to the user-named file ``path`` (the option ``param``): refused when it exists without
+    ``overwrite``; written atomically, so a link there is replaced by the new file and its target is untouched."""
+    refuse_existing_file(path, overwrite=overwrite, param=param)
+    atomic_write_text(path, text)
+
+
+def _output_exists(message: str) -> Exception:
+    from ..errors import OutputExistsError  # errors imports nothing of io; kept local as files.py is a leaf
+
+    return OutputExistsError(message)
 
 
 # --------------------------------------------------------------------------- locking

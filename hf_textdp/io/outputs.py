@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,9 +16,44 @@ import datasets
 from ..errors import HfTextDPError, InvalidParameterError, OutputExistsError, OutputNotWritableError
 from .files import atomic_path, dumps_json, fsync_tree
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
+from .reports import CONTENT_KEY, content_hashes
 
 
-__all__ = ["check_not_input", "input_paths", "refuse_existing_output", "save_output", "output_errors"]
+__all__ = [
+    "check_not_input",
+    "input_paths",
+    "foreign_entries",
+    "refuse_existing_output",
+    "save_output",
+    "output_errors",
+]
+
+#: the files ``save_to_disk`` and the report put in an output folder (and in each split's folder)
+_OWN_OUTPUT_FILE = re.compile(
+    rf"({re.escape(REPORT_NAME)}|dataset_info\.json|state\.json|dataset_dict\.json|data-\d{{5}}-of-\d{{5}}\.arrow)"
+)
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """What the output folder ``folder`` holds that an hf-textdp output does not (links included): replacing the
+    folder would delete these. Split folders are those its ``dataset_dict.json`` names."""
+    try:
+        splits = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+    except (OSError, ValueError, AttributeError):
+        splits = []
+    foreign: list[str] = []
+    for child in sorted(folder.iterdir()):
+        if child.is_symlink():
+            foreign.append(child.name)
+        elif child.is_dir() and child.name in splits:
+            foreign += [
+                f"{child.name}/{c.name}"
+                for c in sorted(child.iterdir())
+                if c.is_symlink() or not c.is_file() or not _OWN_OUTPUT_FILE.fullmatch(c.name)
+            ]
+        elif not (child.is_file() and _OWN_OUTPUT_FILE.fullmatch(child.name)):
+            foreign.append(child.name)
+    return foreign
 
 
 def _write_csv(ds: datasets.Dataset, path: Path, batch_size: int = 10_000) -> None:
@@ -74,9 +110,18 @@ def refuse_existing_output(output: Path, *, resume: bool = False, overwrite: boo
         )
     folder_output = output.suffix.lower() not in FILE_FORMATS
     if output.is_dir() and not output.is_symlink():
-        if not any(output.iterdir()) or (output / REPORT_NAME).is_file():
+        if not any(output.iterdir()):
             return
-        what = "a folder that is not an hf-textdp output (it holds no privacy_report.json)"
+        foreign = foreign_entries(output)
+        if (output / REPORT_NAME).is_file() and not foreign:
+            return
+        what = (
+            f"a folder holding files no hf-textdp output holds ({', '.join(map(repr, foreign[:3]))}"
+            + (", ..." if len(foreign) > 3 else "")
+            + ")"
+            if (output / REPORT_NAME).is_file()
+            else "a folder that is not an hf-textdp output (it holds no privacy_report.json)"
+        )
     elif not folder_output:
         return
     else:
@@ -91,7 +136,8 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
     """Write ``ds`` and its report to ``output`` (format from the extension, else a ``save_to_disk`` folder).
 
     Both are written under ``tmp_root`` (default: beside ``output``) and renamed into place, the report
-    first, so an output that exists is complete and has its report.
+    first, so an output that exists is complete and has its report; the report records the output's content
+    hashes (:func:`~hf_textdp.io.reports.content_hashes`), which ``report``, ``card`` and ``push`` verify.
     """
     output = Path(output)
     fmt = FILE_FORMATS.get(output.suffix.lower())
@@ -109,7 +155,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
             else:
                 ds.to_parquet(str(tmp))
             report_tmp = tmp.with_name(report_path_for(output).name)
-            report_tmp.write_text(dumps_json(report), encoding="utf-8")
+            report_tmp.write_text(dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}), encoding="utf-8")
             fsync_tree(report_tmp)
             os.replace(report_tmp, report_path_for(output))
         return
@@ -120,7 +166,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
         ds = _refingerprint(ds)
     with atomic_path(output, is_dir=True, tmp_root=tmp_root) as tmp:
         ds.save_to_disk(str(tmp))
-        (tmp / REPORT_NAME).write_text(dumps_json(report), encoding="utf-8")
+        (tmp / REPORT_NAME).write_text(dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}), encoding="utf-8")
 
 
 def _refingerprint(ds: Any) -> Any:

@@ -36,3 +36,17 @@ def output_path(output: str | os.PathLike[str], param: str = "output_dir") -> Pa
             f"{param} must name the file or folder to write (e.g. 'private.jsonl'), got {str(output)!r}."
         )
     return path
+
+
+def folder_inside(root: str | os.PathLike[str], name: str, param: str) -> Path:
+    """``root/name``, refused unless it stays inside ``root`` once resolved: ``name`` (a recipe's ``name`` or
+    ``results_folder``, named by ``param``) may not be empty, absolute, or climb out with ``..`` or a link."""
+    base = Path(root).expanduser()
+    folder = base / name
+    escapes = Path(name).is_absolute() or ".." in Path(name).parts or base.resolve() not in folder.resolve().parents
+    if not name.strip() or escapes:
+        raise InvalidParameterError(
+            f"recipe {param} {name!r} must name a folder inside --output {str(root)!r} (a relative path without "
+            "'..'); results are written only there."
+        )
+    return folder

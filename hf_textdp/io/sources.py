@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from datasets.table import InMemoryTable
 
 from ..errors import InputFileError, InvalidParameterError, ParameterTypeError
+from .diagnose import csv_problem, json_array_problem, json_lines_problem, longest_line
 from .paths import FILE_FORMATS
 
 
@@ -39,6 +40,7 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
                 )
             if streaming:  # a stream reads the file as it goes and writes no Arrow copy
                 _check_text_file(p)
+                _check_structure(p)  # a bad line found now, named, not half-way through the stream
                 ds = datasets.load_dataset(fmt, data_files=str(p), split="train", streaming=True)
             else:
                 ds = read_file_in_memory(p)
@@ -54,12 +56,13 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
             else:
                 ds = datasets.load_dataset(str(p), streaming=streaming)
         else:
+            _refuse_missing_path(str(source))
             try:
                 ds = datasets.load_dataset(str(source), streaming=streaming)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - its message is not shown: it may quote a file's text
                 raise InvalidParameterError(
                     f"source={str(source)!r} is not an existing file or folder, and could not be loaded as a hub "
-                    f"dataset offline ({type(err).__name__}: {str(err)[:200]})."
+                    f"dataset ({type(err).__name__}); check the path, or the dataset id and your connection."
                 ) from err
     else:
         raise ParameterTypeError(
@@ -70,6 +73,38 @@ def load_source(source: Any, *, split: str | None = None, streaming: bool = Fals
             raise InvalidParameterError(f"split={split!r} is not in the dataset. Available splits: {sorted(ds)}.")
         ds = ds[split]
     return ds
+
+
+def _refuse_missing_path(source: str) -> None:
+    """Refuse, before any Hub call, a source that names no existing path but looks like a file path (a data
+    file's extension, a leading ``/``, ``.`` or ``~``, or more folders than a hub id ``namespace/name`` has)."""
+    looks_like_path = (
+        Path(source).suffix.lower() in FILE_FORMATS
+        or source.startswith(("/", ".", "~", "\\"))
+        or source.replace("\\", "/").count("/") > 1
+    )
+    if looks_like_path:
+        raise InputFileError(
+            f"input file {source!r} does not exist (no such file or folder); check the path. A hub dataset is "
+            "named 'namespace/name', without a file extension."
+        )
+
+
+def _check_structure(path: Path) -> None:
+    """Refuse a JSON Lines or CSV file with a line that cannot be a row, naming the line (never its text)."""
+    suffix = path.suffix.lower()
+    problem = None
+    if suffix == ".csv":
+        problem = csv_problem(path)
+    elif suffix in (".jsonl", ".json") and not _is_json_array(path):
+        problem = json_lines_problem(path)
+    if problem is not None:
+        raise InputFileError(f"input file {str(path)!r} cannot be read as {suffix[1:]}: {problem}.")
+
+
+def _is_json_array(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4096).lstrip().startswith(b"[")
 
 
 def _check_text_file(path: Path) -> None:
@@ -121,27 +156,34 @@ def read_file_in_memory(path: Path) -> Any:
     """
     _check_text_file(path)
     suffix = path.suffix.lower()
+    rows: Any = None
     try:
         if suffix == ".parquet":
             table = pq.read_table(str(path))
         elif suffix == ".csv":
             import pandas as pd
 
+            _check_structure(path)  # pandas would shift a row with an extra field into the wrong columns
             frame = pd.read_csv(str(path), encoding="utf-8", keep_default_na=False, dtype={})
             table = pa.Table.from_pandas(frame, preserve_index=False)
+        elif _is_json_array(path):  # a JSON array of objects (what datasets' json builder also reads)
+            rows = json.loads(path.read_text(encoding="utf-8"))
+            table = pa.Table.from_pylist(rows)
+        else:  # each block pyarrow parses must hold a whole line: a row of any length is read
+            block = max(paj.ReadOptions().block_size, longest_line(path) + 1)
+            table = paj.read_json(str(path), read_options=paj.ReadOptions(block_size=block))
+    except (pa.ArrowException, ValueError, TypeError) as err:
+        # the reader's message may quote the text ("Could not convert 'the row' ..."): name the line instead
+        if suffix == ".csv":
+            problem = csv_problem(path)
+        elif isinstance(err, json.JSONDecodeError):
+            problem = f"line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})"
+        elif rows is not None:
+            problem = json_array_problem(rows)
         else:
-            with path.open("rb") as f:
-                head = f.read(4096).lstrip()
-            if head.startswith(b"["):  # a JSON array of objects (what datasets' json builder also reads)
-                rows = json.loads(path.read_text(encoding="utf-8"))
-                table = pa.Table.from_pylist(rows)
-            else:
-                table = paj.read_json(str(path))
-    except (pa.ArrowException, ValueError) as err:
-        raise InputFileError(
-            f"input file {str(path)!r} cannot be read as {suffix[1:]} ({type(err).__name__}: "
-            f"{' '.join(str(err).split())[:200]})."
-        ) from None
+            problem = json_lines_problem(path) if suffix != ".parquet" else None
+        detail = problem or f"{type(err).__name__}; the reader's message is not shown, as it may quote the text"
+        raise InputFileError(f"input file {str(path)!r} cannot be read as {suffix[1:]}: {detail}.") from None
     if table.num_rows == 0:
         raise InputFileError(f"input file {str(path)!r} has no rows; at least one row is needed.")
     return datasets.Dataset(InMemoryTable(table))

@@ -2,7 +2,8 @@
 
 Format rules are space.md §3: the format is told apart by content, never by file name; gzip is
 detected by its magic bytes; ragged rows and non-numbers raise :class:`VectorFileError` naming the
-1-based line; words containing whitespace and later duplicates are dropped (and counted).
+1-based line; words containing whitespace are dropped (and counted); a word given twice is refused, naming
+it and both lines (which vector was meant cannot be told).
 
 Speed: the numbers of all rows are parsed by one C-level pass (``numpy.fromstring``, correctly rounded
 like ``float()``) when every row has the plain shape ``word`` + d numbers made of ``[0-9eE+-.]``.
@@ -124,6 +125,8 @@ def _cache_load(sha: str) -> StaticVectors | None:
             dropped = z["dropped"].tolist()
         if matrix.ndim != 2 or matrix.shape[0] != len(words) or kind not in ("glove", "word2vec"):
             return None
+        if int(dropped[1]):  # an older version dropped repeated words: parse again, which refuses them
+            return None
         return StaticVectors(words, matrix, kind, sha, int(dropped[0]), int(dropped[1]))
     except (OSError, ValueError, KeyError, UnicodeDecodeError, IndexError):
         return None
@@ -190,9 +193,8 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
         if len(parts) != 1 or parts[0] != word:
             dropped_ws += 1
             continue
-        if word in seen:
-            dropped_dup += 1
-            continue
+        if word in seen:  # refused by the reference parser, which knows the lines
+            return None
         seen.add(word)
         words.append(word)
         keep_rows.append(row)
@@ -280,7 +282,7 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
         raise VectorFileError(f"model: {name} line {first_no}: expected a word followed by at least one number.")
     kind = "word2vec" if header_v is not None else "glove"
     words: list[str] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # word: its line
     numbers: list[str] = []
     n_rows = 0
     dropped_ws = 0
@@ -304,9 +306,11 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
             dropped_ws += 1
             continue
         if word in seen:
-            dropped_dup += 1
-            continue
-        seen.add(word)
+            raise VectorFileError(
+                f"model: {name} line {no}: the word {word!r} is given twice (lines {seen[word]} and {no}); each "
+                "word may have one vector: remove one of them."
+            )
+        seen[word] = no
         words.append(word)
         numbers.extend(fields[n - d :])
     if header_v is not None and n_rows != header_v:

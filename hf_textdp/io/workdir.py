@@ -6,13 +6,15 @@ says what the job is; a later run resumes it only when its own manifest matches,
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import hashlib
+import hmac
 import json
 import os
+import re
+import secrets
 import shutil
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,8 @@ from .paths import LOCK_NAME, MANIFEST_NAME
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
-    "SEED_CHECK_ROWS",
-    "uncounted",
+    "SCRYPT_PARAMS",
+    "seed_verifier",
     "other_seed",
     "sha256_json",
     "privatizer_manifest",
@@ -37,6 +39,8 @@ __all__ = [
     "manifest_mismatch",
     "lock_work_dir",
     "take_over_work_dir",
+    "claim_work_dir",
+    "remove_own_files",
     "read_json_object",
     "WorkFolderRun",
 ]
@@ -45,28 +49,45 @@ logger = get_logger("hf_textdp.run.pipeline")  # the name these log lines have a
 
 DEFAULT_SHARD_SIZE = 10_000
 
-#: rows of a seeded partial run privatized again on resume, to check that the seed is the same
-SEED_CHECK_ROWS = 4
+#: scrypt's cost parameters for the seed verifier (RFC 7914): 16 MiB and tens of milliseconds per guess
+SCRYPT_PARAMS = {"n": 2**14, "r": 8, "p": 1}
 
 
-@contextmanager
-def uncounted(priv: Any) -> Iterator[None]:
-    """Rows the privatizer ``priv`` privatizes inside are a check, not a release: its totals stay as they were."""
-    totals = copy.deepcopy(priv.totals)
+def seed_verifier(seed: int, salt: bytes | None = None) -> dict[str, Any]:
+    """A verifier of the secret ``seed`` for the manifest of a seeded run: scrypt (RFC 7914) of its 8 bytes with
+    a fresh 16-byte ``salt`` (or the given one, to check a seed against a stored verifier).
+
+    Safe to keep beside the output: testing a guessed seed against it costs one scrypt (16 MiB, tens of ms),
+    more than testing the guess against the released output (a SHA-256 and a few noise draws per token), so it
+    makes no search for the seed cheaper; the per-run salt rules out precomputed tables. Two seeds give the same
+    32-byte digest with probability 2**-256, so another seed never passes by chance, whatever the mechanism or
+    epsilon (a re-privatized row at a high epsilon often agrees under any seed).
+    """
+    salt = secrets.token_bytes(16) if salt is None else salt
+    digest = hashlib.scrypt(seed.to_bytes(8, "big"), salt=salt, maxmem=64 * 2**20, dklen=32, **SCRYPT_PARAMS)
+    return {"kdf": "scrypt", **SCRYPT_PARAMS, "salt": salt.hex(), "digest": digest.hex()}
+
+
+def other_seed(old: dict[str, Any], seed: int | None) -> str | None:
+    """Why the seeded partial run whose manifest is ``old`` cannot be continued with ``seed`` (``None``: it can):
+    its :func:`seed_verifier` does not match, or it has none (written by an older version, which did not store
+    one). The seed itself is never stored or printed."""
+    stored = old.get("seed_verifier")
+    if seed is None or not old.get("seeded"):
+        return None
+    if not isinstance(stored, dict) or {k: stored.get(k) for k in ("kdf", *SCRYPT_PARAMS)} != {
+        "kdf": "scrypt",
+        **SCRYPT_PARAMS,
+    }:
+        return "it records no verifier of its seed (an older version wrote it), so its seed cannot be checked"
     try:
-        yield
-    finally:
-        priv.totals = totals
-
-
-def other_seed(again: Sequence[Any], kept: Sequence[Any]) -> str | None:
-    """Why a seeded partial run cannot be continued with this run's seed (the seed is never stored): its released
-    ``kept`` values of up to :data:`SEED_CHECK_ROWS` rows with privatized tokens all differ from the same rows
-    privatized ``again``. One row that agrees is enough: a float64 near-tie may differ on another device."""
-    if again and all(a != k for a, k in zip(again, kept, strict=True)):
+        again = seed_verifier(seed, bytes.fromhex(str(stored.get("salt"))))["digest"]
+    except ValueError:
+        return "its seed verifier is damaged, so its seed cannot be checked"
+    if not hmac.compare_digest(again, str(stored.get("digest"))):
         return (
-            f"its rows were privatized with another seed ({len(again)} of its rows privatized again with this run's "
-            "seed all differ); resume needs the seed of the partial run"
+            "it was privatized with another seed (its seed verifier does not match this run's seed); resume needs "
+            "the seed of the partial run"
         )
     return None
 
@@ -77,8 +98,8 @@ def sha256_json(obj: Any) -> str:
 
 
 def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
-    """The manifest keys of the privatizer ``priv``: no text and nothing derived from the seed (only whether
-    there is one)."""
+    """The manifest keys of the privatizer ``priv``: no text, and of the seed only whether there is one and its
+    salted scrypt verifier (:func:`seed_verifier`)."""
     return {
         "format": fmt,
         "config_sha256": sha256_json(priv.config.to_dict()),
@@ -86,6 +107,7 @@ def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
         "text_column": priv.text_column,
         "id_column": priv.id_column,
         "seeded": priv.seed is not None,
+        "seed_verifier": None if priv.seed is None else seed_verifier(priv.seed),
     }
 
 
@@ -183,14 +205,84 @@ def take_over_work_dir(
                 "overwrite=True (--overwrite) to start over."
             )
         logger.warning("discarding the partial run in %s (overwrite=True)", work)
-    for child in work.iterdir():
-        if child.name == LOCK_NAME:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
+    remove_own_files(work, keep_lock=True)
     atomic_write_text(work / MANIFEST_NAME, dumps_json(new))
+
+
+#: what a work folder holds that this package wrote: top level, and inside each ``split-NNN`` folder
+_OWN_TOP = re.compile(r"(lock|manifest\.json|split-\d{3}|\..+\.tmp)")
+_OWN_SPLIT = re.compile(r"(shard-\d{5}\.arrow|progress\.json|\..+\.tmp)")
+#: the ``format`` of the manifests the sharded and streaming writers write
+_MANIFEST_FORMATS = ("hf_textdp/shards/", "hf_textdp/stream/")
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path``: a link (to anything) or a file is unlinked, a real folder removed with its contents."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def remove_own_files(work: Path, *, keep_lock: bool = False) -> list[str]:
+    """Delete from the work folder ``work`` only what a run writes there (lock, manifest, ``split-NNN`` shards
+    and progress, hidden ``.*.tmp`` temporaries), never following a link; remove ``work`` itself when nothing
+    else is left. Return the names of the children left in place because this package did not write them."""
+    left: list[str] = []
+    if work.is_symlink() or not work.is_dir():
+        return left
+    for child in sorted(work.iterdir()):
+        if child.name == LOCK_NAME and keep_lock:
+            continue
+        if not _OWN_TOP.fullmatch(child.name):
+            left.append(child.name)
+            continue
+        if child.name.startswith("split-") and child.is_dir() and not child.is_symlink():
+            for inner in sorted(child.iterdir()):
+                if _OWN_SPLIT.fullmatch(inner.name):
+                    _remove(inner)
+                else:
+                    left.append(f"{child.name}/{inner.name}")
+            if not any(child.iterdir()):
+                child.rmdir()
+            continue
+        _remove(child)
+    if not keep_lock and not left:
+        try:
+            work.rmdir()
+        except OSError:  # a file appeared meanwhile: leave the folder
+            pass
+    elif left:
+        logger.warning("left %d file(s) this package did not write in %s: %s", len(left), work, ", ".join(left))
+    return left
+
+
+def is_own_work_dir(work: Path) -> bool:
+    """Whether the existing folder ``work`` is a work folder this package created: it holds a manifest of
+    one of its formats, or nothing but its lock (a run stopped between creating the folder and its manifest)."""
+    manifest = read_json_object(work / MANIFEST_NAME)
+    if manifest is not None:
+        return str(manifest.get("format", "")).startswith(_MANIFEST_FORMATS)
+    return all(child.name == LOCK_NAME and child.is_file() for child in work.iterdir())
+
+
+def claim_work_dir(work: Path, output: Path) -> None:
+    """Create the work folder ``work`` of the run writing ``output``, or check that the one there is this
+    package's: a link there, a file, or a folder it did not create is refused (naming it), never entered."""
+    hint = "; it is not an hf-textdp work folder, so nothing in it is touched: move it away or choose another output."
+    if work.is_symlink():
+        raise OutputExistsError(f"output {str(output)!r}: {str(work)!r} is a symbolic link" + hint)
+    if work.exists() and not work.is_dir():
+        raise OutputExistsError(f"output {str(output)!r}: {str(work)!r} is a file" + hint)
+    if work.is_dir():
+        if not is_own_work_dir(work):
+            raise OutputExistsError(f"output {str(output)!r}: the folder {str(work)!r} exists" + hint)
+        return
+    work.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        work.mkdir()
+    except FileExistsError:  # another run created it just now: check what it is
+        claim_work_dir(work, output)
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -240,7 +332,7 @@ class WorkFolderRun:
     def open(self, *, resume: bool, overwrite: bool) -> None:
         """Create or take over the work folder, locked: resume, refuse or clear what is in it; unlock on failure."""
         new = self.manifest()  # loads the model: a bad model fails before anything is written
-        self.work.mkdir(parents=True, exist_ok=True)
+        claim_work_dir(self.work, self.output)
         self._lock = lock_work_dir(self.work, self.output)
         try:
             old = read_json_object(self.work / MANIFEST_NAME)
@@ -257,7 +349,8 @@ class WorkFolderRun:
         """Release the lock; remove the work folder unless ``keep`` and it holds finished shards to resume."""
         try:
             if not keep or self.finished() == 0:
-                shutil.rmtree(self.work, ignore_errors=True)
+                with contextlib.suppress(OSError):  # cleanup never hides the run's own outcome
+                    remove_own_files(self.work)
         finally:
             release_lock(self._lock)
             self._lock = None

@@ -251,6 +251,9 @@ class Mahalanobis(AdditiveMechanism):
             "diam_exact": stats.diam_exact,
             "noise": {
                 "radius_M_mean": space.d / self.epsilon,
-                "expected_squared_norm": (space.d + 1) * float(np.trace(st.mats.M.numpy())) / self.epsilon**2,
+                "expected_squared_norm": (space.d + 1)
+                * float(np.trace(st.mats.M.numpy()))
+                / self.epsilon
+                / self.epsilon,
             },
         }

@@ -15,7 +15,6 @@ from ..config import PrivatizerConfig
 from ..io.outputs import save_output
 from ..io.paths import FILE_FORMATS, work_dir_for
 from ..io.workdir import (
-    SEED_CHECK_ROWS,
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
@@ -24,7 +23,6 @@ from ..io.workdir import (
     sha256_json,
     shard_path,
     shard_rows,
-    uncounted,
 )
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
@@ -170,23 +168,8 @@ class ShardedRun(WorkFolderRun):
         )
 
     def refusal(self, old: dict[str, Any]) -> str | None:
-        """A seeded partial run is continued only with its seed: the first finished shard's first rows with
-        privatized tokens are privatized again with this run's seed (:func:`~hf_textdp.io.workdir.other_seed`).
-        Only the work folder's own output rows are read; nothing derived from the seed is written."""
-        if self.splits[0].priv.seed is None:
-            return None
-        for split in self.splits:
-            path = self._shard_path(split, 0)
-            if shard_rows(path) is None:
-                continue
-            shard = datasets.Dataset.from_file(str(path), in_memory=True)
-            column = "input_ids" if "input_ids" in shard.column_names else "inputs_embeds"  # postprocess="vector"
-            rows = [i for i, n in enumerate(shard["dp_tokens"][: 4 * SEED_CHECK_ROWS]) if n][:SEED_CHECK_ROWS]
-            if rows:
-                with uncounted(split.priv):
-                    again = split.priv(split.data.select(rows)[:], rows)[column]
-                return other_seed(again, [shard[i][column] for i in rows])
-        return None
+        """A seeded partial run is continued only with its seed (:func:`~hf_textdp.io.workdir.other_seed`)."""
+        return other_seed(old, self.splits[0].priv.seed)
 
     def _shard_path(self, split: _Split, k: int) -> Path:
         return shard_path(self.work, split.folder, k)

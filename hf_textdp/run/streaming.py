@@ -31,7 +31,6 @@ the first shard's first rows, privatized again by the stream, must agree with it
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,6 @@ from ..io.outputs import refuse_existing_output, save_output
 from ..io.paths import FILE_FORMATS, MANIFEST_NAME, output_path, work_dir_for
 from ..io.workdir import (
     DEFAULT_SHARD_SIZE,
-    SEED_CHECK_ROWS,
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
@@ -54,8 +52,6 @@ from ..io.workdir import (
     privatizer_manifest,
     read_json_object,
     shard_path,
-    shard_rows,
-    uncounted,
 )
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
@@ -206,25 +202,7 @@ class _StreamRun(WorkFolderRun):
     def refusal(self, old: dict[str, Any]) -> str | None:
         if not self.resumable and self.finished():
             return "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
-        return self._other_seed()
-
-    def _other_seed(self) -> str | None:
-        """A seeded partial run is continued only with its seed: the stream's first rows with privatized tokens,
-        privatized again by this run, are compared with the first shard's (:func:`~hf_textdp.io.workdir.other_seed`,
-        as ``ShardedRun.refusal``)."""
-        for name, part in self.parts.items():
-            priv = self.privatizers[name]
-            path = self._shard_path(name, 0)
-            if priv.seed is None or shard_rows(path) is None:
-                return None
-            shard = datasets.Dataset.from_file(str(path), in_memory=True).select_columns(["input_ids", "dp_tokens"])
-            with uncounted(priv):
-                head = min(len(shard), 16 * SEED_CHECK_ROWS)
-                fresh = list(itertools.islice(part.select_columns(["input_ids", "dp_tokens"]), head))
-            rows = [i for i, r in enumerate(fresh) if r["dp_tokens"]][:SEED_CHECK_ROWS]
-            if rows:
-                return other_seed([fresh[i]["input_ids"] for i in rows], [shard[i]["input_ids"] for i in rows])
-        return None
+        return other_seed(old, next(iter(self.privatizers.values())).seed)
 
     def _progress(self, name: str) -> dict[str, Any]:
         data = read_json_object(self.work / self.folders[name] / PROGRESS_NAME)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -107,3 +108,19 @@ def test_license_and_changelog():
 
     assert f"Seeded outputs change: `stream_version` {STREAM_VERSION}" in changelog
     assert "docs/mechanisms/randomness.md" in changelog
+
+
+def _written(code: str) -> set[str]:
+    """The files a README block writes: shell redirections, ``privatize SRC OUT`` and ``output_dir=``."""
+    out = set(re.findall(r"(?<![0-9&])>\s*([\w./-]+)", code))
+    out |= set(re.findall(r"hf-textdp privatize \S+ (\S+)", code))
+    return out | set(re.findall(r"output_dir=\"([^\"]+)\"", code))
+
+
+def test_no_readme_block_overwrites_another_blocks_output():
+    """A later block that writes an earlier block's output (the attack's raw ``private.jsonl`` over the quick
+    start's) left the earlier report describing a file of raw text (issue 37)."""
+    owner: dict[str, int] = {}
+    for block in BLOCKS:
+        for name in _written(block.code):
+            assert owner.setdefault(name, block.lineno) == block.lineno, (name, owner[name], block.lineno)

@@ -129,12 +129,12 @@ def test_glove_and_word2vec_told_apart_by_content(tmp_path):
     assert torch.equal(sg.E, sw.E) and sg.words == sw.words == ["a", "b", "c"]
 
 
-def test_gzip_bom_crlf_blank_lines_duplicates_and_whitespace_words(tmp_path):
-    text = "\ufeffa 1 2\r\n\r\nb 3 4\r\na 9 9\r\nnew\u00a0york 5 5\r\nc 0 1\r\n"
+def test_gzip_bom_crlf_blank_lines_and_whitespace_words(tmp_path):
+    text = "\ufeffa 1 2\r\n\r\nb 3 4\r\nnew\u00a0york 5 5\r\nc 0 1\r\n"
     p = tmp_path / "vec.gz"
     p.write_bytes(gzip.compress(text.encode("utf-8")))
     space = load_space(str(p))
-    assert space.words == ["a", "b", "c"]  # duplicate 'a' and the NBSP word dropped
+    assert space.words == ["a", "b", "c"]  # the NBSP word dropped
     assert space.E.tolist() == [[1.0, 2.0], [3.0, 4.0], [0.0, 1.0]]
     assert len(space.file_sha256 or "") == 64
 
@@ -142,6 +142,9 @@ def test_gzip_bom_crlf_blank_lines_duplicates_and_whitespace_words(tmp_path):
 @pytest.mark.parametrize(
     ("content", "match"),
     [
+        # a repeated word was dropped silently (the first vector won); which one was meant cannot be told (issue 37)
+        ("a 1 2\n\nb 3 4\na 9 9\n", r"line 4: the word 'a' is given twice \(lines 1 and 4\); each word may have one"),
+        ("2 2\nthe 1 2\nthe 1 2\n", r"line 3: the word 'the' is given twice \(lines 2 and 3\)"),
         ("a 1 2\nb 3\n", r"line 2: ragged row with 1 values, expected 2"),
         ("a 1 2\nb 3 x\n", r"line 2: 'x' is not a number"),
         ("a 1 2\nb 3 4 5\n", r"line 2: ragged row with more than 2 values"),
@@ -150,7 +153,17 @@ def test_gzip_bom_crlf_blank_lines_duplicates_and_whitespace_words(tmp_path):
         ("", r"empty"),
         ("a 1 2\n", r"at least 2 are needed"),
     ],
-    ids=["short-row", "non-number", "long-row", "infinite", "w2v-count", "empty", "one-word"],
+    ids=[
+        "repeated-word",
+        "repeated-word-w2v",
+        "short-row",
+        "non-number",
+        "long-row",
+        "infinite",
+        "w2v-count",
+        "empty",
+        "one-word",
+    ],
 )
 def test_malformed_vector_files_raise(tmp_path, content, match):
     p = tmp_path / "bad.txt"

@@ -12,6 +12,7 @@ import yaml
 from hf_textdp.errors import HfTextDPError
 from hf_textdp.integrations.cards import dataset_card, find_report, render_card, results_card
 from hf_textdp.integrations.hub import detect_kind, push_to_hub
+from tests.utils import bound_report
 
 
 REPORT = {
@@ -85,7 +86,7 @@ def results_dir(tmp_path: Path) -> Path:
 def private_output(tmp_path: Path) -> Path:
     out = tmp_path / "reviews_private.jsonl"
     out.write_text('{"text": "a secluded review", "dp_tokens": 3, "dp_epsilon": 240.0}\n')
-    out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(REPORT))
+    out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(bound_report(out, REPORT)))
     return out
 
 
@@ -210,7 +211,7 @@ def test_push_saved_folder_with_config(fake_hub, tmp_path):
     folder = tmp_path / "saved"
     folder.mkdir()
     (folder / "data-00000-of-00001.arrow").write_bytes(b"arrow")
-    (folder / "privacy_report.json").write_text(json.dumps(REPORT))
+    (folder / "privacy_report.json").write_text(json.dumps(bound_report(folder, REPORT)))
     (folder / "privatizer_config.json").write_text(json.dumps({"mechanism": "madlib", "epsilon": 80.0}))
     push_to_hub(folder, "me/saved")
     repo = root / "dataset" / "me" / "saved"

@@ -15,6 +15,7 @@ from hf_textdp import PrivatizerConfig, privatize_dataset
 from hf_textdp.errors import HfTextDPError, OriginalTextError, ParameterTypeError
 from hf_textdp.integrations.cards import original_columns, render_card
 from hf_textdp.integrations.hub import push_to_hub
+from tests.utils import bound_report
 
 
 REPORT = {
@@ -58,7 +59,7 @@ def fake_hub(tmp_path, monkeypatch):
 
 def _with_report(path: Path) -> Path:
     report = path / "privacy_report.json" if path.is_dir() else path.with_name(path.name + ".privacy_report.json")
-    report.write_text(json.dumps(REPORT))
+    report.write_text(json.dumps(bound_report(path, REPORT)))
     return path
 
 

@@ -19,7 +19,17 @@ from hf_textdp.errors import OutputExistsError, ResumeError
 from hf_textdp.io.files import release_lock, try_lock
 from hf_textdp.io.paths import report_path_for, work_dir_for
 from hf_textdp.io.workdir import atomic_write_arrow as REAL_WRITE
-from tests.utils import CLI, LEAK_SEED, SEED_NEEDLES, corpus, make_canaries, scan, small_jsonl, write_jsonl
+from tests.utils import (
+    CLI,
+    LEAK_SEED,
+    SEED_NEEDLES,
+    corpus,
+    make_canaries,
+    read_jsonl,
+    scan,
+    small_jsonl,
+    write_jsonl,
+)
 
 
 # each test gets its own datasets cache, so nothing leaks between tests or into ~/.cache
@@ -46,7 +56,13 @@ RESUME_CASES: list[tuple[str, dict[str, Any], dict[str, Any], type[Exception] | 
     ("other-shard-size", {}, {"shard_size": 4}, ResumeError, r"its shard_size was 5, this run's is 4"),
     ("other-input", {}, {"n": 13}, ResumeError, r"its input differs"),
     ("seed-dropped", {}, {"seed": None}, ResumeError, r"it was seeded and this run is unseeded"),
-    ("other-seed", {}, {"seed": 2**40 + 8}, ResumeError, r"its rows were privatized with another seed \(4 of its"),
+    (
+        "other-seed",
+        {},
+        {"seed": 2**40 + 8},
+        ResumeError,
+        r"it was privatized with another seed \(its seed verifier does not match",
+    ),
     ("other-text-column", {}, {"text_column": "text2"}, ResumeError, r"its text_column was 'text'"),
     (
         "no-resume-flag",
@@ -129,6 +145,42 @@ def test_resume_of_vectors_checks_the_seed_on_the_released_vectors(tiny_bert, tm
         privatize_dataset(ds, cfg, seed=2**40 + 8, resume=True, **kwargs)
     resumed = privatize_dataset(ds, cfg, seed=2**40 + 7, resume=True, **kwargs)
     assert resumed["inputs_embeds"] == privatize_dataset(ds, cfg, seed=2**40 + 7)["inputs_embeds"]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_resume_with_another_seed_is_refused_at_epsilon_100(streaming, tiny_bert, tmp_path, monkeypatch):
+    """At epsilon = 100 most tokens are kept under any seed, so re-privatized rows agree by chance: the check
+    compares the seed with the manifest's salted scrypt verifier instead (issue 37)."""
+    import hf_textdp.run.streaming as streaming_mod
+    from hf_textdp.io.workdir import read_json_object
+
+    src = str(write_jsonl(tmp_path / "in.jsonl", corpus(30, seed=5)))
+    cfg = PrivatizerConfig(epsilon=100.0, model=tiny_bert)
+    output = tmp_path / "o.jsonl"
+    kwargs: dict[str, Any] = {"output_dir": output, "shard_size": 10, "streaming": streaming}
+    if streaming:
+        calls = {"n": 0}
+
+        def write(path, table, **kw):
+            if calls["n"] >= 1:
+                raise KeyboardInterrupt
+            calls["n"] += 1
+            REAL_WRITE(path, table, **kw)
+
+        monkeypatch.setattr(streaming_mod, "atomic_write_arrow", write)
+    else:
+        _interrupt_after(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        privatize_dataset(src, cfg, seed=2**40 + 7, **kwargs)
+    manifest = read_json_object(work_dir_for(output) / "manifest.json")
+    assert manifest is not None and manifest["seed_verifier"]["kdf"] == "scrypt"
+    assert str(2**40 + 7) not in json.dumps(manifest) and format(2**40 + 7, "x") not in json.dumps(manifest)
+    monkeypatch.setattr(streaming_mod if streaming else sharded, "atomic_write_arrow", REAL_WRITE)
+    for other in (2**40 + 8, 2**41, 2**63 + 12345):
+        with pytest.raises(ResumeError, match="privatized with another seed"):
+            privatize_dataset(src, cfg, seed=other, resume=True, **kwargs)
+    privatize_dataset(src, cfg, seed=2**40 + 7, resume=True, **kwargs)
+    assert [r["text"] for r in read_jsonl(output)] == privatize_dataset(src, cfg, seed=2**40 + 7)["text"]
 
 
 def test_resume_with_nothing_to_resume_then_of_a_finished_output(tiny_bert, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report, privatize_dataset
 from hf_textdp.errors import OutputExistsError, ResumeError
 from hf_textdp.io.paths import report_path_for, work_dir_for
+from hf_textdp.io.reports import CONTENT_KEY
 from hf_textdp.run.streaming import save_streaming
 from tests.utils import corpus
 
@@ -113,7 +114,12 @@ def test_streamed_output_equals_the_in_memory_output(name, cfg, tmp_path):
     privatize_dataset(str(src), cfg, seed=SEED, output_dir=mem)
     out = privatize_dataset(str(src), cfg, seed=SEED, output_dir=streamed, streaming=True)
     assert isinstance(out, datasets.IterableDataset)
-    assert privacy_report(streamed) == privacy_report(mem)
+    # the same report, but for the content hash of outputs whose bytes may differ (parquet, folders)
+    same_bytes = name.endswith((".jsonl", ".csv"))
+    skip = () if same_bytes else (CONTENT_KEY,)
+    assert {k: v for k, v in privacy_report(streamed).items() if k not in skip} == {
+        k: v for k, v in privacy_report(mem).items() if k not in skip
+    }
     assert privacy_report(streamed)["totals"]["rows"] == N
     assert not work_dir_for(streamed).exists()
     if name.endswith((".jsonl", ".csv")):

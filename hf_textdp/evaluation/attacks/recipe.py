@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import InvalidParameterError
 from ...io.files import dumps_json
+from ...io.paths import folder_inside
 from ..common import Recipe, load_recipe_yaml, recipe_from_dict, result_name, versions
 from ..encoders import make_encoder
 from ..protocol import ClassifierConfig, run_protocol, summarize
@@ -134,7 +135,8 @@ def run_attack_recipe(
     raw, recipe, private_task, public_tasks = parsed.raw, parsed.recipe, parsed.private_task, parsed.public_tasks
     seed, settings = parsed.seed, parsed.settings
     data_dir = (raw.get("data") or {}).get("dir")
-    folder = Path(output) / str(raw.get("results_folder") or recipe.name)
+    key = "results_folder" if raw.get("results_folder") else "name"
+    folder = folder_inside(output, str(raw.get("results_folder") or recipe.name), key)
     folder.mkdir(parents=True, exist_ok=True)
     root = recipe.root
     priv_task = load_task(private_task, data_dir=data_dir, root=root, max_rows=raw.get("max_private_rows"), seed=seed)
