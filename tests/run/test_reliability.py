@@ -16,7 +16,7 @@ from tests.utils import CLI, error_lines, small_jsonl
 
 pytestmark = pytest.mark.usefixtures("isolated_datasets_cache")
 SEED = 2**40 + 1
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
 # ---------------------------------------------------------------- 1. the work folder and --overwrite
@@ -178,11 +178,12 @@ def test_unreadable_input_names_the_line_and_column_never_the_text(name, content
 
 def test_the_cli_catch_all_prints_no_library_message(monkeypatch, capsys):
     from hf_textdp import cli
+    from hf_textdp.cli.report import ReportCommand
 
     def boom(args):
         raise RuntimeError(f"Could not convert '{CANARY}' with type str")
 
-    monkeypatch.setattr(cli.ReportCommand, "run", staticmethod(boom))
+    monkeypatch.setattr(ReportCommand, "run", staticmethod(boom))
     assert cli.main(["report", "x"]) == 1
     assert capsys.readouterr().err == (
         "hf-textdp: error: unexpected RuntimeError; its message is not shown, as it may quote the data (rerun with "
@@ -268,7 +269,7 @@ def _config_folder(tmp_path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- 5. recipe folders stay inside --output
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 @pytest.mark.parametrize(
@@ -389,8 +390,8 @@ def test_a_long_row_released_in_chunks_gives_the_one_call_output(mechanism, post
     whole = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
     assert max(whole["dp_tokens"]) > 300
     calls = []
-    real = Privatizer._release_class
-    monkeypatch.setattr(Privatizer, "_release_class", staticmethod(lambda *a: calls.append(len(a[1])) or real(*a)))
+    real = release_mod.ReleaseEngine._release_class
+    monkeypatch.setattr(release_mod.ReleaseEngine, "_release_class", staticmethod(lambda *a: calls.append(len(a[1])) or real(*a)))
     monkeypatch.setattr(release_mod, "RELEASE_CHUNK", 37)
     chunked = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
     assert max(calls) <= 37 and len(calls) > 8  # no mechanism call saw more than a chunk
