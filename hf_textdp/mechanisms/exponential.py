@@ -34,6 +34,7 @@ import math
 import torch
 
 from ..cpu.distances import pair_sqdist
+from ..cpu.features import native_int8
 from ..cpu.int8_keys import PackedTargets, block_key_maxima, block_keys, int8_keys_available
 from ..errors import InvalidParameterError
 from ..gpu import sampler as gpu_sampler
@@ -70,11 +71,17 @@ _SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
 
 
 def _int_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """The exact int32 product of int8 matrices: ``torch._int_mm``, or float64 (exact below 2⁵³) without it."""
-    try:
-        return torch._int_mm(A, B)
-    except (RuntimeError, NotImplementedError):  # a backend without the int8 product
-        return (A.double() @ B.double()).to(torch.int32)
+    """The exact int32 product of int8 matrices: ``torch._int_mm`` where the int8 product is native (CUDA, or a CPU
+    with VNNI or AMX: :func:`~hf_textdp.cpu.features.native_int8`), else a floating-point product, exact because
+    every partial sum is an integer of magnitude ≤ K·127²: fp32 below 2²⁴, float64 (below 2⁵³) above. torch
+    emulates ``_int_mm`` on other CPUs, many times slower."""
+    if A.device.type != "cpu" or native_int8():
+        try:
+            return torch._int_mm(A, B)
+        except (RuntimeError, NotImplementedError):  # a backend without the int8 product
+            pass
+    wide = torch.float32 if A.shape[1] * 127 * 127 < 2**24 else torch.float64
+    return (A.to(wide) @ B.to(wide)).to(torch.int32)
 
 
 class ExponentialSampler:
