@@ -5,10 +5,11 @@ Run with the AVX2 path forced on an AVX-512 machine (or on an AVX2-only CPU as i
 
     HF_HUB_OFFLINE=1 HF_TEXTDP_CPU_ISA=avx2 python scripts/avx2_rates.py --rows 4000 --passes 4
 
-Each pass of a case is paired with fp32 products (``torch.mm`` 2048×d @ d×V, V and d the space's, best of 3)
-just before and after it; ``best`` is the best pass over the best bound seen in the case, ``paired`` the median of
-each pass over its own bound. A tile-shaped product (2048×d @ d×4096, repeated to cover V: no 250 MB output to
-write) is reported too, as the stricter bound.
+The cases' passes run in turn (round-robin); each is paired with fp32 products (``torch.mm`` 2048×d @ d×V,
+V and d the space's, best of 3) just before and after it; ``best`` is the best pass over the best bound seen
+in the case, ``paired`` the median of each pass over its own bound; ``x_first_case`` compares each case's
+tokens/s with the first case's (best passes, and the median over rounds). A tile-shaped product
+(2048×d @ d×4096, repeated to cover V: no 250 MB output to write) is reported too, as the stricter bound.
 """
 
 from __future__ import annotations
@@ -56,46 +57,69 @@ def fp32_bounds(V: int, d: int, repeats: int = 3) -> tuple[float, float]:
     return flops / whole, flops / tiled
 
 
-def run_case(mech: str, post: str | None, texts: list[str], epsilon: float, passes: int) -> dict[str, object]:
-    cfg = PrivatizerConfig(mechanism=mech, epsilon=epsilon, **({"postprocess": post} if post else {}))
-    priv = Privatizer(cfg, seed=12345, split="bench", allow_weak_seed=True)
-    priv.privatize(texts[:16])
-    per_op, shapes = work_per_token(priv, texts)
-    rates, paired, bounds_whole, bounds_tile = [], [], [], []
-    for _ in range(passes):
-        w0, t0b = fp32_bounds(priv.space.V, priv.space.d)
-        start = priv.totals.dp_tokens
-        t0 = time.perf_counter()
-        for s in range(0, len(texts), 1000):
-            priv.privatize(texts[s : s + 1000], row_ids=range(s, min(s + 1000, len(texts))))
-        dt = time.perf_counter() - t0
-        tokens = priv.totals.dp_tokens - start
-        w1, t1b = fp32_bounds(priv.space.V, priv.space.d)
-        rate = tokens / dt
-        rates.append(rate)
-        bounds_whole += [w0 / per_op, w1 / per_op]
-        bounds_tile += [t0b / per_op, t1b / per_op]
-        paired.append(rate / (max(w0, w1) / per_op))
-    index_info = ""
+def kernel_of(priv: Privatizer) -> str:
+    """Which filter or key product the case runs."""
     if priv.mechanism.kind == "additive":
         idx = priv.mechanism.search_index(priv.space)  # type: ignore[attr-defined]
-        index_info = "bf16" if idx._use_bf16() else ("avx2 fused fp32" if idx._avx2_rows(1) is not None else "fp32")
-    else:
-        packed = priv.mechanism.sampler_for(priv.space)._kernel_targets()  # type: ignore[attr-defined]
-        index_info = "keys: " + ("float product" if packed is None else packed.kind)
-    return {
-        "case": f"{mech}/{post}" if post else mech,
-        "kernel": index_info,
-        "tokens": tokens,
-        "shapes": shapes,
-        "tokens_per_s": max(rates),
-        "all_rates": [round(r) for r in rates],
-        "bound_mm_tokens_per_s": max(bounds_whole),
-        "bound_tile_tokens_per_s": max(bounds_tile),
-        "of_mm_best": max(rates) / max(bounds_whole),
-        "of_tile_best": max(rates) / max(bounds_tile),
-        "of_mm_paired_median": statistics.median(paired),
-    }
+        return "bf16" if idx._use_bf16() else ("avx2 fused fp32" if idx._avx2_rows(1) is not None else "fp32")
+    packed = priv.mechanism.sampler_for(priv.space)._kernel_targets()  # type: ignore[attr-defined]
+    return "keys: " + ("float product" if packed is None else packed.kind)
+
+
+def run_cases(cases: list[str], texts: list[str], epsilon: float, passes: int) -> list[dict[str, object]]:
+    """Passes of every case in turn (round-robin, so load from other processes reaches each case alike), each
+    between two fp32 bound measurements."""
+    privs, per_op, shapes = {}, {}, {}
+    for case in cases:
+        mech, _, post = case.partition("/")
+        cfg = PrivatizerConfig(mechanism=mech, epsilon=epsilon, **({"postprocess": post} if post else {}))
+        priv = Privatizer(cfg, seed=12345, split="bench", allow_weak_seed=True)
+        priv.privatize(texts[:16])
+        privs[case] = priv
+        per_op[case], shapes[case] = work_per_token(priv, texts)
+    rates: dict[str, list[float]] = {c: [] for c in cases}
+    paired: dict[str, list[float]] = {c: [] for c in cases}
+    whole: dict[str, list[float]] = {c: [] for c in cases}
+    tiled: dict[str, list[float]] = {c: [] for c in cases}
+    tokens = {}
+    for _ in range(passes):
+        for case in cases:
+            priv = privs[case]
+            w0, t0b = fp32_bounds(priv.space.V, priv.space.d)
+            start = priv.totals.dp_tokens
+            t0 = time.perf_counter()
+            for s in range(0, len(texts), 1000):
+                priv.privatize(texts[s : s + 1000], row_ids=range(s, min(s + 1000, len(texts))))
+            dt = time.perf_counter() - t0
+            tokens[case] = priv.totals.dp_tokens - start
+            w1, t1b = fp32_bounds(priv.space.V, priv.space.d)
+            rate = tokens[case] / dt
+            rates[case].append(rate)
+            whole[case] += [w0 / per_op[case], w1 / per_op[case]]
+            tiled[case] += [t0b / per_op[case], t1b / per_op[case]]
+            paired[case].append(rate / (max(w0, w1) / per_op[case]))
+    out = []
+    for case in cases:
+        out.append(
+            {
+                "case": case,
+                "kernel": kernel_of(privs[case]),
+                "tokens": tokens[case],
+                "shapes": shapes[case],
+                "tokens_per_s": max(rates[case]),
+                "all_rates": [round(r) for r in rates[case]],
+                "bound_mm_tokens_per_s": max(whole[case]),
+                "bound_tile_tokens_per_s": max(tiled[case]),
+                "of_mm_best": max(rates[case]) / max(whole[case]),
+                "of_tile_best": max(rates[case]) / max(tiled[case]),
+                "of_mm_paired_median": statistics.median(paired[case]),
+                "x_first_case_best": max(rates[case]) / max(rates[cases[0]]),
+                "x_first_case_per_round_median": statistics.median(
+                    r / m for r, m in zip(rates[case], rates[cases[0]], strict=True)
+                ),
+            }
+        )
+    return out
 
 
 def mismatches(texts: list[str], epsilons: tuple[float, ...]) -> dict[str, object]:
@@ -140,9 +164,8 @@ def main() -> None:
     flags = sorted(f for f in effective_flags() if f.startswith(("avx", "fma", "f16c", "amx")))
     print(json.dumps({"isa": isa_override(), "flags_seen": flags, "native": native_arithmetic()}))
     print(json.dumps({"threads": torch.get_num_threads(), "rows": len(texts), "passes": args.passes}))
-    for case in args.cases.split(","):
-        mech, _, post = case.partition("/")
-        print(json.dumps(run_case(mech, post or None, texts, args.epsilon, args.passes)), flush=True)
+    for row in run_cases(args.cases.split(","), texts, args.epsilon, args.passes):
+        print(json.dumps(row), flush=True)
     if args.check_rows:
         print(json.dumps(mismatches(texts[: args.check_rows], (1.0, 10.0, 100.0))), flush=True)
 

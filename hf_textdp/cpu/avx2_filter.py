@@ -73,8 +73,6 @@ class Fp32Rows:
     d: int
     e_norm: float  # max_c ‖e_c‖, rounded up
     nu_max: float  # max_c ν64_c
-    #: queries whose candidates were listed, and how many of their lists overflowed
-    listed: list[int] = dataclasses.field(default_factory=lambda: [0, 0], compare=False, repr=False)
 
     @property
     def blocks(self) -> int:
@@ -159,8 +157,6 @@ def avx2_candidates(
         out_rows.data_ptr(), out_pos.data_ptr(),
     )  # fmt: skip
     dropped = torch.nonzero(cnt[:B] < 0).squeeze(1)
-    rows.listed[0] += B
-    rows.listed[1] += int(dropped.numel())
     return out_rows[:m], out_pos[:m], dropped
 
 
