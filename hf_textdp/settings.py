@@ -17,6 +17,8 @@ variable                             meaning
 ``HF_TEXTDP_CUDA_TILES``             the exact search's CUDA filter tiles, ``"BM,BN,BK,warps,stages[,p|l]"``
 ``HF_TEXTDP_CUDA_INT_TILES``         the int8 exponential sampler's CUDA tiles, ``"BM,BN,BK,warps,stages"``
 ``HF_TEXTDP_SEARCH_FILTER``          the exact search's filter where an index says ``auto``: auto, bf16 or fp32
+``HF_TEXTDP_CPU_ISA``                ``avx2``: hide the CPU's AVX-512 and AMX flags from the kernels' choice (the
+                                     AVX2 kernels run, as on an AVX2-only CPU); ``native`` (default)
 ``HF_TEXTDP_RELEASE_SERVICE``        set by the release service for its workers ("address:authkey hex"), never
                                      by hand
 ``HF_TEXTDP_RELEASE_SERVICE_OFF``    ``1``: every GPU worker holds its own CUDA context and releases itself
@@ -35,6 +37,7 @@ import os
 __all__ = [
     "BENCH_TEXT",
     "CACHE",
+    "CPU_ISA",
     "CUDA_INT_TILES",
     "CUDA_TILES",
     "NATIVE",
@@ -48,6 +51,7 @@ __all__ = [
     "VERBOSITY",
     "bench_text",
     "cache_root",
+    "cpu_isa",
     "cuda_int_tiles",
     "cuda_tiles",
     "native_enabled",
@@ -69,6 +73,7 @@ TRITON = "HF_TEXTDP_TRITON"
 CUDA_TILES = "HF_TEXTDP_CUDA_TILES"
 CUDA_INT_TILES = "HF_TEXTDP_CUDA_INT_TILES"
 SEARCH_FILTER = "HF_TEXTDP_SEARCH_FILTER"
+CPU_ISA = "HF_TEXTDP_CPU_ISA"
 RELEASE_SERVICE = "HF_TEXTDP_RELEASE_SERVICE"
 RELEASE_SERVICE_OFF = "HF_TEXTDP_RELEASE_SERVICE_OFF"
 RELEASE_GATHER_MS = "HF_TEXTDP_RELEASE_GATHER_MS"
@@ -89,6 +94,11 @@ def cache_root() -> str:
 def vector_cache_enabled() -> bool:
     """False when :data:`VECTOR_CACHE` is ``0``."""
     return os.environ.get(VECTOR_CACHE, "1") != "0"
+
+
+def cpu_isa() -> str:
+    """:data:`CPU_ISA`, lower-cased; ``"native"`` when unset or empty (checked by ``cpu.features.isa_override``)."""
+    return os.environ.get(CPU_ISA, "").strip().lower() or "native"
 
 
 def native_enabled() -> bool:

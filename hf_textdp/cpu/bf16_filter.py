@@ -25,6 +25,7 @@ import torch
 
 from ..utils.native import load_kernel, native_enabled, run_team
 from ..utils.rounding import round_up_fp32
+from .features import native_bf16
 
 
 __all__ = [
@@ -98,9 +99,10 @@ def fused_filter_available() -> bool:
     tiles oneDNN's bf16 product is several times faster than any AVX-512 kernel, so the torch filter stays
     there. The model (products exact, fp32 accumulation) is checked once, on a test product, before first
     use. The ``native`` switch (:mod:`hf_textdp.settings`) turns the kernel off (the search then runs its
-    torch bf16 filter).
+    torch bf16 filter), and the ``cpu_isa`` switch set to ``avx2`` hides AVX-512 BF16 from it
+    (:mod:`hf_textdp.cpu.features`).
     """
-    return native_enabled() and _kernel_ok()
+    return native_enabled() and native_bf16() and _kernel_ok()
 
 
 @functools.cache

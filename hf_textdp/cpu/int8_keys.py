@@ -1,4 +1,5 @@
-"""The exponential sampler's integer keys on CPUs with AVX-512 VNNI (``kernels/int8_keys.c``).
+"""The exponential sampler's integer keys on CPUs with AVX-512 VNNI (``kernels/int8_keys.c``) or AVX2
+(``kernels/int8_keys_avx2.c``).
 
 :class:`~hf_textdp.mechanisms.exponential.ExponentialSampler` bounds its proposal with the exact integer keys
 2·I_x·I_c − N_c of a token against every target column, and from them takes each block's largest key and
@@ -6,6 +7,10 @@ the keys of a few hot blocks. In tensor operations that is an int32 ``[tokens, c
 for the keys and a pass for the block maxima. The kernel computes the keys in registers and writes only
 the block maxima; the hot blocks' keys are computed again. All of it is exact integer arithmetic, so the
 numbers, and the sampler's outputs, are the same bit for bit.
+
+Which kernel runs follows the CPU's flags (:mod:`hf_textdp.cpu.features`): VNNI's ``VPDPBUSD`` on four int8
+coordinates a step where the int8 product is native, else AVX2's ``VPMADDWD`` on two coordinates widened to
+int16 (exact too); torch's ``_int_mm`` is emulated on a CPU without VNNI and is never the fallback there.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 
 from ..utils.native import load_kernel, native_enabled, run_team
+from .features import has_avx2_fma, native_int8
 
 
 __all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
@@ -30,9 +36,13 @@ _PASS_BYTES = 384 * 1024
 _MIN_TILES_PER_THREAD = 4
 
 
+#: the kernels: VNNI (four int8 coordinates a word) and AVX2 (two int16 coordinates a word)
+_SOURCES = {"vnni": "int8_keys", "avx2": "int8_keys_avx2"}
+
+
 @functools.cache
-def _lib() -> Any:
-    lib = load_kernel("int8_keys", openmp=True)
+def _load(kind: str) -> Any:
+    lib = load_kernel(_SOURCES[kind], openmp=True)
     if lib is None or lib.int8_keys_tile() <= 0:
         return None
     p, i = ctypes.c_void_p, ctypes.c_int64
@@ -43,20 +53,38 @@ def _lib() -> Any:
     return lib
 
 
+def _kind() -> str | None:
+    """The kernel for this CPU's flags: ``"vnni"`` where the int8 product is native and that kernel builds, else
+    ``"avx2"`` with AVX2 and FMA, else ``None``."""
+    if native_int8() and _load("vnni") is not None:
+        return "vnni"
+    if has_avx2_fma() and _load("avx2") is not None:
+        return "avx2"
+    return None
+
+
+def _lib(kind: str | None = None) -> Any:
+    """The compiled kernel of ``kind`` (default: this CPU's, :func:`_kind`), typed for ctypes, or ``None``."""
+    kind = kind or _kind()
+    return None if kind is None else _load(kind)
+
+
 def int8_keys_available() -> bool:
-    """Whether the kernel runs here: a C compiler, AVX-512 VNNI, and the native switch on (settings.py)."""
-    return native_enabled() and _lib() is not None
+    """Whether a kernel runs here: a C compiler, AVX-512 VNNI or AVX2, and the native switch on (settings.py)."""
+    return native_enabled() and _kind() is not None
 
 
 @dataclasses.dataclass(frozen=True)
 class PackedTargets:
-    """Target columns packed for the kernel: ``e`` ``[blocks, K4, NB]`` words of four int8 coordinates, the
-    accumulators' start −128·Σ_j I_c,j and the norms N_c (int32, ``[blocks·NB]``)."""
+    """Target columns packed for the ``kind`` kernel: ``e`` ``[blocks, K4, NB]`` words of four int8 coordinates
+    (VNNI) or ``[blocks, K2, NB]`` words of two int16 ones (AVX2), the accumulators' start (−128·Σ_j I_c,j for VNNI,
+    whose tokens are offset by 128; zero for AVX2) and the norms N_c (int32, ``[blocks·NB]``)."""
 
     e: torch.Tensor
     init: torch.Tensor
     norms: torch.Tensor
     d: int
+    kind: str = "vnni"
 
     @property
     def K4(self) -> int:
@@ -67,9 +95,18 @@ class PackedTargets:
         return self.e.shape[0]
 
     @classmethod
-    def build(cls, I_cols: torch.Tensor, norms: torch.Tensor) -> PackedTargets:
-        """``I_cols`` ``[V″, d]`` int8 (V″ a multiple of NB, padding columns zero), ``norms`` ``[V″]`` int32."""
+    def build(cls, I_cols: torch.Tensor, norms: torch.Tensor, kind: str | None = None) -> PackedTargets:
+        """``I_cols`` ``[V″, d]`` int8 (V″ a multiple of NB, padding columns zero), ``norms`` ``[V″]`` int32, for the
+        ``kind`` kernel (default: this CPU's)."""
         V, d = I_cols.shape
+        kind = kind or _kind() or "vnni"
+        if kind == "avx2":
+            K2 = -(-d // 2)
+            wide = torch.zeros((V, 2 * K2), dtype=torch.int16)
+            wide[:, :d] = I_cols
+            e = wide.view(torch.int32).view(V // NB, NB, K2).transpose(1, 2).contiguous()
+            init = torch.zeros(V, dtype=torch.int32)
+            return cls(e=e, init=init, norms=norms.to(torch.int32).contiguous(), d=d, kind=kind)
         K4 = -(-d // 4)
         cols = torch.zeros((V, 4 * K4), dtype=torch.int8)
         cols[:, :d] = I_cols
@@ -78,10 +115,16 @@ class PackedTargets:
         return cls(e=e, init=init, norms=norms.to(torch.int32).contiguous(), d=d)
 
 
-def _tokens(I_x: torch.Tensor, K4: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(I_x + 128 as rows ``[G, K4]`` of words, and packed in tiles ``[tiles, K4, tile]``); padding is 128 (I = 0)."""
+def _tokens(I_x: torch.Tensor, K4: int, tile: int, kind: str = "vnni") -> tuple[torch.Tensor, torch.Tensor]:
+    """(I_x + 128 as rows ``[G, K4]`` of words, and packed in tiles ``[tiles, K4, tile]``); padding is 128 (I = 0).
+    For ``kind="avx2"``: I_x as int16, two a word (``K4`` is then K2), padding 0."""
     G, d = I_x.shape
     tiles = -(-G // tile)
+    if kind == "avx2":
+        w = torch.zeros((tiles * tile, 2 * K4), dtype=torch.int16)
+        w[:G, :d] = I_x
+        words16 = w.view(torch.int32)
+        return words16[:G], words16.view(tiles, tile, K4).transpose(1, 2).contiguous()
     a = torch.full((tiles * tile, 4 * K4), 128, dtype=torch.uint8)
     a[:G, :d] = (I_x.to(torch.int16) + 128).to(torch.uint8)
     words = a.view(torch.int32)
@@ -91,10 +134,10 @@ def _tokens(I_x: torch.Tensor, K4: int, tile: int) -> tuple[torch.Tensor, torch.
 def block_key_maxima(packed: PackedTargets, I_x: torch.Tensor, threads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(each token's largest key in each block, ``[G, blocks]`` int32; the tokens' packed rows for
     :func:`block_keys`)."""
-    lib = _lib()
+    lib = _lib(packed.kind)
     tile = int(lib.int8_keys_tile())
     G = I_x.shape[0]
-    rows, tiles_t = _tokens(I_x, packed.K4, tile)
+    rows, tiles_t = _tokens(I_x, packed.K4, tile, packed.kind)
     tiles = tiles_t.shape[0]
     out = torch.empty((tiles * tile, packed.blocks), dtype=torch.int32)
     per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
@@ -119,7 +162,7 @@ def block_keys(
     out = torch.empty((n, NB), dtype=torch.int32)
     if n:
         r, b = rows.to(torch.int64).contiguous(), blocks.to(torch.int64).contiguous()
-        _lib().int8_block_keys(
+        _lib(packed.kind).int8_block_keys(
             token_rows.contiguous().data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(),
             r.data_ptr(), b.data_ptr(), packed.K4, n, out.data_ptr(),
         )  # fmt: skip

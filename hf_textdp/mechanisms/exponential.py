@@ -34,12 +34,14 @@ import math
 import torch
 
 from ..cpu.distances import pair_sqdist
+from ..cpu.features import native_int8
 from ..cpu.int8_keys import PackedTargets, block_key_maxima, block_keys, int8_keys_available
 from ..errors import InvalidParameterError
 from ..gpu import sampler as gpu_sampler
 from ..gpu import triton_ready
 from ..gpu.int_scores import IntOperands, int_scores
 from ..rng import Draw, Streams
+from ..utils.threads import torch_threads
 
 
 __all__ = ["ExponentialSampler"]
@@ -70,11 +72,17 @@ _SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
 
 
 def _int_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """The exact int32 product of int8 matrices: ``torch._int_mm``, or float64 (exact below 2⁵³) without it."""
-    try:
-        return torch._int_mm(A, B)
-    except (RuntimeError, NotImplementedError):  # a backend without the int8 product
-        return (A.double() @ B.double()).to(torch.int32)
+    """The exact int32 product of int8 matrices: ``torch._int_mm`` where the int8 product is native (CUDA, or a CPU
+    with VNNI or AMX: :func:`~hf_textdp.cpu.features.native_int8`), else a floating-point product, exact because
+    every partial sum is an integer of magnitude ≤ K·127²: fp32 below 2²⁴, float64 (below 2⁵³) above. torch
+    emulates ``_int_mm`` on other CPUs, many times slower."""
+    if A.device.type != "cpu" or native_int8():
+        try:
+            return torch._int_mm(A, B)
+        except (RuntimeError, NotImplementedError):  # a backend without the int8 product
+            pass
+    wide = torch.float32 if A.shape[1] * 127 * 127 < 2**24 else torch.float64
+    return (A.to(wide) @ B.to(wide)).to(torch.int32)
 
 
 class ExponentialSampler:
@@ -138,6 +146,9 @@ class ExponentialSampler:
         self.dpad = dpad
         self._int_ops: IntOperands | None = None
         self._packed: PackedTargets | None = None
+        #: run everything but the key kernel on one thread (see :meth:`sample`)
+        self.serial_small_ops = True
+        self._key_threads: int | None = None
 
     def _int_operands(self) -> IntOperands:
         if self._int_ops is None or not self._int_ops.fits():
@@ -167,9 +178,18 @@ class ExponentialSampler:
                 group = max(GROUP, min(GROUP_KERNEL, GROUP_KERNEL_BYTES // (8 * self.nb)))
         else:
             group = max(GROUP, min(GROUP_CUDA, GROUP_CUDA_BYTES // (4 * self.nb * BLOCK)))
-        for s in range(0, N, group):
-            e = min(s + group, N)
-            out[s:e] = self._group(inputs[s:e], streams.slice(s, e), scale, gamma)
+        # with the key kernel, the many medium-sized passes around it run on one thread and only the kernel uses
+        # every core: on a CPU shared with other processes each multi-threaded pass can wait a scheduler slice
+        # for its second thread (as the search's serial_small_ops; the same results)
+        threads = torch.get_num_threads()
+        serial = (
+            self.serial_small_ops and self.device.type == "cpu" and threads > 1 and self._kernel_targets() is not None
+        )
+        self._key_threads = threads
+        with torch_threads(1 if serial else None):
+            for s in range(0, N, group):
+                e = min(s + group, N)
+                out[s:e] = self._group(inputs[s:e], streams.slice(s, e), scale, gamma)
         return out
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
@@ -187,7 +207,7 @@ class ExponentialSampler:
             return cols, dlo_c, dlo_b, cum
         packed = self._kernel_targets()
         if packed is not None:  # the block maxima and hot keys by the compiled kernel: the same integers
-            kb, token_rows = block_key_maxima(packed, self.I[x_pos], torch.get_num_threads())
+            kb, token_rows = block_key_maxima(packed, self.I[x_pos], self._key_threads or torch.get_num_threads())
         else:
             Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
             A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)

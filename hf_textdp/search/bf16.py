@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from ..cpu.features import native_bf16
 from .bounds import (
     U32,
     UBF16,
@@ -77,7 +78,7 @@ def bf16_filter_available(device: str | torch.device = "cpu") -> bool:
     the ``search_filter`` switch of :mod:`hf_textdp.settings` (``auto``, ``bf16``, ``fp32``) sets what
     ``"auto"`` means for the whole process (``bf16`` skips the speed test, never the exactness test).
     """
-    return torch.device(device).type == "cpu" and _bf16_model_ok() and _bf16_is_fast()
+    return torch.device(device).type == "cpu" and native_bf16() and _bf16_model_ok() and _bf16_is_fast()
 
 
 @functools.cache

@@ -12,6 +12,8 @@ from typing import Literal
 import torch
 
 from .. import settings
+from ..cpu.avx2_filter import LIST_K as AVX2_LIST_K
+from ..cpu.avx2_filter import Fp32Rows, avx2_candidates, avx2_filter_available
 from ..cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
 from ..errors import InvalidParameterError
 from ..gpu import triton_ready
@@ -125,6 +127,7 @@ class ExactIndex:
         self._fp32_pad: tuple[torch.Tensor, torch.Tensor] | None = None
         self._bf16: tuple[torch.Tensor, Bf16Constants] | None = None
         self._packed: PackedRows | None = None
+        self._fp32_rows: Fp32Rows | None = None
         self._lock = threading.Lock()
         #: run everything but the matrix products on one thread (see :meth:`search`)
         self.serial_small_ops = True
@@ -174,6 +177,18 @@ class ExactIndex:
             if self._packed is None:
                 self._packed = PackedRows.build(self.E, self.sq64)
             return self._packed
+
+    def _avx2_rows(self, k: int) -> Fp32Rows | None:
+        """The rows packed for the fused AVX2 fp32 filter (:mod:`hf_textdp.cpu.avx2_filter`), or ``None`` where it does
+        not run: not a CPU, an explicit ``filter="fp32"`` (the torch reference), k above its lists' limit, no AVX2 and
+        FMA or compiler, or the native switch off."""
+        mode = self.filter if self.filter != "auto" else settings.search_filter()
+        if self.device.type != "cpu" or mode != "auto" or k > AVX2_LIST_K or not avx2_filter_available():
+            return None
+        with self._lock:
+            if self._fp32_rows is None:
+                self._fp32_rows = Fp32Rows.build(self.E, self.sq64)
+            return self._fp32_rows
 
     def _use_bf16(self, k: int = 1) -> bool:
         """Whether a search for ``k`` neighbours runs the bf16 filter (the answer is the same either way)."""
@@ -233,6 +248,8 @@ class ExactIndex:
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
         if query_block is None and use_bf16 and self._packed_rows(k) is not None:
             qb = FUSED_CPU_QUERIES  # no tile of scores: lists (k ≤ 2) or [queries, V/32] maxima
+        elif query_block is None and not use_bf16 and self._avx2_rows(k) is not None:
+            qb = FUSED_CPU_QUERIES  # the AVX2 kernel's lists: no tile of scores either
         # The work around the products is many medium-sized passes; on a CPU whose cores are shared
         # with other processes each multi-threaded pass can wait a scheduler slice for its second
         # thread, so they run on one thread and only the products use the pool (same results).
@@ -366,6 +383,14 @@ class ExactIndex:
                 ex = None if exclude is None else exclude[hq]
                 r2, p2, _ = self._scan(Qb[hq], k, ex, L, bf16=False, gemm_threads=gemm_threads)
                 return torch.cat([rows[keep], hq[r2]]), torch.cat([pos[keep], p2])
+        fp32_rows = self._avx2_rows(k)
+        if fp32_rows is not None:  # the fused AVX2 filter; queries whose list overflowed by the torch filter
+            rows, pos, dropped = avx2_candidates(fp32_rows, Qb, k, gemm_threads or torch.get_num_threads(), exclude)
+            if dropped.numel():
+                ex = None if exclude is None else exclude[dropped]
+                r2, p2, _ = self._scan(Qb[dropped], k, ex, L, bf16=False, gemm_threads=gemm_threads)
+                rows, pos = torch.cat([rows, dropped[r2]]), torch.cat([pos, p2])
+            return rows, pos
         rows, pos, _ = self._scan(Qb, k, exclude, L, bf16=False, gemm_threads=gemm_threads)
         return rows, pos
 

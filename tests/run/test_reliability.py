@@ -100,8 +100,8 @@ def test_report_card_and_push_refuse_an_output_changed_after_privatizing(tiny_be
     import subprocess
 
     from hf_textdp import privacy_report
-    from hf_textdp.integrations.cards import render_card
     from hf_textdp.errors import OutputChangedError
+    from hf_textdp.integrations.cards import render_card
     from hf_textdp.integrations.hub import push_to_hub
 
     src = small_jsonl(tmp_path)
@@ -391,7 +391,9 @@ def test_a_long_row_released_in_chunks_gives_the_one_call_output(mechanism, post
     assert max(whole["dp_tokens"]) > 300
     calls = []
     real = release_mod.ReleaseEngine._release_class
-    monkeypatch.setattr(release_mod.ReleaseEngine, "_release_class", staticmethod(lambda *a: calls.append(len(a[1])) or real(*a)))
+    monkeypatch.setattr(
+        release_mod.ReleaseEngine, "_release_class", staticmethod(lambda *a: calls.append(len(a[1])) or real(*a))
+    )
     monkeypatch.setattr(release_mod, "RELEASE_CHUNK", 37)
     chunked = Privatizer(cfg, seed=SEED)({"text": texts}, [0, 1, 2])
     assert max(calls) <= 37 and len(calls) > 8  # no mechanism call saw more than a chunk
