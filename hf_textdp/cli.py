@@ -611,6 +611,7 @@ class AttackCommand:
         _add_config_args(p, epsilon_required=False)
         p.add_argument("--max-rows", type=int, default=None, help="attack the first N private rows (default: all)")
         p.add_argument("--no-contextual", action="store_true", help="skip the contextual attack (faster)")
+        p.add_argument("--inversion", action="store_true", help="also train and run the inversion attack (slow)")
         p.set_defaults(command=AttackCommand)
 
     @staticmethod
@@ -635,6 +636,7 @@ class AttackCommand:
             [Path(p) for p in args.public],
             max_rows=args.max_rows,
             contextual=not args.no_contextual,
+            inversion=args.inversion,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
         print(format_record(record))

@@ -250,7 +250,7 @@ class InversionAttack:
             "final_loss": self.curve[-1]["loss"] if self.curve else None,
             "train_s": time.perf_counter() - t0,
             "loss_curve": self.curve,
-            "copy_weight": float(self.model.copy),
+            "copy_weight": self.model.copy.item(),
         }
         return self.info
 
