@@ -76,6 +76,7 @@ def test_inversion_recovers_an_identity_release(tiny_bert: str) -> None:
     assert rec["replacement_rate"] == 0.0 and inv["value"] >= 0.99, inv
     info = rec["inversion_model"]
     assert info["loss_curve"] and info["final_loss"] == info["loss_curve"][-1]["loss"]
+    assert len(info["step_losses"]) == info["steps"]
 
 
 def _world(

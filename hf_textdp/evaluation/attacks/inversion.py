@@ -16,7 +16,8 @@ with the same mechanism, options and candidates under a key of their own, and tr
 Training is Adam with cross-entropy over the candidate tokens, for at most ``epochs`` epochs, and
 stops early when the loss plateaus: every ``check_every`` steps the mean loss of those steps is
 compared with the previous block's, and training stops after ``patience`` blocks that improve it by
-less than ``plateau`` (relative). The loss of every block is kept (the loss curve).
+less than ``plateau`` (relative). The mean loss of every block (the loss curve) and the loss of every step
+are kept.
 """
 
 from __future__ import annotations
@@ -206,6 +207,7 @@ class InversionAttack:
         t0 = time.perf_counter()
         self.curve, stop = [], ""
         block: list[float] = []
+        losses: list[float] = []
         best_blocks, step, epoch, prev = 0, 0, 0, math.inf
         n_tokens = int(sum(t.size for t in data.truth))
         for epoch in range(b.epochs):
@@ -218,6 +220,7 @@ class InversionAttack:
                 opt.step()
                 step += 1
                 block.append(loss.item())
+                losses.append(round(block[-1], 4))
                 if len(block) == b.check_every:
                     mean = float(np.mean(block))
                     self.curve.append({"step": step, "epoch": epoch + 1, "loss": mean, "s": time.perf_counter() - t0})
@@ -250,6 +253,7 @@ class InversionAttack:
             "final_loss": self.curve[-1]["loss"] if self.curve else None,
             "train_s": time.perf_counter() - t0,
             "loss_curve": self.curve,
+            "step_losses": losses,
             "copy_weight": self.model.copy.item(),
         }
         return self.info
