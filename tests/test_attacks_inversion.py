@@ -6,6 +6,7 @@ Tiny random BERT models; fixed seeds. Each claim has a broken variant that the s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,15 @@ from hf_textdp.evaluation.attacks.inversion import InversionAttack, InversionBud
 from hf_textdp.evaluation.attacks.run import split_overlap
 from hf_textdp.evaluation.attacks.scoring import frequent_mask, span_recovery, token_groups, word_hits
 from tests.utils import corpus, write_jsonl
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """One torch thread: the tiny models' many small steps run ~10× faster than with threads on a busy machine."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)
 
 
 FAST = dict(train_rows=150, bootstrap=200, epochs=1, neighbours=20, holdout_rows=100, inversion=True)
