@@ -142,7 +142,9 @@ def madlib_record(tiny_bert: str) -> dict:
     config = PrivatizerConfig(mechanism="madlib", epsilon=200.0, model=tiny_bert)
     settings = AttackSettings(**FAST, inversion_rows=300, inversion_epochs=2, inversion_lr=1e-3)
     private = corpus(150, seed=1) + corpus(600, seed=2)[:5]  # five rows the attacker also holds
-    rec, _ = run_attack(config, private, corpus(600, seed=2), seed=2**40 + 123, settings=settings)
+    spans = [(r, 0, len(t)) for r, t in enumerate(private)]  # every row whole, as one span
+    rec, released = run_attack(config, private, corpus(600, seed=2), seed=2**40 + 123, settings=settings, spans=spans)
+    rec["_released"] = released
     return rec
 
 
@@ -161,6 +163,17 @@ def test_record_groups_and_overlap(madlib_record: dict) -> None:
             assert lo <= e["top1"]["value"] <= hi
     info = rec["inversion_model"]
     assert info["steps"] > 0 and len(info["loss_curve"]) >= 1 and rec["heldout_top1"]["inversion"]
+
+
+def test_record_scores_given_spans(madlib_record: dict) -> None:
+    """Whole rows as spans: the identity attack recovers exactly the rows with no replaced candidate token."""
+    released, spans = madlib_record["_released"], madlib_record["spans"]
+    assert spans["n_given"] == 155 and spans["n_in_public_rows"] == 5
+    changed = np.bincount(released.row_of, weights=released.inputs != released.released, minlength=released.n_rows)
+    scored = released.row_sizes > 0
+    ident = spans["attacks"]["identity"]["top1"]
+    assert ident["n"] == scored.sum() and ident["value"] == pytest.approx(np.mean(changed[scored] == 0))
+    assert spans["attacks"]["inversion"]["top5"]["value"] >= spans["attacks"]["inversion"]["top1"]["value"]
 
 
 def test_headline_is_never_below_identity(madlib_record: dict) -> None:

@@ -24,7 +24,7 @@ from .corpus import ReleasedCorpus, RowLayout, release_corpus
 from .fitted import FittedLaw
 from .intervals import row_bootstrap
 from .inversion import InversionAttack, InversionBudget, load_encoder
-from .scoring import frequent_mask, score_groups, token_groups, word_hits
+from .scoring import frequent_mask, score_groups, span_recovery, token_groups, word_hits
 
 
 __all__ = ["AttackSettings", "run_attack", "ATTACKS"]
@@ -203,6 +203,7 @@ def run_attack(
     seed: int | None = None,
     settings: AttackSettings | None = None,
     keep_texts: bool = False,
+    spans: Sequence[tuple[int, int, int]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], ReleasedCorpus]:
     """Release ``private_texts`` with ``config`` and measure what an informed adversary recovers.
@@ -215,6 +216,8 @@ def run_attack(
             adversary never sees it; it is not recorded.
         settings (`AttackSettings`, *optional*): the adversary.
         keep_texts (`bool`): keep the released texts in the returned corpus (for a utility score).
+        spans (`list[tuple[int, int, int]]`, *optional*): character spans (row of ``private_texts``, start, end)
+            to score whole, such as injected identifiers: ``spans`` in the record (scoring.span_recovery).
 
     Returns:
         The record and the released corpus. ``attacks`` holds each attack's top-1 and top-5 recovery over all
@@ -227,7 +230,13 @@ def run_attack(
     settings = settings or AttackSettings()
     say = progress or (lambda _m: None)
     timing: dict[str, float] = {}
-    private_texts, n_overlap = split_overlap(private_texts, public_texts)
+    bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
+    if bad:
+        raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
+    shared = in_public(private_texts, public_texts)
+    n_overlap = int(shared.sum())
+    new_row = np.cumsum(~shared) - 1  # a kept row's index after the shared rows are left out
+    private_texts = [t for t, f in zip(private_texts, shared, strict=True) if not f]
     if not private_texts:
         raise InvalidParameterError("--private: every private row also occurs in the public text; nothing to attack.")
     if settings.inversion_pool and config.epsilon not in settings.inversion_pool:
@@ -375,6 +384,13 @@ def run_attack(
         "settings": settings.to_dict(),
         "timing_s": timing,
     }
+    if spans is not None:
+        kept = [(int(new_row[r]), a, b) for r, a, b in spans if not shared[r]]
+        record["spans"] = {
+            "n_given": len(spans),
+            "n_in_public_rows": len(spans) - len(kept),
+            "attacks": span_recovery(private, hits, kept, settings.bootstrap, settings.attacker_seed + 77),
+        }
     return record, private
 
 
