@@ -42,6 +42,7 @@ class AttackCommand:
         add_config_args(p, epsilon_required=False)
         p.add_argument("--max-rows", type=int, default=None, help="attack the first N private rows (default: all)")
         p.add_argument("--no-contextual", action="store_true", help="skip the contextual attack (faster)")
+        p.add_argument("--inversion", action="store_true", help="also train and run the inversion attack (slow)")
         p.add_argument("--overwrite", action="store_true", help="without --recipe: replace an existing --output file")
         p.set_defaults(command=AttackCommand)
 
@@ -68,6 +69,7 @@ class AttackCommand:
             [Path(p) for p in args.public],
             max_rows=args.max_rows,
             contextual=not args.no_contextual,
+            inversion=args.inversion,
             progress=lambda m: print(m, file=sys.stderr, flush=True),
         )
         print(format_record(record))

@@ -421,7 +421,9 @@ def test_vector_cache_hit_equals_parse_and_skips_errors(tmp_path: Path, monkeypa
     monkeypatch.setenv("HF_TEXTDP_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_TEXTDP_VECTOR_CACHE", "1")
     rng = np.random.default_rng(7108)
-    words = [f"w{i}" for i in range(300)] + ["new\u00a0york"]  # a repeated word is refused (tests/run/test_reliability.py)
+    words = [f"w{i}" for i in range(300)] + [
+        "new\u00a0york"
+    ]  # a repeated word is refused (tests/run/test_reliability.py)
     p = tmp_path / "v.txt"
     p.write_text("".join(f"{w} " + " ".join(f"{x:.6g}" for x in rng.standard_normal(7)) + "\n" for w in words))
     first = vectors.read_vectors(p)

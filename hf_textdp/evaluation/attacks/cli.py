@@ -35,6 +35,7 @@ def attack_files(
     *,
     max_rows: int | None = None,
     contextual: bool = True,
+    inversion: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Release ``private`` with ``config`` under a fresh key and attack it with ``public`` as the adversary's text."""
@@ -45,10 +46,18 @@ def attack_files(
     private_texts = _read(private, "--private", max_rows)
     public_texts = [t for p in public for t in _read(p, "--public")]
     record, _ = run_attack(
-        config, private_texts, public_texts, settings=AttackSettings(contextual=contextual), progress=progress
+        config,
+        private_texts,
+        public_texts,
+        settings=AttackSettings(contextual=contextual, inversion=inversion),
+        progress=progress,
     )
     record["public_files"] = [p.name for p in public]
     return record
+
+
+def _cell(e: dict[str, Any] | None) -> str:
+    return "–" if not e else f"{100 * e['value']:.1f} [{100 * e['ci95'][0]:.1f}, {100 * e['ci95'][1]:.1f}]"
 
 
 def format_record(record: dict[str, Any]) -> str:
@@ -66,6 +75,19 @@ def format_record(record: dict[str, Any]) -> str:
                 "–" if not e else f"{100 * e['value']:.1f} [{100 * e['ci95'][0]:.1f}, {100 * e['ci95'][1]:.1f}]"
             )
         lines.append(f"{name:<11} {cells[0]:<24} {cells[1]}")
+    groups = record.get("groups") or {}
+    if groups:
+        names = ("replaced", "replaced_content", "kept", "words_all")
+        lines.append("top-1 % by group: " + ", ".join(names))
+        for name, per in groups.items():
+            cells = [_cell(per.get(g, {}).get("top1")) for g in names]
+            lines.append(f"{name:<11} " + "  ".join(f"{c:<22}" for c in cells).rstrip())
+        head = record.get("headline") or {}
+        if head:
+            lines.append(
+                "headline (chosen on held-out public rows): "
+                + ", ".join(f"{g} {h['attack']}" for g, h in head.items())
+            )
     dn = record.get("deniability") or {}
     if dn.get("n_w_mean") is not None:
         lines.append(

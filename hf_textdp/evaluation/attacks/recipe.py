@@ -25,7 +25,7 @@ from ..encoders import make_encoder
 from ..protocol import ClassifierConfig, run_protocol, summarize
 from ..tasks import load_task
 from .plots import plot_attacks
-from .run import AttackSettings, run_attack
+from .run import AttackSettings, in_public, run_attack
 from .summary import write_attack_summary
 
 
@@ -117,7 +117,8 @@ def load_attack_recipe(path: str | Path) -> AttackRecipe:
         path=Path(path),
     )
     opts: dict[str, Any] = {
-        k: (tuple(v) if k in ("taus", "lambda_rho") else v) for k, v in (raw.get("attack") or {}).items()
+        k: (tuple(v) if k in ("taus", "lambda_rho", "inversion_pool") else v)
+        for k, v in (raw.get("attack") or {}).items()
     }
     unknown_opts = sorted(set(opts) - set(AttackSettings.__dataclass_fields__) - {"attacker_seed"})
     if unknown_opts:
@@ -144,6 +145,12 @@ def run_attack_recipe(
     public: list[str] = []
     for name in public_tasks:
         public.extend(_texts(load_task(name, data_dir=data_dir, root=root)))
+    # private rows that occur anywhere in the public tasks (SST-5 holds MR's reviews) are left out
+    shared = in_public(private_texts, public)
+    if shared.any():
+        progress(f"{int(shared.sum())} {private_task} rows also occur in the public tasks: left out")
+        private_texts = [t for t, s in zip(private_texts, shared, strict=True) if not s]
+        labels = labels[~shared]
     if raw.get("max_public_rows"):
         keep = np.sort(np.random.default_rng(seed).permutation(len(public))[: int(raw["max_public_rows"])])
         public = [public[i] for i in keep]
@@ -164,6 +171,7 @@ def run_attack_recipe(
             record["utility"] = utility(released.texts, spec.model)
             record["timing_s"]["utility"] = time.perf_counter() - t_util
             record.update(
+                n_private_rows_in_public=int(shared.sum()),
                 task=private_task,
                 public_tasks=public_tasks,
                 label=spec.name,

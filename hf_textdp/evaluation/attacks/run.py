@@ -1,13 +1,14 @@
-"""One attack evaluation: release a private corpus, attack it three ways, score with intervals.
+"""One attack evaluation: release a private corpus, attack it, score by token group with intervals.
 
 :func:`run_attack` is what ``hf-textdp attack`` and the attack recipes call (docs/attacks.md).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -15,20 +16,25 @@ import numpy as np
 import numpy.typing as npt
 
 from ...config import PrivatizerConfig
+from ...errors import InvalidParameterError
 from ...privatizer import Privatizer
-from .bayes import ExactLaw, has_exact_law, log_prior, with_identity
+from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
 from .contextual import BigramModel, ContextualAttack
-from .corpus import ReleasedCorpus, release_corpus
+from .corpus import ReleasedCorpus, RowLayout, release_corpus
 from .fitted import FittedLaw
 from .intervals import row_bootstrap
+from .inversion import InversionAttack, InversionBudget, load_encoder
+from .scoring import frequent_mask, score_groups, span_recovery, token_groups, word_hits
 
 
 __all__ = ["AttackSettings", "run_attack", "ATTACKS"]
 
-ATTACKS = ("identity", "bayes", "contextual")
+ATTACKS = ("identity", "prior", "bayes", "contextual", "inversion")
 
 # Keys of the attacker's own privatizations (public data only): distinct from any victim key.
 _STATS_SPLIT, _TRAIN_SPLIT = "attack-public-stats", "attack-public-train"
+_HOLDOUT_SPLIT, _INVERSION_SPLIT = "attack-public-holdout", "attack-public-inversion"
+_NOT_ALNUM = re.compile(r"[\W_]+")
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,14 @@ class AttackSettings:
         window (`int`), rank (`int`), epochs (`int`): the contextual model (contextual.py).
         bootstrap (`int`): row-bootstrap resamples of the 95 % intervals.
         min_count (`int`): input types seen fewer times are left out of the N_w / S_w means.
+        holdout_rows (`int`): public rows (out of the training half) the attacker privatizes and keeps out of
+            every fit, to choose the headline attack per group of tokens (never the private rows).
+        content_top (`int`): replaced inputs outside this many most frequent public tokens are content tokens.
+        inversion (`bool`): train and run the inversion attack (inversion.py).
+        inversion_rows, inversion_epochs, inversion_max_length, inversion_lr, inversion_batch,
+        inversion_max_minutes: its budget (:class:`~.inversion.InversionBudget`).
+        inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
+            release's ε among them), ε given as an input; reused for every ε of the pool in one process.
         attacker_seed (`int`): the attacker's own key and the bootstrap seed.
     """
 
@@ -63,7 +77,27 @@ class AttackSettings:
     taus: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     lambda_rho: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
     neighbours: int = 50
+    holdout_rows: int = 500
+    content_top: int = 100
+    inversion: bool = False
+    inversion_rows: int = 4000
+    inversion_epochs: int = 4
+    inversion_max_length: int = 64
+    inversion_lr: float = 1e-4
+    inversion_batch: int = 32
+    inversion_max_minutes: float | None = None
+    inversion_pool: tuple[float, ...] = ()
     attacker_seed: int = 2**40 + 2222
+
+    def budget(self) -> InversionBudget:
+        return InversionBudget(
+            rows=self.inversion_rows,
+            epochs=self.inversion_epochs,
+            max_length=self.inversion_max_length,
+            lr=self.inversion_lr,
+            batch_rows=self.inversion_batch,
+            max_minutes=self.inversion_max_minutes,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -71,13 +105,48 @@ class AttackSettings:
         return out
 
 
-def _split_public(texts: Sequence[str], train_rows: int, seed: int) -> tuple[list[str], list[str]]:
-    """A seeded half of the public rows for statistics, the rest (at most ``train_rows``) for training."""
+def _split_public(
+    texts: Sequence[str], train_rows: int, seed: int, holdout_rows: int = 0
+) -> tuple[list[str], list[str], list[str]]:
+    """A seeded half of the public rows for statistics; of the rest, ``holdout_rows`` held out and (at most
+    ``train_rows``) for training."""
     order = np.random.default_rng(seed).permutation(len(texts))
     half = (len(texts) + 1) // 2
     stats = [texts[i] for i in np.sort(order[:half])]
-    train = [texts[i] for i in np.sort(order[half:])[:train_rows]]
-    return stats, train
+    rest = np.sort(order[half:])
+    n_hold = min(holdout_rows, rest.size // 2)
+    hold = [texts[i] for i in rest[rest.size - n_hold :]]
+    train = [texts[i] for i in rest[: rest.size - n_hold][:train_rows]]
+    return stats, train, hold
+
+
+def _key(text: str) -> str:
+    """A row's letters and digits, lower-cased: one key for one sentence tokenized two ways (MR's "century's"
+    and SST's "century 's")."""
+    return _NOT_ALNUM.sub("", text.lower())
+
+
+def in_public(private: Sequence[str], public: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """Whether each private row also occurs in the public text (case, spacing and punctuation ignored)."""
+    seen = {_key(t) for t in public}
+    return np.fromiter((_key(t) in seen for t in private), dtype=bool, count=len(private))
+
+
+def split_overlap(private: Sequence[str], public: Sequence[str]) -> tuple[list[str], int]:
+    """The private rows that do not occur in the public text (:func:`in_public`), and how many did."""
+    found = in_public(private, public)
+    return [t for t, f in zip(private, found, strict=True) if not f], int(found.sum())
+
+
+def first_rows(corpus: ReleasedCorpus, n: int) -> ReleasedCorpus:
+    """The corpus's first ``n`` rows."""
+    n = min(n, corpus.n_rows)
+    m = int(corpus.starts[n])
+    rows = corpus.rows
+    if rows is not None:
+        words = rows.word_of[:m]
+        rows = RowLayout(rows.ids[:n], rows.cand_at[:n], words, rows.offsets[:m])
+    return ReleasedCorpus(corpus.inputs[:m], corpus.released[:m], corpus.row_sizes[:n], corpus.texts[:n], rows)
 
 
 def _score(hits: npt.NDArray[np.bool_], corpus: ReleasedCorpus, settings: AttackSettings, salt: int) -> dict[str, Any]:
@@ -134,6 +203,7 @@ def run_attack(
     seed: int | None = None,
     settings: AttackSettings | None = None,
     keep_texts: bool = False,
+    spans: Sequence[tuple[int, int, int]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], ReleasedCorpus]:
     """Release ``private_texts`` with ``config`` and measure what an informed adversary recovers.
@@ -146,32 +216,63 @@ def run_attack(
             adversary never sees it; it is not recorded.
         settings (`AttackSettings`, *optional*): the adversary.
         keep_texts (`bool`): keep the released texts in the returned corpus (for a utility score).
+        spans (`list[tuple[int, int, int]]`, *optional*): character spans (row of ``private_texts``, start, end)
+            to score whole, such as injected identifiers: ``spans`` in the record (scoring.span_recovery).
 
     Returns:
-        The record (``attacks`` holds identity, bayes and contextual: top-1 and top-5 recovery with
-        row-bootstrap 95 % intervals; ``recovery_top1`` is the best attack's top-1), and the released
-        corpus.
+        The record and the released corpus. ``attacks`` holds each attack's top-1 and top-5 recovery over all
+        candidate tokens with row-bootstrap 95 % intervals; ``groups`` the same per group of tokens and of
+        whole words (scoring.py); ``headline`` the attack chosen per group on held-out public rows the
+        attacker privatized (never on the private rows); ``recovery_top1`` is the headline attack's top-1
+        over all tokens. Private rows that also occur in the public text are left out
+        (``n_private_rows_in_public``).
     """
     settings = settings or AttackSettings()
     say = progress or (lambda _m: None)
     timing: dict[str, float] = {}
+    bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
+    if bad:
+        raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
+    shared = in_public(private_texts, public_texts)
+    n_overlap = int(shared.sum())
+    new_row = np.cumsum(~shared) - 1  # a kept row's index after the shared rows are left out
+    private_texts = [t for t, f in zip(private_texts, shared, strict=True) if not f]
+    if not private_texts:
+        raise InvalidParameterError("--private: every private row also occurs in the public text; nothing to attack.")
+    if settings.inversion_pool and config.epsilon not in settings.inversion_pool:
+        raise InvalidParameterError(
+            f"inversion_pool: the release's ε = {config.epsilon:g} must be one of the pool, got "
+            f"{list(settings.inversion_pool)}."
+        )
     t = time.perf_counter()
     victim = Privatizer(config, seed=seed, allow_weak_seed=True)
-    private = release_corpus(victim, private_texts, keep_texts=keep_texts)
+    private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
     timing["release_private"] = time.perf_counter() - t
     V = int(victim.space.V)
     say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
 
     t = time.perf_counter()
-    stats_texts, train_texts = _split_public(list(public_texts), settings.train_rows, settings.attacker_seed)
+    n_train = max(settings.train_rows, settings.inversion_rows if settings.inversion else 0)
+    stats_texts, train_texts, hold_texts = _split_public(
+        list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows
+    )
     attacker = _attacker(config, settings, _STATS_SPLIT)
     stats = release_corpus(attacker, stats_texts)
-    logp = log_prior(np.bincount(stats.inputs, minlength=V), settings.prior_alpha)
-    train = release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts) if train_texts else None
+    counts = np.bincount(stats.inputs, minlength=V)
+    logp = log_prior(counts, settings.prior_alpha)
+    frequent = frequent_mask(counts, settings.content_top)
+    prior_top = np.argsort(-counts, kind="stable")[:5]
+    train_all = (
+        release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts, keep_rows=True) if train_texts else None
+    )
+    train = first_rows(train_all, settings.train_rows) if train_all is not None else None
+    hold = (
+        release_corpus(_attacker(config, settings, _HOLDOUT_SPLIT), hold_texts, keep_rows=True) if hold_texts else None
+    )
     timing["release_public"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    wanted = private.released if train is None else np.concatenate([private.released, train.released])
+    wanted = np.concatenate([c.released for c in (private, train, hold) if c is not None])
     law = build_law(attacker, settings)
     law.prepare(wanted, settings.lambda_rho)
     lam, tau, tuning = tune(law, logp, train, settings)
@@ -182,12 +283,7 @@ def run_attack(
         f"for {lists.released.size:,} released tokens"
     )
 
-    truth = private.inputs
-    guesses, scores = lists.for_tokens(private.released)
-    hits: dict[str, tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_] | None]] = {
-        "identity": (private.released == truth, None),
-        "bayes": (guesses[:, 0] == truth, (guesses[:, :5] == truth[:, None]).any(1)),
-    }
+    contextual: tuple[ContextualAttack, GuessLists] | None = None
     contextual_info: dict[str, Any] | None = None
     if settings.contextual and train is not None:
         t = time.perf_counter()
@@ -203,8 +299,7 @@ def run_attack(
             seed=settings.attacker_seed % 2**31,
         )
         attack.fit(train, *full.for_tokens(train.released))
-        ranked = attack.rank_lists(private, *full.for_tokens(private.released))
-        hits["contextual"] = (ranked[:, 0] == truth, (ranked[:, :5] == truth[:, None]).any(1))
+        contextual = (attack, full)
         timing["contextual"] = time.perf_counter() - t
         contextual_info = {
             "model": "reranker of the Bayes top-k plus the released token: linear over 5 features + rank-"
@@ -213,15 +308,48 @@ def run_attack(
             "train_rows": train.n_rows,
         }
 
-    attacks: dict[str, Any] = {}
-    for i, (name, (top1, top5)) in enumerate(hits.items()):
-        entry: dict[str, Any] = {"recovery_top1": _score(top1, private, settings, 10 * i)}
-        entry["recovery_top5"] = _score(top5, private, settings, 10 * i + 1) if top5 is not None else None
-        attacks[name] = entry
+    inverter: InversionAttack | None = None
+    if settings.inversion and train_texts:
+        t = time.perf_counter()
+        inverter = _inversion(config, settings, victim, train_texts, train_all, say)
+        timing["inversion_train"] = time.perf_counter() - t
+
+    def hits_for(c: ReleasedCorpus) -> dict[str, Hits]:
+        truth = c.inputs
+        g, _ = lists.for_tokens(c.released)
+        out: dict[str, Hits] = {
+            "identity": (c.released == truth, None),
+            "prior": (truth == prior_top[0], np.isin(truth, prior_top)),
+            "bayes": (g[:, 0] == truth, (g[:, :5] == truth[:, None]).any(1)),
+        }
+        if contextual is not None:
+            ranked = contextual[0].rank_lists(c, *contextual[1].for_tokens(c.released))
+            out["contextual"] = (ranked[:, 0] == truth, (ranked[:, :5] == truth[:, None]).any(1))
+        if inverter is not None:
+            pred = inverter.predict(c, float(config.epsilon))
+            out["inversion"] = (pred[:, 0] == truth, (pred == truth[:, None]).any(1))
+        return out
+
+    t = time.perf_counter()
+    hits = hits_for(private)
+    groups = _grouped(private, hits, frequent, settings.bootstrap, settings.attacker_seed)
+    heldout: dict[str, dict[str, float]] = {}
+    if hold is not None:
+        for name, per in _grouped(hold, hits_for(hold), frequent, 0, 0).items():
+            heldout[name] = {g: e["top1"]["value"] for g, e in per.items()}
+    timing["predict_and_score"] = time.perf_counter() - t
+    headline = _headline(heldout or {a: {g: e["top1"]["value"] for g, e in per.items()} for a, per in groups.items()})
+    if not heldout:
+        say("no held-out public rows: the headline attack is chosen on the private rows")
+
+    attacks: dict[str, Any] = {
+        name: {"recovery_top1": per["all"]["top1"], "recovery_top5": per["all"]["top5"]}
+        for name, per in groups.items()
+    }
     diag = _diagnostics().compute(
-        predictions=private.released.tolist(), references=truth.tolist(), min_count=settings.min_count
+        predictions=private.released.tolist(), references=private.inputs.tolist(), min_count=settings.min_count
     )
-    best = max(attacks, key=lambda a: attacks[a]["recovery_top1"]["value"])
+    best = headline["all"]
     record: dict[str, Any] = {
         "mechanism": config.mechanism,
         "epsilon": config.epsilon,
@@ -231,19 +359,107 @@ def run_attack(
         "model": config.model,
         "candidates": config.candidates,
         "n_private_rows": private.n_rows,
+        "n_private_rows_in_public": n_overlap,
         "n_private_tokens": int(private.inputs.size),
-        "n_public_rows": {"statistics": stats.n_rows, "training": 0 if train is None else train.n_rows},
+        "n_public_rows": {
+            "statistics": stats.n_rows,
+            "training": 0 if train is None else train.n_rows,
+            "heldout": 0 if hold is None else hold.n_rows,
+        },
         "replacement_rate": private.replacement_rate(),
         "recovery_top1": attacks[best]["recovery_top1"]["value"],
         "best_attack": best,
+        "headline": {g: {"attack": a, "heldout_top1": heldout.get(a, {}).get(g)} for g, a in headline.items()},
         "attacks": attacks,
+        "groups": groups,
+        "heldout_top1": heldout,
+        "content_top": settings.content_top,
         "deniability": {k: diag[k] for k in ("n_w_mean", "s_w_mean", "s_w_per_occurrence_mean", "n_types")},
         "bayes_law": law.method,
         "bayes_lambda": float(law.lambdas[lam]),
         "bayes_prior_weight": tau,
         "bayes_tuning_top1": tuning,
         "contextual_model": contextual_info,
+        "inversion_model": None if inverter is None else inverter.info,
         "settings": settings.to_dict(),
         "timing_s": timing,
     }
+    if spans is not None:
+        kept = [(int(new_row[r]), a, b) for r, a, b in spans if not shared[r]]
+        record["spans"] = {
+            "n_given": len(spans),
+            "n_in_public_rows": len(spans) - len(kept),
+            "attacks": span_recovery(private, hits, kept, settings.bootstrap, settings.attacker_seed + 77),
+        }
     return record, private
+
+
+Hits = tuple[npt.NDArray[np.bool_], "npt.NDArray[np.bool_] | None"]
+
+
+def _grouped(
+    c: ReleasedCorpus, hits: dict[str, Hits], frequent: npt.NDArray[np.bool_], resamples: int, seed: int
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every attack's recovery per token group and per whole-word group (scoring.py)."""
+    out = score_groups(hits, c.row_of, c.n_rows, token_groups(c, frequent), resamples, seed)
+    w_hits, w_rows, w_groups = word_hits(c, hits)
+    for name, per in score_groups(w_hits, w_rows, c.n_rows, w_groups, resamples, seed + 7).items():
+        out[name].update(per)
+    return out
+
+
+def _headline(top1: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Per group, the attack with the best top-1 in ``top1`` (held-out values); ties go to the earlier attack."""
+    groups = next(iter(top1.values())).keys()
+    out = {}
+    for g in groups:
+        vals = {a: v[g] for a, v in top1.items() if v.get(g) is not None and not np.isnan(v[g])}
+        out[g] = max(vals, key=lambda a: vals[a]) if vals else "identity"
+    return out
+
+
+_POOLED: dict[str, InversionAttack] = {}
+
+
+def _inversion(
+    config: PrivatizerConfig,
+    settings: AttackSettings,
+    victim: Privatizer,
+    train_texts: list[str],
+    train_all: ReleasedCorpus | None,
+    say: Callable[[str], None],
+) -> InversionAttack:
+    """The inversion attack trained on the attacker's privatized public rows (one ε, or pooled over a family's)."""
+    budget = settings.budget()
+    pool = settings.inversion_pool
+    key = repr((replace(config, epsilon=1.0), pool, budget, settings.attacker_seed, len(train_texts)))
+    if pool and key in _POOLED:
+        say(f"inversion: the model pooled over ε ∈ {list(pool)} is reused")
+        return _POOLED[key]
+    space = victim.space
+    pad = getattr(space.tokenizer, "pad_token_id", None) if space.tokenizer is not None else None
+    inv = InversionAttack(
+        encoder=load_encoder(config.model),
+        candidate_ids=space.candidate_ids.clone(),
+        pad_id=int(pad or 0),
+        budget=budget,
+        seed=settings.attacker_seed % 2**31,
+    )
+    if pool:
+        corpora = []
+        for j, eps in enumerate(pool):
+            cfg = replace(config, epsilon=eps)
+            texts = train_texts[j :: len(pool)][: budget.rows // len(pool)]
+            corpora.append(
+                (release_corpus(_attacker(cfg, settings, f"{_INVERSION_SPLIT}-{j}"), texts, keep_rows=True), eps)
+            )
+    else:
+        assert train_all is not None
+        corpora = [(train_all, float(config.epsilon))]
+    info = inv.fit(corpora, progress=say)
+    info["pool"] = list(pool)
+    say(f"inversion trained: {info['steps']} steps, final loss {info['final_loss']:.3f} ({info['stopped']})")
+    if pool:
+        _POOLED.clear()
+        _POOLED[key] = inv
+    return inv
