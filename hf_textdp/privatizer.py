@@ -206,7 +206,7 @@ class Privatizer:
                 f"postprocess={self.config.postprocess!r} reads the original token: the output has NO privacy "
                 "guarantee (dp_epsilon is null).",
             )
-        self._tokens = make_tokens(space)
+        self._tokens = make_tokens(space, self.config.passthrough)
         self._mech, self._step, self._space = mech, step, space
 
     def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
@@ -433,14 +433,9 @@ class Privatizer:
             result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
         else:
             assert isinstance(rows, list) and space.words is not None
-            words = space.words
             out_l = out.tolist()
             result[self.text_column] = [
-                WordTokens.decode_words(
-                    [words[j] if j >= 0 else w for j, w in zip(out_l[b[i] : b[i + 1]], row.pieces or [], strict=True)],
-                    row.seps or [""],
-                )
-                for i, row in enumerate(rows)
+                tokens.decode_row(out_l[b[i] : b[i + 1]], row, space.words) for i, row in enumerate(rows)
             ]
         flat_list = out.tolist()
         result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]
