@@ -339,3 +339,49 @@ def test_a_missing_extra_names_it(monkeypatch, module, detector, extra):
     with pytest.raises(MissingExtraError, match=rf"pip install 'hf-textdp\[{extra}\]'") as info:
         det.detect(["x"])
     assert "\n" not in str(info.value) and isinstance(info.value, ImportError)
+
+
+def test_presidio_without_its_spacy_pipeline_refuses_to_download(monkeypatch):
+    """Presidio's default engine would download en_core_web_lg; the detector names the pipeline instead (a stand-in
+    presidio_analyzer module, whose engine must never be built)."""
+    import types
+
+    pytest.importorskip("spacy")
+    import spacy
+
+    built = []
+    fake = types.ModuleType("presidio_analyzer")
+    fake.AnalyzerEngine = lambda: built.append("engine")  # type: ignore[attr-defined]
+    fake.BatchAnalyzerEngine = lambda analyzer_engine: built.append("batch")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "presidio_analyzer", fake)
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: False)
+    with pytest.raises(MissingExtraError, match=r"needs the spaCy pipeline 'en_core_web_lg'.*spacy download"):
+        PresidioDetector().detect(["x"])
+    assert built == []
+
+
+def test_presidio_results_become_spans(monkeypatch):
+    """Presidio's results (start, end per entity, per text) map to the batch's spans, empty entities dropped."""
+    import types
+
+    pytest.importorskip("spacy")
+    import spacy
+
+    class Result:
+        def __init__(self, start, end):
+            self.start, self.end = start, end
+
+    class Batch:
+        def __init__(self, analyzer_engine):
+            pass
+
+        def analyze_iterator(self, texts, language, batch_size):
+            assert language == "en"
+            return [[Result(0, 3), Result(5, 5)] if t.startswith("Ann") else [] for t in texts]
+
+    fake = types.ModuleType("presidio_analyzer")
+    fake.AnalyzerEngine = lambda: object()  # type: ignore[attr-defined]
+    fake.BatchAnalyzerEngine = Batch  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "presidio_analyzer", fake)
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: True)
+    assert PresidioDetector().detect(["Ann was here", "nobody"]).to_lists() == [[(0, 3)], []]
