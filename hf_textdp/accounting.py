@@ -36,8 +36,9 @@ NOT_COVERED = [
     "The length of each text in tokens, word boundaries, the number of subword pieces per word, and the whitespace "
     "between words where the tokens hold none (WordPiece): the output text copies it from the input.",
     "The positions and identities of special and padding tokens.",
-    "Passthrough tokens: a static-vector file's unknown words appear verbatim, and the unknown token appears "
-    "with its position. They have no protection, and the report counts them.",
+    "Passthrough tokens: the unknown token appears with its position, and so does a static-vector file's unknown "
+    "word, as <unk> (passthrough='placeholder', the default) or verbatim (passthrough='keep'). They have no "
+    "protection, and the report counts them.",
     "Columns other than the text column (labels, ids, metadata).",
     "Several rows from one person. Their losses add up.",
     "Releases outside this object: other runs without the same seed, other configs, or keep_original=True.",

@@ -23,7 +23,8 @@ from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
 from .space import DEFAULT_MODEL, parse_device
-from .validation import check_bool, check_epsilon
+from .tokens import PASSTHROUGH_MODES
+from .validation import check_bool, check_choice, check_epsilon
 from .version import __version__
 
 
@@ -52,6 +53,10 @@ class PrivatizerConfig:
             ``"all"``, ``"no_reserved"`` (without placeholder rows such as ``[unusedN]``), or a dict
             ``{"set": "all" | "no_reserved" | "public_vocab", "scripts": ["latin", ...], "vocab": path}``.
             An input token outside the set is still privatized, as its nearest candidate (space.md §6.5).
+        passthrough (`str`, defaults to `"placeholder"`): how a word missing from a static vector file is
+            released: ``"placeholder"`` (as ``<unk>``) or ``"keep"`` (verbatim, unprotected); either way it is
+            counted as ``passthrough_tokens``. A Hugging Face tokenizer's unknown token is always released as
+            itself (``[UNK]``).
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -76,6 +81,7 @@ class PrivatizerConfig:
     device: str = "cpu"
     keep_original: bool = False
     candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
+    passthrough: str = "placeholder"
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -94,6 +100,7 @@ class PrivatizerConfig:
             raise InvalidParameterError(f"model must be a non-empty str, got {self.model!r}.")
         parse_device_name(self.device)
         check_bool(self.keep_original, "keep_original")
+        check_choice(self.passthrough, "passthrough", PASSTHROUGH_MODES)
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         self.build()  # validates the mechanism name, postprocess name and every option
 

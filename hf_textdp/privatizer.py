@@ -142,7 +142,7 @@ class Privatizer:
     # ---------------------------------------------------------------- the engine's, for callers of a Privatizer
     def _ensure(self) -> None:
         if self._tokens is None:
-            self._tokens = make_tokens(self.engine.space)
+            self._tokens = make_tokens(self.engine.space, self.config.passthrough)
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -334,14 +334,10 @@ class Privatizer:
             result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
         else:
             assert isinstance(rows, list) and space.words is not None
-            words = space.words
+            assert isinstance(tokens, WordTokens)
             out_l = out.tolist()
             result[self.text_column] = [
-                WordTokens.decode_words(
-                    [words[j] if j >= 0 else w for j, w in zip(out_l[b[i] : b[i + 1]], row.pieces or [], strict=True)],
-                    row.seps or [""],
-                )
-                for i, row in enumerate(rows)
+                tokens.decode_row(out_l[b[i] : b[i + 1]], row, space.words) for i, row in enumerate(rows)
             ]
         flat_list = out.tolist()
         result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]

@@ -23,7 +23,8 @@ In both cases two words that would otherwise run together (a replaced word-initi
 its own space, where the tokenizer's pre-tokenizer would read the two as one word) get one space, so
 a new word starts where the original had a word boundary. Passthrough positions (the unknown token) decode
 to the unknown token's own form, such as ``[UNK]``: the original characters of an unknown word are
-not released.
+not released. A static vector file's missing word is released as ``<unk>`` (``passthrough="placeholder"``,
+the default) or verbatim (``passthrough="keep"``).
 """
 
 from __future__ import annotations
@@ -38,12 +39,22 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from .errors import HfTextDPError, InvalidRowError, ParameterTypeError, TokenizerNotSupportedError
+from .errors import (
+    HfTextDPError,
+    InvalidParameterError,
+    InvalidRowError,
+    ParameterTypeError,
+    TokenizerNotSupportedError,
+)
 
 
-__all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens"]
+__all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens", "UNKNOWN_WORD", "PASSTHROUGH_MODES"]
 
 _WS_SPLIT = re.compile(r"(\s+)")
+
+# How a static vector file's missing word is released (config ``passthrough``): as UNKNOWN_WORD, or verbatim.
+PASSTHROUGH_MODES = ("placeholder", "keep")
+UNKNOWN_WORD = "<unk>"  # a static vector file has no unknown token of its own: this fixed form stands for one
 
 
 @dataclass
@@ -58,13 +69,16 @@ class WordLayout:
     """A batch's words (Hugging Face tokenizers), held flat: word k covers the batch's positions
     ``starts[k]:stops[k]`` and belongs to row ``rows[k]``; ``counts[r]`` words are row r's. Where the tokens
     hold no whitespace, ``seps`` (an object array of str) holds the input's whitespace: ``counts[r] + 1``
-    strings a row (before each word, then after the last), rows one after another."""
+    strings a row (before each word, then after the last), rows one after another. ``offsets`` (int64
+    ``[N, 2]``) are the positions' character offsets in their row's text (``(0, 0)`` for template special
+    tokens), what selective privatization maps character spans with (``hf_textdp.sensitive``)."""
 
     starts: np.ndarray
     stops: np.ndarray
     rows: np.ndarray
     counts: np.ndarray
     seps: np.ndarray | None
+    offsets: np.ndarray | None = None
 
 
 class HFTokens:
@@ -287,7 +301,7 @@ def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, 
     rows = np.repeat(np.arange(n, dtype=np.int64), lengths)[starts]
     counts = np.bincount(rows, minlength=n)
     if not keep_spacing:
-        return WordLayout(starts, stops, rows, counts, None)
+        return WordLayout(starts, stops, rows, counts, None, off)
     # each word's last character: the largest offset end of its positions (skipped positions count -1)
     W = starts.size
     ends = np.maximum.reduceat(np.where(skip, -1, off[:, 1]), starts) if W else np.zeros(0, dtype=np.int64)
@@ -320,7 +334,7 @@ def _word_layout(texts: list[str], encs: Sequence[Any], lengths: np.ndarray, *, 
     gaps = zip(other.tolist(), text_of[other].tolist(), begin[other].tolist(), stop[other].tolist(), strict=True)
     for j, r, a, b in gaps:
         seps[j] = _only_space(texts[r][a:b])
-    return WordLayout(starts, stops, rows, counts, seps)
+    return WordLayout(starts, stops, rows, counts, seps, off)
 
 
 def _only_space(s: str) -> str:
@@ -361,10 +375,17 @@ def _join_words(words: Sequence[str], seps: Sequence[str] | None, run_together: 
 
 
 class WordTokens:
-    """Exact whitespace words looked up in a static vector file's vocabulary (space.md §3)."""
+    """Exact whitespace words looked up in a static vector file's vocabulary (space.md §3).
 
-    def __init__(self, word_to_id: dict[str, int]) -> None:
+    A word missing from the file (id -1) is a passthrough position: with ``passthrough="placeholder"`` (the
+    default) it is released as :data:`UNKNOWN_WORD`, with ``"keep"`` as itself (no protection).
+    """
+
+    def __init__(self, word_to_id: dict[str, int], passthrough: str = "placeholder") -> None:
+        if passthrough not in PASSTHROUGH_MODES:
+            raise InvalidParameterError(f"passthrough must be one of {list(PASSTHROUGH_MODES)}, got {passthrough!r}.")
         self._w2i = word_to_id
+        self.passthrough = passthrough
 
     def encode(self, texts: Sequence[str]) -> list[TokenizedRow]:
         rows = []
@@ -395,6 +416,15 @@ class WordTokens:
         flat = np.concatenate([r.ids for r in rows]) if rows else np.zeros(0, dtype=np.int64)
         return flat, lengths, rows
 
+    def decode_row(self, ids: Sequence[int], row: TokenizedRow, words: Sequence[str]) -> str:
+        """Row ``row``'s text from its released ids: ``words[i]`` for an id ``i >= 0``, and for a passthrough
+        position (``-1``) the placeholder or, with ``passthrough="keep"``, the input's word; the input's
+        separators between."""
+        unknown = None if self.passthrough == "keep" else UNKNOWN_WORD
+        pieces = row.pieces or []
+        out = [words[j] if j >= 0 else (w if unknown is None else unknown) for j, w in zip(ids, pieces, strict=True)]
+        return self.decode_words(out, row.seps or [""])
+
     @staticmethod
     def decode_words(words: Sequence[str], seps: Sequence[str]) -> str:
         out = [seps[0]]
@@ -404,7 +434,9 @@ class WordTokens:
         return "".join(out)
 
 
-def make_tokens(space: Any) -> HFTokens | WordTokens:
+def make_tokens(space: Any, passthrough: str = "placeholder") -> HFTokens | WordTokens:
+    """The tokenization of ``space``; ``passthrough`` says how a static vector file's missing words are released
+    (:class:`WordTokens`; a Hugging Face tokenizer's unknown token always decodes to its own form)."""
     if space.kind == "hf":
         return HFTokens(space.tokenizer)
-    return WordTokens(space.word_to_id())
+    return WordTokens(space.word_to_id(), passthrough)

@@ -207,7 +207,7 @@ def test_dp_epsilon_is_product_of_tokens_and_token_epsilon(line_vocab):
     assert out["dp_tokens"] == [5, 0, 2]
     assert out["dp_epsilon"] == [30.0, 0.0, 12.0]
     assert "attention_mask" not in out and "dp_delta" not in out
-    assert out["input_ids"][2][1] == -1 and out["text"][2].split()[1] == "unknown"
+    assert out["input_ids"][2][1] == -1 and out["text"][2].split()[1] == "<unk>"  # passthrough="placeholder"
     report = priv.privacy_report()
     assert report["totals"]["passthrough_tokens"] == 1
     assert report["epsilon_token"] == 6.0
@@ -219,7 +219,7 @@ def test_static_vectors_keep_separators(tmp_path):
     p = write_vectors(tmp_path / "v.txt", ["a", "b", "c"], np.array([[0.0], [10.0], [20.0]]))
     priv = Privatizer(PrivatizerConfig(epsilon=math.inf, model=str(p), options={"test_mode": True}), seed=2**40 + 1)
     text = "  a\tb \n c  zz "
-    assert priv.privatize([text]) == [text]
+    assert priv.privatize([text]) == ["  a\tb \n c  <unk> "]  # 'zz' is not in the file: the placeholder
 
 
 def test_bad_rows_name_the_row(tiny_bert):

@@ -429,7 +429,7 @@ def test_privatizer_end_to_end(tmp_path):
     assert {"text", "input_ids", "dp_tokens", "dp_epsilon"} <= set(out)
     assert out["dp_tokens"] == [4, 2]
     assert all(isinstance(t, str) for t in out["text"])
-    assert out["text"][1].endswith(" zzz")  # passthrough word kept
+    assert out["text"][1].endswith(" <unk>")  # the passthrough word, as the placeholder (the default)
     assert set(out["text"][0].split()) <= set(words)
     again = Privatizer(cfg, seed=2**40 + 1)({"text": ["the movie was good", "bad plot zzz"]}, [0, 1])
     assert again["text"] == out["text"]

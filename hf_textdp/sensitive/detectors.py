@@ -1,0 +1,91 @@
+"""Detectors by name, the spans of a batch, and what each detector reads (docs/mechanisms/selective.md §3–§5).
+
+A detector has a ``name``, a ``reads_context`` flag (whether a position's selection can depend on words other
+than the string it is part of) and ``detect(texts) -> RowSpans``. :func:`sensitive_spans` unions every
+detector's spans with the user's span column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .builtin import builtin_detector
+from .models import PresidioDetector, SpacyDetector
+from .spans import RowSpans, column_spans, union
+from .spec import BUILTIN_DETECTORS, SensitiveSpec
+
+
+__all__ = ["Detector", "build_detectors", "sensitive_spans", "detector_reads", "selection_info", "SELECTION_STATEMENT"]
+
+
+class Detector(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reads_context(self) -> bool: ...
+
+    def detect(self, texts: Sequence[str]) -> RowSpans: ...
+
+
+def build_detectors(spec: SensitiveSpec) -> list[Detector]:
+    """The spec's detectors, in order; optional ones import their library only when they first detect."""
+    out: list[Detector] = []
+    for name in spec.detectors:
+        if name in BUILTIN_DETECTORS:
+            out.append(builtin_detector(name))
+        elif name.startswith("spacy:"):
+            out.append(SpacyDetector(name, spec.labels))
+        else:
+            out.append(PresidioDetector())
+    return out
+
+
+def sensitive_spans(
+    detectors: Sequence[Detector],
+    texts: Sequence[str],
+    *,
+    column: str | None = None,
+    column_values: Sequence[Any] | None = None,
+    row_ids: Sequence[int] | None = None,
+) -> RowSpans:
+    """The union of every detector's spans and the user's spans (``column_values``, one entry per text).
+
+    Args:
+        detectors (`list`): from :func:`build_detectors`.
+        texts (`list[str]`): the batch's texts.
+        column (`str`, *optional*): the span column's name (for errors).
+        column_values (`list`, *optional*): that column's entries for the batch.
+        row_ids (`list[int]`, *optional*): the rows' ids, named in errors (default: 0, 1, …).
+    """
+    parts = [d.detect(texts) for d in detectors]
+    if column_values is not None:
+        ids = list(range(len(texts))) if row_ids is None else row_ids
+        parts.append(column_spans(column_values, texts, column or "?", ids))
+    return union(*parts) if parts else RowSpans.empty(len(texts))
+
+
+def detector_reads(name: str) -> str:
+    """``"context"`` for detectors that read the whole text (spaCy, Presidio), ``"match"`` for those that read only
+    the characters they match and their two neighbours (the built-in ones)."""
+    return "match" if name in BUILTIN_DETECTORS else "context"
+
+
+SELECTION_STATEMENT = (
+    "Which positions are sensitive is visible: sensitive and other positions are released by separate mechanisms "
+    "over separate classes, so the output shows each position's class. A 'match' detector decides from the "
+    "characters of the string it matches alone; a 'context' detector (spaCy, Presidio) also reads the words "
+    "around it, so a position's class can depend on other words of the row. User spans (the span column) are "
+    "visible the same way."
+)
+
+
+def selection_info(spec: SensitiveSpec) -> dict[str, Any]:
+    """What the selection reveals, as data for the report: each detector and what it reads, the span column."""
+    return {
+        "detectors": [{"name": d, "reads": detector_reads(d)} for d in spec.detectors],
+        "column": spec.column,
+        "labels": list(spec.labels) if any(d.startswith("spacy:") for d in spec.detectors) else None,
+        "statement": SELECTION_STATEMENT,
+    }

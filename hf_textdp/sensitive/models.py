@@ -1,0 +1,102 @@
+"""Model-based detectors: a spaCy pipeline's entities and Presidio's analyzer (docs/mechanisms/selective.md §3).
+
+Both are optional extras, imported only when a detector names them, and both read the whole text (a word's
+label depends on the words around it). Batches go through ``nlp.pipe`` and Presidio's
+``BatchAnalyzerEngine``. Nothing is downloaded: a spaCy pipeline must be installed or be a folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import MissingExtraError, ModelNotFoundError
+from .spans import RowSpans
+
+
+__all__ = ["SpacyDetector", "PresidioDetector"]
+
+_BATCH = 256  # texts per nlp.pipe batch: spaCy's default is 1000, smaller keeps memory flat on long texts
+PRESIDIO_SPACY_MODEL = "en_core_web_lg"  # the pipeline Presidio's default AnalyzerEngine loads
+
+
+def _import_spacy(detector: str) -> Any:
+    try:
+        import spacy
+    except ImportError as err:
+        raise MissingExtraError(
+            f'sensitive["detectors"]: {detector!r} needs spaCy, which is not installed: '
+            "pip install 'hf-textdp[spacy]'."
+        ) from err
+    return spacy
+
+
+@dataclass
+class SpacyDetector:
+    """Entities of a spaCy pipeline (an installed package name or a pipeline folder) whose label is in ``labels``."""
+
+    name: str
+    labels: tuple[str, ...]
+    reads_context: bool = True
+    _nlp: Any = field(default=None, repr=False)
+
+    @property
+    def pipeline(self) -> str:
+        return self.name[len("spacy:") :]
+
+    def _load(self) -> Any:
+        if self._nlp is None:
+            spacy = _import_spacy(self.name)
+            try:
+                self._nlp = spacy.load(self.pipeline)
+            except OSError as err:
+                raise ModelNotFoundError(
+                    f'sensitive["detectors"]: {self.name!r}: no spaCy pipeline {self.pipeline!r} is installed and '
+                    f"no such folder exists (install one with `python -m spacy download {self.pipeline}`, or give "
+                    "a pipeline folder)."
+                ) from err
+        return self._nlp
+
+    def detect(self, texts: Sequence[str]) -> RowSpans:
+        nlp = self._load()
+        labels = set(self.labels)
+        per_row = [
+            [(e.start_char, e.end_char) for e in doc.ents if e.label_ in labels and e.end_char > e.start_char]
+            for doc in nlp.pipe(list(texts), batch_size=_BATCH)
+        ]
+        return RowSpans.from_lists(per_row)
+
+
+@dataclass
+class PresidioDetector:
+    """Every entity Presidio's default ``AnalyzerEngine`` finds (English), batched by ``BatchAnalyzerEngine``."""
+
+    name: str = "presidio"
+    reads_context: bool = True
+    _engine: Any = field(default=None, repr=False)
+
+    def _load(self) -> Any:
+        if self._engine is None:
+            try:
+                from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
+            except ImportError as err:
+                raise MissingExtraError(
+                    "sensitive[\"detectors\"]: 'presidio' needs presidio-analyzer, which is not installed: "
+                    "pip install 'hf-textdp[presidio]'."
+                ) from err
+            spacy = _import_spacy(self.name)
+            # Presidio downloads its spaCy pipeline when it is missing; hf-textdp never downloads on its own
+            if not spacy.util.is_package(PRESIDIO_SPACY_MODEL):
+                raise MissingExtraError(
+                    f"sensitive[\"detectors\"]: 'presidio' needs the spaCy pipeline {PRESIDIO_SPACY_MODEL!r}, which "
+                    f"is not installed: python -m spacy download {PRESIDIO_SPACY_MODEL}."
+                )
+            self._engine = BatchAnalyzerEngine(analyzer_engine=AnalyzerEngine())
+        return self._engine
+
+    def detect(self, texts: Sequence[str]) -> RowSpans:
+        engine = self._load()
+        results = engine.analyze_iterator(list(texts), language="en", batch_size=_BATCH)
+        per_row = [[(int(r.start), int(r.end)) for r in found if r.end > r.start] for found in results]
+        return RowSpans.from_lists(per_row)
