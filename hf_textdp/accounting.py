@@ -408,6 +408,8 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
     lines.append(
         f"  candidates:  {cands.get('setting') or 'all'}"
         + (f", scripts {'+'.join(cands['scripts'])}" if cands.get("scripts") else "")
+        + (", all scripts" if cands.get("scripts_from") and not cands.get("scripts") else "")
+        + (f" ({cands['scripts_from']})" if cands.get("scripts_from") not in (None, "given") else "")
         + (
             f"; {outside} vocabulary tokens outside the set are privatized, where they occur, as their nearest "
             "candidate (ε_tok bounds them; the metric bound ε·d holds between candidates)"

@@ -35,6 +35,9 @@ __all__ = [
     "piece_text",
     "piece_classes",
     "script_ok",
+    "ALL_SCRIPTS",
+    "LANGUAGE_SCRIPTS",
+    "language_scripts",
 ]
 
 CandidateSet = Literal["all", "no_reserved", "public_vocab"]
@@ -57,6 +60,25 @@ SCRIPTS: tuple[str, ...] = (
     "hangul",
     "thai",
 )
+# ``scripts=["all"]``: every script, stated (``None`` means: the scripts of the model's language, space.md §6.3)
+ALL_SCRIPTS = "all"
+# The scripts each language is written in, by the ISO 639-1 code a model card's ``language:`` gives (space.md §6.3).
+_LATIN = (
+    "af ca cs cy da de en es et eu fi fr ga gl hr hu id is it lt lv ms mt nl no nb nn pl pt ro sk sl sq sv sw tl tr vi"
+)
+LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
+    **{code: ("latin",) for code in _LATIN.split()},
+    **{code: ("cyrillic",) for code in "be bg kk mk mn ru uk".split()},
+    "sr": ("cyrillic", "latin"),
+    "el": ("greek",),
+    **{code: ("arabic",) for code in "ar fa ps ur".split()},
+    "he": ("hebrew",),
+    **{code: ("devanagari",) for code in "hi mr ne sa".split()},
+    "zh": ("han",),
+    "ja": ("han", "hiragana", "katakana"),
+    "ko": ("hangul", "han"),
+    "th": ("thai",),
+}
 
 # Placeholder rows that tokenizers reserve and pre-training never (or hardly) saw (space.md §6.2):
 # BERT/WordPiece [unusedN], Gemma <unusedN>, T5/SentencePiece <extra_id_N>, Llama-3
@@ -83,7 +105,9 @@ class CandidateSpec:
             (without placeholder rows such as ``[unusedN]``) or ``"public_vocab"`` (the no_reserved tokens
             that occur in ``vocab``).
         scripts (`tuple[str, ...]`, *optional*): keep only tokens whose characters are letters of these
-            scripts, combining marks, or ASCII/Latin-1/General Punctuation digits, punctuation and symbols.
+            scripts, combining marks, or ASCII/Latin-1/General Punctuation digits, punctuation and symbols;
+            ``("all",)`` keeps every script. Unset, the loader uses the scripts of the model's declared
+            language (:func:`language_scripts`), or every script when it declares none.
         vocab (`str`, *optional*): ``public_vocab`` only: a public text file (one text or word per line) or
             JSON lines file (field ``text``). Never the data being privatized.
         classes (`str`, defaults to `"preserve"`): ``"preserve"`` replaces a word-initial token only by
@@ -114,9 +138,12 @@ class CandidateSpec:
                     f"candidates: scripts must be a non-empty list of script names from {list(SCRIPTS)}, "
                     f"got {self.scripts!r}."
                 )
-            bad = [s for s in self.scripts if s not in SCRIPTS]
-            if bad:
-                raise InvalidParameterError(f"candidates: unknown scripts {bad}. Allowed: {list(SCRIPTS)}.")
+            bad = [s for s in self.scripts if s not in SCRIPTS and s != ALL_SCRIPTS]
+            if bad or (ALL_SCRIPTS in self.scripts and len(set(self.scripts)) > 1):
+                raise InvalidParameterError(
+                    f"candidates: unknown scripts {bad or list(self.scripts)}. Allowed: script names from "
+                    f"{list(SCRIPTS)}, or ['all'] alone for every script."
+                )
             object.__setattr__(self, "scripts", tuple(sorted(set(self.scripts))))
         if (self.set == "public_vocab") != (self.vocab is not None):
             raise InvalidParameterError(
@@ -129,6 +156,11 @@ class CandidateSpec:
             raise InvalidParameterError(
                 f"candidates: classes must be one of {list(CLASS_MODES)}, got {self.classes!r}."
             )
+
+    @property
+    def script_filter(self) -> tuple[str, ...] | None:
+        """The scripts the filter keeps, or ``None`` when every script is kept."""
+        return None if self.scripts in (None, (ALL_SCRIPTS,)) else self.scripts
 
     @property
     def preserve_classes(self) -> bool:
@@ -288,6 +320,22 @@ def piece_classes(strings: Sequence[str], scheme: str, marker: str) -> npt.NDArr
 def _compat(char: str) -> bool:
     """A letter or digit that is a compatibility form of another (``ᵢ``, ``ₕ``, ``²``, ``ﬁ``, fullwidth ``Ａ``)."""
     return unicodedata.category(char)[0] in "LN" and unicodedata.normalize("NFKC", char) != char
+
+
+def language_scripts(languages: Sequence[str]) -> tuple[str, ...] | None:
+    """The scripts of ``languages`` (ISO 639-1 codes, ``en`` or ``en-US``), or ``None`` when none is given or one
+    is not in :data:`LANGUAGE_SCRIPTS` (then no script may be left out; space.md §6.3).
+
+    >>> language_scripts(["en"]), language_scripts(["en", "ru"]), language_scripts(["xx"]), language_scripts([])
+    (('latin',), ('cyrillic', 'latin'), None, None)
+    """
+    found: set[str] = set()
+    for lang in languages:
+        scripts = LANGUAGE_SCRIPTS.get(str(lang).lower().replace("_", "-").split("-")[0])
+        if scripts is None:
+            return None
+        found.update(scripts)
+    return tuple(sorted(found)) or None
 
 
 def script_ok(text: str | None, scripts: Sequence[str]) -> bool:

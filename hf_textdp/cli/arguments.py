@@ -124,7 +124,8 @@ def add_candidate_args(p: argparse.ArgumentParser) -> None:
         "--candidate-scripts",
         default=None,
         metavar="SCRIPT[,SCRIPT]",
-        help=f"keep only candidates written in these scripts, from: {', '.join(SCRIPTS)} (default: any)",
+        help=f"keep only candidates written in these scripts, from: {', '.join(SCRIPTS)}; 'all' for every script "
+        "(default: the scripts of the model card's language, else all)",
     )
     p.add_argument(
         "--candidate-vocab",

