@@ -45,7 +45,7 @@ __all__ = [
     "WorkFolderRun",
 ]
 
-logger = get_logger("hf_textdp.run.pipeline")  # the name these log lines have always carried
+logger = get_logger("hf_textdp.pipeline")  # the name these log lines have always carried (issue 38 moved the pipeline)
 
 DEFAULT_SHARD_SIZE = 10_000
 
