@@ -74,12 +74,16 @@ pass through unchanged.
 | rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
 | largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
-
+{% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
+| other positions | {{ sensitive.others }} |
+{% endif %}
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
 
 {% endif %}{% if recovery %}**What an attacker recovers.** Measured on public benchmark text for this exact
 configuration: {{ recovery }}.
+
+{% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
@@ -285,7 +289,32 @@ def dataset_card(
         hf_textdp_version=report.get("hf_textdp_version"),
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
+        sensitive=_sensitive_rows(report),
     )
+
+
+def _sensitive_rows(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The card's selective-privatization rows (docs/mechanisms/selective.md): both classes and the selection."""
+    sens = report.get("sensitive")
+    if not sens:
+        return None
+    totals = report.get("totals") or {}
+    found = [f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or []]
+    if sens.get("column"):
+        found.append(f"span column `{sens['column']}`")
+    if sens.get("others") == "keep":
+        others = f"{_fmt(totals.get('kept_other_tokens', 0))} tokens released **unchanged** (no ε)"
+    else:
+        n_other = int(totals.get("dp_tokens") or 0) - int(totals.get("sensitive_tokens") or 0)
+        others = f"{n_other} tokens at ε = {_fmt(report.get('epsilon'))}, ε_token {_fmt(report.get('epsilon_token'))}"
+    return {
+        "line": (
+            f"{_fmt(totals.get('sensitive_tokens', 0))} tokens at ε = {_fmt(sens.get('epsilon'))}, ε_token "
+            f"{_fmt(sens.get('epsilon_token'))}; selected by {', '.join(found) or 'none'}"
+        ),
+        "others": others,
+        "statement": sens.get("statement"),
+    }
 
 
 def _not_private_banner(columns: list[str]) -> str:
