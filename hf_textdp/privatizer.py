@@ -226,7 +226,7 @@ class Privatizer:
                 )
             if len(spans) != len(texts):
                 raise InvalidParameterError(f"spans has {len(spans)} entries but texts has {len(texts)}.")
-        out = self._process(list(texts), ids, None if spans is None else list(spans))
+        out = self._process(list(texts), ids) if spans is None else self._process(list(texts), ids, list(spans))
         result: list[str] = out[self.text_column]
         return result
 
@@ -279,7 +279,7 @@ class Privatizer:
                     f"{sorted(batch)}."
                 )
             span_values = [batch[spec.column]] if single else list(batch[spec.column])
-        out = self._process(texts, row_ids, span_values)
+        out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
         if self.config.keep_original:
             out[f"{self.text_column}_original"] = list(texts)
         if single:

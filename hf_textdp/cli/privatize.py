@@ -103,10 +103,9 @@ class PrivatizeCommand:
             )
             totals = report["totals"]
             print(
-                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens"
-                f"{_selective(totals, report)} "
-                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}); "
-                f"report: {report_path_for(Path(args.output))}"
+                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
+                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']})"
+                f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
             )
             return 0
         privatize_dataset(
@@ -129,11 +128,10 @@ class PrivatizeCommand:
         totals = report["totals"]
         eps_row = totals["max_row_dp_epsilon"]
         print(
-            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens"
-            f"{_selective(totals, report)} "
+            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
             f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
-            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}); report: "
-            f"{report_path_for(Path(args.output))}"
+            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}){_selective(totals, report)}; "
+            f"report: {report_path_for(Path(args.output))}"
         )
         return 0
 
@@ -143,6 +141,6 @@ def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:
     sens = report.get("sensitive")
     part = ""
     if sens:
-        part += f" ({totals.get('sensitive_tokens', 0)} sensitive at epsilon={sens['epsilon']:g}"
-        part += f", {totals.get('kept_other_tokens', 0)} others kept)" if sens["others"] == "keep" else ")"
+        part += f", {totals.get('sensitive_tokens', 0)} sensitive at epsilon={sens['epsilon']:g}"
+        part += f" ({totals.get('kept_other_tokens', 0)} others kept unchanged)" if sens["others"] == "keep" else ""
     return part + f", {totals.get('passthrough_tokens', 0)} passthrough"

@@ -97,7 +97,7 @@ def test_span_column_keeps_nothing_of_the_names(rows, tokenizer):
     assert checked > 3000
 
 
-def test_cli_flags_give_the_api_output(rows, tmp_path, tokenizer):
+def test_cli_flags_give_the_api_output(rows, tmp_path, tokenizer, capsys):
     from hf_textdp.cli import main
 
     part = rows[:40]
@@ -110,6 +110,8 @@ def test_cli_flags_give_the_api_output(rows, tmp_path, tokenizer):
     argv += ["--sensitive-epsilon", "1", "--sensitive-detectors", "email,phone,card", "--sensitive-column", "spans"]
     argv += ["--others", "privatize"]
     assert main(argv) == 0
+    line = capsys.readouterr().out
+    assert re.search(r"\), \d+ sensitive at epsilon=1, 0 passthrough; report: ", line), line
     cli = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
     sens = {"epsilon": 1.0, "detectors": ["email", "phone", "card"], "column": "spans", "others": "privatize"}
     api = Privatizer(PrivatizerConfig(epsilon=50.0, sensitive=sens), seed=SEED)(
