@@ -225,3 +225,32 @@ def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):
     assert "sensitive positions (selective) | 1 tokens at ε = 0.5, ε_token 1.5" in card
     assert "other positions | 4 tokens at ε = 2, ε_token 6" in card
     assert "Which positions are sensitive is visible" in card
+
+
+def test_saved_totals_of_keep_count_kept_and_passthrough_apart(tmp_path, t1d):
+    """The totals a saved output's report recomputes from its columns (run/totals.py): with others='keep' the
+    kept candidates are kept_other_tokens, not passthrough tokens."""
+    from hf_textdp import privatize_dataset
+
+    src = tmp_path / "in.jsonl"
+    rows = [{"text": "x0 x1 x2 zzz", "spans": [[0, 2]]}, {"text": "x2 x2", "spans": [[3, 5]]}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    sens = {"epsilon": 0.5, "column": "spans", "others": "keep"}
+    privatize_dataset(str(src), PrivatizerConfig(epsilon=2.0, model=t1d, sensitive=sens), seed=SEED, output_dir=out)
+    totals = json.loads((tmp_path / "out.jsonl.privacy_report.json").read_text(encoding="utf-8"))["totals"]
+    assert (totals["sensitive_tokens"], totals["kept_other_tokens"], totals["passthrough_tokens"]) == (2, 3, 1)
+    assert totals["dp_tokens"] == 2 and totals["max_row_dp_epsilon"] is None
+
+
+def test_a_spacy_pipeline_folder_is_part_of_the_fingerprint(tmp_path, t1d):
+    """An edited spaCy pipeline folder named by a detector changes the pickled inputs (decision D4), so a cached
+    map over the old pipeline's selection is not served."""
+    folder = tmp_path / "pipeline"
+    folder.mkdir()
+    (folder / "config.cfg").write_text("[nlp]\n", encoding="utf-8")
+    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1.0, "detectors": [f"spacy:{folder}"]})
+    before = Privatizer(cfg, SEED)._inputs()
+    assert str(folder.resolve()) in before
+    (folder / "config.cfg").write_text("[nlp]\nlang = en\n", encoding="utf-8")
+    assert Privatizer(cfg, SEED)._inputs() != before
