@@ -31,6 +31,7 @@ from ..errors import InvalidParameterError
 from ..io.reports import load_bound_report
 from ..io.results import load_results
 from ..version import __version__
+from .card_selective import sensitive_rows
 
 
 __all__ = [
@@ -289,32 +290,8 @@ def dataset_card(
         hf_textdp_version=report.get("hf_textdp_version"),
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
-        sensitive=_sensitive_rows(report),
+        sensitive=sensitive_rows(report, _fmt),
     )
-
-
-def _sensitive_rows(report: dict[str, Any]) -> dict[str, Any] | None:
-    """The card's selective-privatization rows (docs/mechanisms/selective.md): both classes and the selection."""
-    sens = report.get("sensitive")
-    if not sens:
-        return None
-    totals = report.get("totals") or {}
-    found = [f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or []]
-    if sens.get("column"):
-        found.append(f"span column `{sens['column']}`")
-    if sens.get("others") == "keep":
-        others = f"{_fmt(totals.get('kept_other_tokens', 0))} tokens released **unchanged** (no ε)"
-    else:
-        n_other = int(totals.get("dp_tokens") or 0) - int(totals.get("sensitive_tokens") or 0)
-        others = f"{n_other} tokens at ε = {_fmt(report.get('epsilon'))}, ε_token {_fmt(report.get('epsilon_token'))}"
-    return {
-        "line": (
-            f"{_fmt(totals.get('sensitive_tokens', 0))} tokens at ε = {_fmt(sens.get('epsilon'))}, ε_token "
-            f"{_fmt(sens.get('epsilon_token'))}; selected by {', '.join(found) or 'none'}"
-        ),
-        "others": others,
-        "statement": sens.get("statement"),
-    }
 
 
 def _not_private_banner(columns: list[str]) -> str:
