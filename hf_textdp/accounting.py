@@ -30,6 +30,8 @@ __all__ = [
     "recovery_statement",
     "NOT_COVERED",
     "ROW_GUARANTEE",
+    "SELECTIVE_ROW_GUARANTEE",
+    "selective_rows",
 ]
 
 NOT_COVERED = [
@@ -53,6 +55,14 @@ ROW_GUARANTEE = (
     "For two rows x, x' of the same length with the same special and passthrough positions and tokens, and any "
     "set S of outputs: P[M(x) in S] <= exp(dp_epsilon) * P[M(x') in S] + dp_delta (basic composition over the "
     "row's privatized positions)."
+)
+
+SELECTIVE_ROW_GUARANTEE = (
+    "Selective privatization: for two rows x, x' of the same length with the same special and passthrough "
+    "positions and tokens and the same class (sensitive or other) at every position, and any set S of outputs: "
+    "P[M(x) in S] <= exp(dp_epsilon) * P[M(x') in S] + dp_delta, where dp_epsilon sums each privatized "
+    "position's own class's epsilon_token (sensitive positions at sensitive.epsilon, the others at epsilon; basic "
+    "composition). With others='keep' the other positions are released unchanged and dp_epsilon is null."
 )
 
 COMPOSITION = {"within_row": "basic", "across_rows": "parallel", "across_releases": "basic"}
@@ -142,6 +152,25 @@ def combine_class_claims(claims: Sequence[Claim], class_of: Sequence[int], local
     )
 
 
+def selective_rows(
+    n_sens: np.ndarray, n_other: np.ndarray, sens: Claim, other: Claim | None
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Each row's ``(dp_epsilon, dp_delta)`` under selective privatization (selective.md §6): the sum over its
+    positions of their class's per-token bound, ``n_s·ε_tok,s + n_o·ε_tok,o`` (basic composition; not the
+    largest class's bound times the count). ``other`` is ``None`` with ``others="keep"``: the rows have no
+    finite ε (``None``), as a class released unchanged has none."""
+    e_s, e_o = sens.row_epsilon(1), None if other is None else other.row_epsilon(1)
+    ns, no = n_sens.astype(np.float64), n_other.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # 0 · ∞ is nan, as for a Python float (ε = ∞ in test mode)
+        eps = None if e_s is None or e_o is None else ns * e_s + no * e_o
+        deltas = None
+        if other is None or not other.rows_bounded or not sens.rows_bounded:
+            deltas = None
+        elif sens.delta_token > 0 or other.delta_token > 0:
+            deltas = ns * sens.delta_token + no * other.delta_token
+    return eps, deltas
+
+
 @dataclass
 class Totals:
     """What was released, added up over rows (accounting.md §4 ``totals``)."""
@@ -154,6 +183,10 @@ class Totals:
     max_row_dp_tokens: int = 0
     max_row_dp_epsilon: float | None = 0.0
     max_row_dp_delta: float | None = None
+    #: selective privatization: positions released as sensitive, and other candidate positions released
+    #: unchanged (``others="keep"``); both 0 without ``sensitive``
+    sensitive_tokens: int = 0
+    kept_other_tokens: int = 0
 
     def add_row(
         self,
@@ -164,8 +197,12 @@ class Totals:
         passthrough: int,
         epsilon: float | None,
         delta: float | None,
+        sensitive: int = 0,
+        kept_other: int = 0,
     ) -> None:
         self.rows += 1
+        self.sensitive_tokens += sensitive
+        self.kept_other_tokens += kept_other
         self.dp_tokens += dp_tokens
         self.special_tokens += special
         self.padding_tokens += padding
@@ -186,6 +223,8 @@ class Totals:
         passthrough: np.ndarray,
         epsilon: np.ndarray | None,
         delta: np.ndarray | None,
+        sensitive: np.ndarray | None = None,
+        kept_other: np.ndarray | None = None,
     ) -> None:
         """:meth:`add_row` for a batch's rows at once (int arrays; ``epsilon``/``delta`` None: the rows have none).
 
@@ -193,6 +232,10 @@ class Totals:
         """
         if dp_tokens.size == 0:
             return
+        if sensitive is not None:
+            self.sensitive_tokens += int(sensitive.sum())
+        if kept_other is not None:
+            self.kept_other_tokens += int(kept_other.sum())
         some = dp_tokens > 0
         self.rows += int(dp_tokens.size)
         self.dp_tokens += int(dp_tokens.sum())
@@ -214,6 +257,8 @@ class Totals:
         self.special_tokens += other.special_tokens
         self.padding_tokens += other.padding_tokens
         self.passthrough_tokens += other.passthrough_tokens
+        self.sensitive_tokens += other.sensitive_tokens
+        self.kept_other_tokens += other.kept_other_tokens
         self.max_row_dp_tokens = max(self.max_row_dp_tokens, other.max_row_dp_tokens)
         if self.max_row_dp_epsilon is None or other.max_row_dp_epsilon is None:
             self.max_row_dp_epsilon = None
@@ -227,7 +272,9 @@ class Totals:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        selective = {"sensitive_tokens": self.sensitive_tokens, "kept_other_tokens": self.kept_other_tokens}
         return {
+            **(selective if self.sensitive_tokens or self.kept_other_tokens else {}),
             "rows": self.rows,
             "dp_tokens": self.dp_tokens,
             "special_tokens": self.special_tokens,
@@ -294,6 +341,7 @@ def build_report(
     projection: dict[str, Any] | None = None,
     training: dict[str, Any] | None = None,
     measured_recovery: dict[str, Any] | None = None,
+    sensitive: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Assemble the report of accounting.md §4 (JSON-ready; never holds the seed or any text).
 
@@ -327,6 +375,10 @@ def build_report(
         "totals": totals.to_dict(),
         "not_covered": NOT_COVERED + list(claim.not_covered),
     }
+    if sensitive is not None:  # selective privatization (selective.md §6): both classes and what selection shows
+        report["sensitive"] = sensitive
+        report["row_guarantee"] = SELECTIVE_ROW_GUARANTEE
+        report["not_covered"].append(sensitive["statement"])
     if training is not None:
         report["training"] = training
     if measured_recovery is not None:
@@ -423,6 +475,20 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
             f"{_class_list(report)}"
         )
     lines.append(f"  guarantee:   {guarantee_statement(report)}")
+    sens = report.get("sensitive")
+    if sens:
+        others = (
+            f"others at ε {_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
+            if sens.get("others") == "privatize"
+            else f"others kept unchanged (no ε), {totals.get('kept_other_tokens', 0)} tokens"
+        )
+        found = ", ".join(f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or [])
+        lines.append(
+            f"  sensitive:   {totals.get('sensitive_tokens', 0)} tokens at ε {_g(sens.get('epsilon'))}, ε_tok "
+            f"{_g(sens.get('epsilon_token'))}; {others}; selected by {found or 'none'}"
+            + (f", span column {sens['column']!r}" if sens.get("column") else "")
+        )
+        lines.append(f"  selection:   {sens.get('statement')}")
     certified = report.get("certified")
     lines.append(
         "  certified:   "

@@ -5,6 +5,7 @@ The config holds no seed: a seed is a secret key and is never saved (decision D3
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import warnings
@@ -22,6 +23,7 @@ from .io.models import network_allowed
 from .mechanisms import get_mechanism_class
 from .mechanisms.base import AdditiveMechanism, Mechanism
 from .postprocess import PostprocessStep, get_postprocess_class, postprocess_option_names
+from .sensitive import SensitiveSpec, parse_sensitive
 from .space import DEFAULT_MODEL, parse_device
 from .tokens import PASSTHROUGH_MODES
 from .validation import check_bool, check_choice, check_epsilon
@@ -57,6 +59,10 @@ class PrivatizerConfig:
             released: ``"placeholder"`` (as ``<unk>``) or ``"keep"`` (verbatim, unprotected); either way it is
             counted as ``passthrough_tokens``. A Hugging Face tokenizer's unknown token is always released as
             itself (``[UNK]``).
+        sensitive (`dict`, *optional*): selective privatization (docs/mechanisms/selective.md):
+            ``{"epsilon": ε_s, "detectors": [...], "column": name, "others": "privatize" | "keep"}``; detected or
+            given positions are released by the same mechanism at ``ε_s``, the others at ``epsilon`` (or unchanged
+            with ``"others": "keep"``).
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -82,6 +88,7 @@ class PrivatizerConfig:
     keep_original: bool = False
     candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
     passthrough: str = "placeholder"
+    sensitive: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -102,6 +109,8 @@ class PrivatizerConfig:
         check_bool(self.keep_original, "keep_original")
         check_choice(self.passthrough, "passthrough", PASSTHROUGH_MODES)
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
+        if self.sensitive is not None:
+            object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive).to_value())
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
@@ -109,6 +118,17 @@ class PrivatizerConfig:
     def candidate_spec(self) -> CandidateSpec:
         """The validated candidate setting (space.md §6)."""
         return parse_candidates(self.candidates)
+
+    @property
+    def sensitive_spec(self) -> SensitiveSpec | None:
+        """The validated ``sensitive`` setting (``None``: every candidate position at ``epsilon``)."""
+        return None if self.sensitive is None else parse_sensitive(self.sensitive)
+
+    def sensitive_config(self) -> PrivatizerConfig:
+        """The configuration sensitive positions are released with: this one at ``sensitive["epsilon"]``."""
+        spec = self.sensitive_spec
+        assert spec is not None
+        return dataclasses.replace(self, epsilon=spec.epsilon, sensitive=None)
 
     def split_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Route ``options`` to (mechanism options, post-processing options); raise on unknown keys."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals
+from .accounting import Claim, Totals, selective_rows
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
@@ -27,6 +27,7 @@ from .io.models import model_identity
 from .mechanisms.base import Mechanism
 from .release import ReleaseEngine
 from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
+from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
 from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
@@ -95,6 +96,8 @@ class Privatizer:
         #: the release of this configuration under this privatizer's key (built lazily, never pickled)
         self.engine = ReleaseEngine(self.config, self.seed, self.split, self.stream)
         self._tokens: HFTokens | WordTokens | None = None
+        spec = self.config.sensitive_spec
+        self._detectors: list[Detector] = [] if spec is None else build_detectors(spec)
         self.totals = Totals()
 
     # ---------------------------------------------------------------- pickling (decision D4)
@@ -118,7 +121,12 @@ class Privatizer:
             model = model_identity(self.config.model)
         except HfTextDPError:  # the map reports it when it loads the model
             model = f"unresolved {self.config.model}"
-        paths = (self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus"))
+        paths: list[Any] = [self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus")]
+        spec = self.config.sensitive_spec  # a spaCy pipeline folder read by a detector
+        pipelines = [
+            d[len("spacy:") :] for d in (spec.detectors if spec is not None else ()) if d.startswith("spacy:")
+        ]
+        paths += [p for p in pipelines if os.path.isdir(p)]
         files = [stat_identity(p) for p in paths if isinstance(p, (str, os.PathLike))]
         return "\n".join([f"stream v{STREAM_VERSION}", model, *files])
 
@@ -192,8 +200,12 @@ class Privatizer:
         return self.engine.row_keys(row_ids, stream)
 
     # ---------------------------------------------------------------- public API
-    def privatize(self, texts: Sequence[str], row_ids: Sequence[int] | None = None) -> list[str]:
+    def privatize(
+        self, texts: Sequence[str], row_ids: Sequence[int] | None = None, *, spans: Sequence[Any] | None = None
+    ) -> list[str]:
         """Privatize a list of texts; with a seed, text i uses row id ``row_ids[i]`` (default: i).
+
+        ``spans``: with ``sensitive["column"]``, text i's sensitive character spans ``[[start, end], ...]``.
 
         Example:
 
@@ -205,7 +217,16 @@ class Privatizer:
         ids = list(range(len(texts))) if row_ids is None else list(row_ids)
         if len(ids) != len(texts):
             raise InvalidParameterError(f"row_ids has {len(ids)} entries but texts has {len(texts)}.")
-        out = self._process(list(texts), ids)
+        spec = self.config.sensitive_spec
+        if spec is not None and spec.column is not None:
+            if spans is None:
+                raise InvalidParameterError(
+                    f'spans: sensitive["column"] = {spec.column!r} needs the texts\' character spans, '
+                    "privatize(texts, spans=[[[start, end], ...], ...]) (one list per text)."
+                )
+            if len(spans) != len(texts):
+                raise InvalidParameterError(f"spans has {len(spans)} entries but texts has {len(texts)}.")
+        out = self._process(list(texts), ids) if spans is None else self._process(list(texts), ids, list(spans))
         result: list[str] = out[self.text_column]
         return result
 
@@ -249,7 +270,16 @@ class Privatizer:
             )
         else:
             row_ids = [0] * len(texts)  # unused: unseeded rows draw fresh entropy
-        out = self._process(texts, row_ids)
+        spec = self.config.sensitive_spec
+        span_values = None
+        if spec is not None and spec.column is not None:
+            if spec.column not in batch:
+                raise ColumnNotFoundError(
+                    f'sensitive["column"]={spec.column!r} is not in the dataset. Current columns in the dataset: '
+                    f"{sorted(batch)}."
+                )
+            span_values = [batch[spec.column]] if single else list(batch[spec.column])
+        out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
         if self.config.keep_original:
             out[f"{self.text_column}_original"] = list(texts)
         if single:
@@ -293,13 +323,32 @@ class Privatizer:
             if not isinstance(t, str):
                 raise InvalidRowError(f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}.")
 
-    def _process(self, texts: list[str], row_ids: list[int]) -> dict[str, list[Any]]:
+    def _process(self, texts: list[str], row_ids: list[int], spans: list[Any] | None = None) -> dict[str, list[Any]]:
         """:meth:`_process_batch` with Python's cyclic collector paused (its walks over the batch's many small
         lists cost a quarter of the host time; nothing in a batch forms a cycle)."""
         with gc_paused():
-            return self._process_batch(texts, row_ids)
+            return self._process_batch(texts, row_ids, spans)
 
-    def _process_batch(self, texts: list[str], row_ids: list[int]) -> dict[str, list[Any]]:
+    def _sensitive(
+        self,
+        texts: list[str],
+        rows: WordLayout | list[Any],
+        lengths: np.ndarray,
+        spans: list[Any] | None,
+        ids: list[int],
+    ) -> np.ndarray:
+        """Each position's sensitivity (selective.md §4): the detectors' and the span column's character spans,
+        mapped to the positions they overlap, whole words."""
+        spec = self.config.sensitive_spec
+        assert spec is not None
+        found = sensitive_spans(self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids)
+        if isinstance(rows, WordLayout):
+            assert rows.offsets is not None
+            return sensitive_mask(rows.offsets, lengths, found, (rows.starts, rows.stops))
+        offsets, _ = static_offsets([r.pieces or [] for r in rows], [r.seps or [""] for r in rows])
+        return sensitive_mask(offsets, lengths, found)
+
+    def _process_batch(self, texts: list[str], row_ids: list[int], spans: list[Any] | None) -> dict[str, list[Any]]:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
 
         All rows' ids are concatenated once, so classification, the id replacement, the decode lists and
@@ -320,7 +369,11 @@ class Privatizer:
         cand = cls == CANDIDATE
         sizes = np.bincount(row_of[cand], minlength=n)
         cand_pos = torch.from_numpy(pos[cand])
-        released = engine.release_flat(cand_pos, sizes.tolist(), row_ids)
+        marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
+        sens = None if marked is None else marked & cand
+        released = engine.release_flat(
+            cand_pos, sizes.tolist(), row_ids, sensitive=None if sens is None else torch.from_numpy(sens[cand])
+        )
         if step is not None and step.RELEASES_VECTORS:
             return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
         out = flat.copy()
@@ -336,14 +389,16 @@ class Privatizer:
             assert isinstance(rows, list) and space.words is not None
             assert isinstance(tokens, WordTokens)
             out_l = out.tolist()
+            m = None if marked is None else marked.tolist()
             result[self.text_column] = [
-                tokens.decode_row(out_l[b[i] : b[i + 1]], row, space.words) for i, row in enumerate(rows)
+                tokens.decode_row(out_l[b[i] : b[i + 1]], row, space.words, None if m is None else m[b[i] : b[i + 1]])
+                for i, row in enumerate(rows)
             ]
         flat_list = out.tolist()
         result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]
         if isinstance(tokens, HFTokens):
             result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
-        self._columns_and_totals(result, lengths, sizes, row_of, structural, out)
+        self._columns_and_totals(result, lengths, sizes, row_of, structural, out, sens)
         return result
 
     def _columns_and_totals(
@@ -354,18 +409,33 @@ class Privatizer:
         row_of: np.ndarray,
         structural: np.ndarray,
         out: np.ndarray | None,
+        sens: np.ndarray | None = None,
     ) -> None:
-        """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``) per row, and the running totals (accounting.md §2)."""
+        """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``), ``dp_sensitive_tokens`` with ``sensitive``, per row,
+        and the running totals (accounting.md §2, selective.md §6)."""
         space, claim = self.engine.space, self.engine.claim
         n = lengths.size
+        n_sens = kept = None
+        if sens is None:
+            # a row's ε and δ are one product dp_tokens · (per-token value) (accounting.md §2), as row_epsilon forms it
+            e1, d1 = claim.row_epsilon(1), claim.row_delta(1)
+            with np.errstate(invalid="ignore"):  # 0 · ∞ is nan, as for a Python float (ε = ∞ in test mode)
+                eps = None if e1 is None else sizes.astype(np.float64) * e1
+                deltas = None if d1 is None else sizes.astype(np.float64) * d1
+            has_delta = claim.delta_token > 0
+        else:  # selective: each position at its own class's ε_tok, summed over the row
+            sens_claim = self.engine.sensitive_claim
+            assert sens_claim is not None and self.config.sensitive is not None
+            n_sens = np.bincount(row_of[sens], minlength=n)
+            keep = self.config.sensitive["others"] == "keep"
+            kept = sizes - n_sens if keep else np.zeros(n, dtype=np.int64)
+            eps, deltas = selective_rows(n_sens, sizes - n_sens - kept, sens_claim, None if keep else claim)
+            has_delta = sens_claim.delta_token > 0 or (not keep and claim.delta_token > 0)
+            sizes = sizes - kept
+            result["dp_sensitive_tokens"] = n_sens.tolist()
         result["dp_tokens"] = sizes.tolist()
-        # a row's ε and δ are one product dp_tokens · (per-token value) (accounting.md §2), as row_epsilon forms it
-        e1, d1 = claim.row_epsilon(1), claim.row_delta(1)
-        with np.errstate(invalid="ignore"):  # 0 · ∞ is nan, as for a Python float (ε = ∞ in test mode)
-            eps = None if e1 is None else sizes.astype(np.float64) * e1
-            deltas = None if d1 is None else sizes.astype(np.float64) * d1
         result["dp_epsilon"] = [None] * n if eps is None else eps.tolist()
-        if claim.delta_token > 0:
+        if has_delta:
             result["dp_delta"] = [None] * n if deltas is None else deltas.tolist()
         n_struct = np.bincount(row_of[structural], minlength=n)
         pad = space.pad_id
@@ -373,7 +443,8 @@ class Privatizer:
             n_pad = np.bincount(row_of[structural & (out == pad)], minlength=n)
         else:
             n_pad = np.zeros(n, dtype=np.int64)
-        self.totals.add_rows(sizes, n_struct - n_pad, n_pad, lengths - n_struct - sizes, eps, deltas)
+        passthrough = lengths - n_struct - sizes - (0 if kept is None else kept)
+        self.totals.add_rows(sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
 
     def _vector_columns(
         self,

@@ -22,12 +22,14 @@ import torch
 from .accounting import Claim, Totals, build_report, combine_class_claims, refuse_overflowing_epsilon
 from .candidates import parse_candidates
 from .config import PrivatizerConfig
+from .errors import InvalidParameterError
 from .io.attack_table import lookup
 from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
 from .scale import scale_stats
+from .sensitive import selection_info
 from .space import ClassPart, EmbeddingSpace
 from .utils.logging import get_logger, warn_once
 from .utils.release_client import is_service_worker, remote_release
@@ -82,6 +84,9 @@ class ReleaseEngine:
         self._class_of: torch.Tensor | None = None  # [V] class index of each position in C (split only)
         self._local: torch.Tensor | None = None  # [V] position inside its class's space (split only)
         self._device_maps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the two above, per device
+        # selective privatization (docs/mechanisms/selective.md): one release per class at sensitive["epsilon"]
+        self._sens_releases: list[ClassRelease] = []
+        self._sens_claim: Claim | None = None
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -134,6 +139,38 @@ class ReleaseEngine:
                 "guarantee (dp_epsilon is null).",
             )
         self._mech, self._step, self._space = mech, step, space
+        if self.config.sensitive is not None:
+            self._load_sensitive(space)
+
+    def _load_sensitive(self, space: EmbeddingSpace) -> None:
+        """The sensitive class of each piece class: the same mechanism at ``sensitive["epsilon"]`` on the same
+        class space (selective.md §6), so a sensitive position's law is its mechanism's at ε_s."""
+        sens_config = self.config.sensitive_config()
+        _, step = sens_config.build()
+        if step is not None and step.RELEASES_VECTORS:
+            raise InvalidParameterError(
+                f"sensitive: postprocess={self.config.postprocess!r} releases vectors, not tokens; selective "
+                "privatization needs a token release (postprocess='nearest' or another token step)."
+            )
+        releases = []
+        for rel in self._releases:
+            mech, step = sens_config.build()
+            mech.setup(rel.part.space)
+            releases.append(ClassRelease(rel.part, mech, step, mech.claim(rel.part.space), rel.positions))
+        self._sens_releases = releases
+        if len(releases) == 1:
+            self._sens_claim = releases[0].claim
+        else:
+            assert self._class_of is not None and self._local is not None
+            claims = [r.claim for r in releases]
+            self._sens_claim = combine_class_claims(claims, self._class_of.tolist(), self._local.tolist())
+        refuse_overflowing_epsilon(self._sens_claim, sens_config.epsilon, lambda e: _claim_at(sens_config, e, space))
+
+    @property
+    def sensitive_claim(self) -> Claim | None:
+        """The claim of sensitive positions (``None`` without ``sensitive``)."""
+        self.load()
+        return self._sens_claim
 
     def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
         """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
@@ -214,7 +251,28 @@ class ReleaseEngine:
             projection=mech.projection(space),
             training=training,
             measured_recovery=measured_recovery(self.config),
+            sensitive=self._sensitive_report(),
         )
+
+    def _sensitive_report(self) -> dict[str, Any] | None:
+        """The report's ``sensitive`` section (selective.md §6): the sensitive class's ε and claim, what the others
+        get, and what the selection reveals (:func:`~hf_textdp.sensitive.selection_info`)."""
+        spec, claim = self.config.sensitive_spec, self._sens_claim
+        if spec is None or claim is None:
+            return None
+        per_class = None
+        if len(self._sens_releases) > 1:
+            per_class = [{"name": r.part.name, "epsilon_token": r.claim.epsilon_token} for r in self._sens_releases]
+        return {
+            "epsilon": spec.epsilon,
+            "epsilon_token": claim.epsilon_token,
+            "delta_token": claim.delta_token if claim.epsilon_token is not None else None,
+            "certified": claim.certified,
+            "others": spec.others,
+            "others_epsilon_token": self._claim.epsilon_token if spec.others == "privatize" and self._claim else None,
+            "per_class": per_class,
+            **selection_info(spec),
+        }
 
     def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
         """The Philox key of each row: derived from (seed, split, stream, row id), or fresh OS entropy unseeded."""
@@ -250,14 +308,19 @@ class ReleaseEngine:
         return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
 
     def release_flat(
-        self, positions: torch.Tensor, sizes: list[int], row_ids: list[int], stream: int | None = None
+        self,
+        positions: torch.Tensor,
+        sizes: list[int],
+        row_ids: list[int],
+        stream: int | None = None,
+        sensitive: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
 
         Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
         so the whole batch goes through one mechanism call and one post-processing call, and a seeded
-        row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
-        on CPU.
+        row's output never depends on the batch. ``sensitive`` (bool ``[N]``): :meth:`release_streams`.
+        Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
         """
         space = self._space
         assert space is not None
@@ -268,52 +331,79 @@ class ReleaseEngine:
         remote = remote_release()
         if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
             key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
-            return torch.from_numpy(remote.release(key_arr, size_arr, positions.numpy()))
-        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device))
+            pos = positions.numpy()
+            if sensitive is not None:  # the mask travels in the positions' sign: -1 - p for a sensitive p
+                pos = np.where(sensitive.numpy(), -1 - pos, pos)
+            return torch.from_numpy(remote.release(key_arr, size_arr, pos))
+        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device), sensitive)
 
     def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
-        service's handler: several workers' batches at once)."""
+        service's handler: several workers' batches at once); a sensitive position comes as ``-1 - p``."""
         self.load()
         assert self._space is not None
         streams = streams_for_rows(torch.from_numpy(keys), sizes.tolist(), self._space.device)
-        return self.release_streams(torch.from_numpy(positions), streams).numpy()
+        sens = positions < 0
+        if not sens.any():
+            return self.release_streams(torch.from_numpy(positions), streams).numpy()
+        pos = np.where(sens, -1 - positions, positions)
+        return self.release_streams(torch.from_numpy(pos), streams, torch.from_numpy(sens)).numpy()
 
-    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+    def release_streams(
+        self, positions: torch.Tensor, streams: Streams, sensitive: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
 
-        The device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench``
-        times as "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        ``sensitive`` (bool ``[N]``, with ``config.sensitive``): the positions released by the sensitive classes
+        at ``sensitive["epsilon"]``; with ``"others": "keep"`` the other positions are returned unchanged. The
+        device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench`` times as
+        "kernel only". Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
         """
         self.load()
         if positions.numel() > RELEASE_CHUNK:  # bounded memory for any row or batch length: the same draws
             parts = [
-                self.release_streams(positions[a : a + RELEASE_CHUNK], streams.slice(a, a + RELEASE_CHUNK))
+                self.release_streams(
+                    positions[a : a + RELEASE_CHUNK],
+                    streams.slice(a, a + RELEASE_CHUNK),
+                    None if sensitive is None else sensitive[a : a + RELEASE_CHUNK],
+                )
                 for a in range(0, int(positions.numel()), RELEASE_CHUNK)
             ]
             return torch.cat(parts)
-        if len(self._releases) == 1:
+        selective = sensitive is not None and bool(self._sens_releases)
+        if len(self._releases) == 1 and not selective:
             return self._release_class(self._releases[0], positions, streams)
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a
-        # class's tokens apart from the others draws exactly what they would draw in one call.
+        # class's tokens apart from the others draws exactly what they would draw in one call. Sensitive
+        # positions are classes of their own (index + n_classes), released at sensitive["epsilon"].
         # The split runs where the streams are (on a GPU: no host passes over the batch between the classes'
         # kernels); every class is released before the positions are assembled on the host.
-        class_of, local_of = self._split_maps(streams.device)
+        n_cls = len(self._releases)
+        groups = self._releases + (self._sens_releases if selective else [])
+        keep = selective and self.config.sensitive is not None and self.config.sensitive["others"] == "keep"
         pos = positions.to(streams.device)
-        cls, loc = class_of[pos], local_of[pos]
+        if n_cls > 1:
+            class_of, local_of = self._split_maps(streams.device)
+            cls, loc = class_of[pos], local_of[pos]
+        else:
+            cls, loc = torch.zeros_like(pos), pos
+        if selective:
+            assert sensitive is not None
+            cls = cls + n_cls * sensitive.to(device=streams.device, dtype=cls.dtype)
         # the tokens grouped by class in one sort (each class's tokens in batch order), the group sizes read
         # in one synchronisation
         order = torch.argsort(cls, stable=True)
-        counts = torch.bincount(cls, minlength=len(self._releases)).tolist()
+        counts = torch.bincount(cls, minlength=len(groups)).tolist()
         starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
         results = []
-        for rel in self._releases:
-            a, b = starts[rel.part.index], starts[rel.part.index + 1]
+        for g, rel in enumerate(groups):
+            a, b = starts[g], starts[g + 1]
             idx = order[a:b]
-            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if b > a else None))
+            released = b > a and not (keep and g < n_cls)  # "keep": the other positions are not released
+            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if released else None))
         order_cpu = order.cpu()
-        out = torch.empty_like(positions)
-        for rel, (a, b, res) in zip(self._releases, results, strict=True):
+        out = positions.clone() if keep else torch.empty_like(positions)
+        for rel, (a, b, res) in zip(groups, results, strict=True):
             if res is not None:
                 out[order_cpu[a:b]] = rel.positions[res]
         return out

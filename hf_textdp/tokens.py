@@ -416,13 +416,20 @@ class WordTokens:
         flat = np.concatenate([r.ids for r in rows]) if rows else np.zeros(0, dtype=np.int64)
         return flat, lengths, rows
 
-    def decode_row(self, ids: Sequence[int], row: TokenizedRow, words: Sequence[str]) -> str:
+    def decode_row(
+        self, ids: Sequence[int], row: TokenizedRow, words: Sequence[str], sensitive: Sequence[bool] | None = None
+    ) -> str:
         """Row ``row``'s text from its released ids: ``words[i]`` for an id ``i >= 0``, and for a passthrough
-        position (``-1``) the placeholder or, with ``passthrough="keep"``, the input's word; the input's
-        separators between."""
-        unknown = None if self.passthrough == "keep" else UNKNOWN_WORD
+        position (``-1``) the placeholder or, with ``passthrough="keep"``, the input's word, unless ``sensitive``
+        marks it (a sensitive word is never released verbatim); the input's separators between."""
         pieces = row.pieces or []
-        out = [words[j] if j >= 0 else (w if unknown is None else unknown) for j, w in zip(ids, pieces, strict=True)]
+        if self.passthrough != "keep":
+            out = [words[j] if j >= 0 else UNKNOWN_WORD for j in ids]
+        else:
+            marks = [False] * len(pieces) if sensitive is None else sensitive
+            out = [
+                words[j] if j >= 0 else UNKNOWN_WORD if s else w for j, w, s in zip(ids, pieces, marks, strict=True)
+            ]
         return self.decode_words(out, row.seps or [""])
 
     @staticmethod

@@ -9,6 +9,7 @@ import json
 from ..candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS
 from ..mechanisms import get_mechanism_class, list_mechanisms
 from ..postprocess import list_postprocess
+from ..sensitive import BUILTIN_DETECTORS
 
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "add_config_args",
     "add_candidate_args",
     "add_option_args",
+    "add_sensitive_args",
 ]
 
 
@@ -152,4 +154,35 @@ def add_option_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="mechanism/post-processing option, repeatable, e.g. -o bound=clip -o beta=0.9; VALUE is JSON when it "
         "parses (the options of each mechanism: docs/mechanisms/) (default: none)",
+    )
+
+
+def add_sensitive_args(p: argparse.ArgumentParser) -> None:
+    """Selective privatization (docs/mechanisms/selective.md): the config's ``sensitive`` setting from flags."""
+    p.add_argument(
+        "--sensitive-epsilon",
+        type=float,
+        default=None,
+        metavar="E",
+        help="per-token epsilon of sensitive positions (detected or given spans); turns selective privatization on "
+        "(default: none, every position at --epsilon)",
+    )
+    p.add_argument(
+        "--sensitive-detectors",
+        default=None,
+        metavar="NAME[,NAME]",
+        help=f"what finds sensitive spans: {', '.join(BUILTIN_DETECTORS)}, spacy:PIPELINE, presidio (default: none)",
+    )
+    p.add_argument(
+        "--sensitive-column",
+        default=None,
+        metavar="COL",
+        help="column of [[start, end], ...] character spans per row, unioned with the detectors' (default: none)",
+    )
+    p.add_argument(
+        "--others",
+        default=None,
+        choices=["privatize", "keep"],
+        help="the other positions: privatize (at --epsilon) or keep (released unchanged, no epsilon) "
+        "(default: privatize)",
     )

@@ -14,7 +14,14 @@ from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError
 
 
-__all__ = ["parse_value", "parse_options", "read_seed", "config_from_args", "candidates_from_args"]
+__all__ = [
+    "parse_value",
+    "parse_options",
+    "read_seed",
+    "config_from_args",
+    "candidates_from_args",
+    "sensitive_from_args",
+]
 
 
 def parse_value(text: str) -> Any:
@@ -71,7 +78,32 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if getattr(args, "keep_original", False):
         base["keep_original"] = True
     base["candidates"] = candidates_from_args(args, base.get("candidates", DEFAULT_CANDIDATES))
+    base["sensitive"] = sensitive_from_args(args, base.get("sensitive"))
     return PrivatizerConfig(**base)
+
+
+def sensitive_from_args(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``--sensitive-epsilon``, ``--sensitive-detectors``, ``--sensitive-column`` and ``--others`` over the config's
+    ``sensitive`` setting (docs/mechanisms/selective.md); ``PrivatizerConfig`` validates the result."""
+    keys = ("sensitive_epsilon", "sensitive_detectors", "sensitive_column", "others")
+    eps, detectors, column, others = (getattr(args, k, None) for k in keys)
+    if eps is None and detectors is None and column is None and others is None:
+        return base
+    out = dict(base or {})
+    if eps is None and "epsilon" not in out:
+        raise InvalidParameterError(
+            "--sensitive-epsilon is required with --sensitive-detectors, --sensitive-column or --others (or a "
+            "--config whose sensitive setting holds an epsilon)."
+        )
+    if eps is not None:
+        out["epsilon"] = eps
+    if detectors is not None:
+        out["detectors"] = [d.strip() for d in detectors.split(",") if d.strip()]
+    if column is not None:
+        out["column"] = column
+    if others is not None:
+        out["others"] = others
+    return out
 
 
 def candidates_from_args(args: argparse.Namespace, base: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import InvalidParameterError
 from ..io.paths import report_path_for
 from ..run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset
-from .arguments import HelpFormatter, add_config_args, options_epilog
+from .arguments import HelpFormatter, add_config_args, add_sensitive_args, options_epilog
 from .parse import config_from_args, read_seed
 
 
@@ -32,6 +32,7 @@ class PrivatizeCommand:
         p.add_argument("input", help=".jsonl/.csv/.parquet file, dataset folder, or hub id")
         p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
         add_config_args(p, epsilon_required=False)
+        add_sensitive_args(p)
         p.add_argument("--text-column", default="text", help="the column to privatize")
         p.add_argument(
             "--id-column", default=None, help="int column used as row id instead of the index (default: none)"
@@ -103,8 +104,8 @@ class PrivatizeCommand:
             totals = report["totals"]
             print(
                 f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}); "
-                f"report: {report_path_for(Path(args.output))}"
+                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']})"
+                f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
             )
             return 0
         privatize_dataset(
@@ -129,7 +130,17 @@ class PrivatizeCommand:
         print(
             f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
             f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
-            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}); report: "
-            f"{report_path_for(Path(args.output))}"
+            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}){_selective(totals, report)}; "
+            f"report: {report_path_for(Path(args.output))}"
         )
         return 0
+
+
+def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:
+    """The summary line's sensitive and passthrough counts (``", 12 sensitive at epsilon=1, 3 passthrough"``)."""
+    sens = report.get("sensitive")
+    part = ""
+    if sens:
+        part += f", {totals.get('sensitive_tokens', 0)} sensitive at epsilon={sens['epsilon']:g}"
+        part += f" ({totals.get('kept_other_tokens', 0)} others kept unchanged)" if sens["others"] == "keep" else ""
+    return part + f", {totals.get('passthrough_tokens', 0)} passthrough"

@@ -31,6 +31,7 @@ from ..errors import InvalidParameterError
 from ..io.reports import load_bound_report
 from ..io.results import load_results
 from ..version import __version__
+from .card_selective import sensitive_rows
 
 
 __all__ = [
@@ -74,12 +75,16 @@ pass through unchanged.
 | rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
 | largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
-
+{% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
+| other positions | {{ sensitive.others }} |
+{% endif %}
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
 
 {% endif %}{% if recovery %}**What an attacker recovers.** Measured on public benchmark text for this exact
 configuration: {{ recovery }}.
+
+{% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
@@ -285,6 +290,7 @@ def dataset_card(
         hf_textdp_version=report.get("hf_textdp_version"),
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
+        sensitive=sensitive_rows(report, _fmt),
     )
 
 

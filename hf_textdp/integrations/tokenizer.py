@@ -107,6 +107,12 @@ class PrivateEncoder:
     ) -> None:
         if not isinstance(config, PrivatizerConfig):
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+        if config.sensitive is not None:  # it tokenizes and truncates itself: no character spans to select with
+            raise InvalidParameterError(
+                "config.sensitive: PrivateTokenizer and the privatizing collators do not support selective "
+                "privatization; privatize the dataset first (privatize_dataset or Privatizer with Dataset.map) and "
+                "tokenize its output."
+            )
         self.config = config
         self.seed = validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)
         self.split = validate_split(split)

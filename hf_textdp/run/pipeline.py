@@ -169,6 +169,11 @@ def privatize_dataset(
             raise ColumnNotFoundError(
                 f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
             )
+        span_column = (config.sensitive or {}).get("column")
+        if span_column is not None and cols and span_column not in cols:
+            raise ColumnNotFoundError(
+                f'sensitive["column"]={span_column!r} is not in the dataset. Current columns in the dataset: {cols}.'
+            )
         if id_column is not None and isinstance(part, datasets.Dataset):
             _check_unique_ids(part, id_column, name)
         privatizers[name] = Privatizer(

@@ -59,6 +59,7 @@ _COLUMN_TYPES = {
     "dp_tokens": pa.int64(),
     "dp_epsilon": pa.float64(),
     "dp_delta": pa.float64(),
+    "dp_sensitive_tokens": pa.int64(),
     "inputs_embeds": pa.list_(pa.list_(pa.float64())),
 }
 
@@ -91,6 +92,9 @@ class _PrivatizeBatches:
         batch: dict[str, list[Any]] = {priv.text_column: table.column(priv.text_column).to_pylist()}
         if priv.id_column is not None:
             batch[priv.id_column] = table.column(priv.id_column).to_pylist()
+        span_column = (priv.config.sensitive or {}).get("column")
+        if span_column is not None and span_column in table.schema.names:  # selective privatization's spans
+            batch[span_column] = table.column(span_column).to_pylist()
         out = priv(batch)
         for name, values in out.items():
             column = pa.array(values, type=_COLUMN_TYPES.get(name, pa.string()))
@@ -195,7 +199,8 @@ def privatize_ray(
     )
     schema = ds.schema(fetch_if_missing=False)
     names = list(schema.names) if schema is not None else []
-    for param, column in (("text_column", text_column), ("id_column", id_column)):
+    span_column = ("sensitive['column']", (config.sensitive or {}).get("column"))
+    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
         if names and column is not None and column not in names:
             raise ColumnNotFoundError(
                 f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."

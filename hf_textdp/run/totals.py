@@ -41,18 +41,23 @@ def totals_from_columns(space: EmbeddingSpace, batches: Iterable[dict[str, list[
     for batch in batches:
         eps_col = batch.get("dp_epsilon")
         delta_col = batch.get("dp_delta")
+        sens_col = batch.get("dp_sensitive_tokens")  # selective privatization (selective.md §6)
         for j, (ids, n) in enumerate(zip(batch["input_ids"], batch["dp_tokens"], strict=True)):
             arr = np.asarray(ids, dtype=np.int64)
             cls, _ = space.classify(arr)
             structural = cls == STRUCTURAL
             padding = int((arr[structural] == pad).sum()) if pad is not None else 0
+            # with others="keep" the candidates not privatized were kept: they are not passthrough tokens
+            kept = int((cls == CANDIDATE).sum()) - int(n) if sens_col is not None else 0
             totals.add_row(
                 dp_tokens=int(n),
                 special=int(structural.sum()) - padding,
                 padding=padding,
-                passthrough=int(arr.size - structural.sum() - int(n)),
+                passthrough=int(arr.size - structural.sum() - int(n)) - kept,
                 epsilon=None if eps_col is None else eps_col[j],
                 delta=None if delta_col is None else delta_col[j],
+                sensitive=0 if sens_col is None else int(sens_col[j]),
+                kept_other=kept,
             )
     return totals
 
@@ -61,7 +66,8 @@ def totals_from_dataset(space: EmbeddingSpace, part: Any) -> Totals:
     """:func:`totals_from_columns` over a ``Dataset`` of released rows (memory-mapped, batch by batch)."""
     if not part.num_rows:
         return Totals()
-    cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in part.column_names]
+    names = ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta", "dp_sensitive_tokens")
+    cols = [c for c in names if c in part.column_names]
     return totals_from_columns(space, part.select_columns(cols).iter(batch_size=1000))
 
 
