@@ -313,16 +313,21 @@ def _num(x: float | None) -> float | None:
 
 
 def recovery_statement(entry: dict[str, Any]) -> str:
-    """One sentence: what each attack recovered, with 95 % intervals, and where it was measured."""
+    """One sentence: what each named attack recovered, with 95 % intervals, where it was measured, and that this is
+    a lower bound on leakage (a stronger attack can recover more; docs/attacks.md §8)."""
     parts = []
-    for name in ("identity", "bayes", "contextual"):
+    best: tuple[float, str] | None = None
+    for name in ("identity", "bayes", "contextual", "inversion"):
         a = entry["attacks"].get(name)
         if a:
             lo, hi = a["ci95"]
             parts.append(f"{name} {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]")
+            best = max(best or (a["value"], name), (a["value"], name))
+    strongest = f"; strongest: {best[1]}" if best else ""
     return (
-        f"an informed adversary recovered {', '.join(parts)} of the privatized tokens "
-        f"({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; docs/attacks.md)"
+        f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
+        f"{strongest} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
+        "docs/attacks.md); a stronger attack can recover more"
     )
 
 

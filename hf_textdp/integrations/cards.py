@@ -81,8 +81,8 @@ pass through unchanged.
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
 
-{% endif %}{% if recovery %}**What an attacker recovers.** Measured on public benchmark text for this exact
-configuration: {{ recovery }}.
+{% endif %}{% if recovery %}**What an attacker recovers (a lower bound).** Measured on public benchmark text for
+this exact configuration by the attacks named, so a stronger attack can recover more: {{ recovery }}.
 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 

@@ -1,9 +1,10 @@
 """Measured recoveries of the attack recipes, quoted by privacy reports and dataset cards (docs/attacks.md).
 
 ``hf_textdp/data/attack_table.json`` holds, per configuration the attack recipes measured (model,
-mechanism parameters, post-processing, candidate setting), how many private tokens each attack
-recovered. A report whose configuration is in the table quotes it; nothing is computed from the data
-being released; :func:`hf_textdp.accounting.recovery_statement` words it. The key of a configuration is
+mechanism parameters, post-processing, candidate setting), how many private tokens each named attack
+recovered: a lower bound on leakage from those attacks, never a measurement of all an adversary can
+recover. A report whose configuration is in the table quotes it; nothing is computed from the data being
+released; :func:`hf_textdp.accounting.recovery_statement` words it. The key of a configuration is
 :func:`hf_textdp.release.config_key`'s.
 """
 

@@ -329,6 +329,11 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
     assert "attacks:" in text and "bayes 62.0 % [61.0, 63.0]" in text and "mr__madlib__eps200.json" in text
     card = str(dataset_card(report))
     assert "What an attacker recovers" in card and "identity 60.0 %" in card
+    # quoted as a lower bound from named attacks, the strongest named (bayes 62 % > identity 60 %)
+    for quoted in (text, card):
+        assert "a lower bound on leakage from the named attacks" in quoted and "strongest: bayes" in quoted
+        assert "a stronger attack can recover more" in quoted
+    assert "What an attacker recovers (a lower bound)" in card
     other = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=100.0, model=tiny_bert), seed=2**40 + 1)
     assert "measured_recovery" not in other.privacy_report()
     assert "What an attacker recovers" not in str(dataset_card(other.privacy_report()))

@@ -5,6 +5,11 @@ adversary (:class:`~hf_textdp.evaluation.attacks.AttackSettings`), the utility p
 privatizers (the evaluation recipes' ``privatizers`` list). Each (mechanism, ε) writes one JSON record
 ``<task>__<label>__eps<ε>.json`` under the results folder (kept and skipped on a rerun), then the
 summary table and the plots are drawn from all the records there.
+
+An ``identifiers`` block (``rows``, ``seed``, optional ``kinds``, ``per_row``) makes the private set the
+identifier-bearing set (identifier_rows.py): the records then hold ``identifiers`` (the set, no text) and
+``spans`` (whole-identifier recovery per attack and per kind) and ``selection`` (``"uniform"``: every candidate
+token privatized; a selective release is a privatizer option, recorded there when it exists).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..common import Recipe, load_recipe_yaml, recipe_from_dict, result_name, ve
 from ..encoders import make_encoder
 from ..protocol import ClassifierConfig, run_protocol, summarize
 from ..tasks import load_task
+from .identifier_rows import IdentifierRows, identifier_rows
 from .plots import plot_attacks
 from .run import AttackSettings, in_public, run_attack
 from .summary import write_attack_summary
@@ -44,6 +50,7 @@ _KEYS = {
     "privatizers",
     "max_private_rows",
     "max_public_rows",
+    "identifiers",
 }
 
 
@@ -145,6 +152,14 @@ def run_attack_recipe(
     public: list[str] = []
     for name in public_tasks:
         public.extend(_texts(load_task(name, data_dir=data_dir, root=root)))
+    marked: IdentifierRows | None = None
+    if raw.get("identifiers"):
+        marked = identifier_rows(dict(raw["identifiers"]), private_texts, labels, public)
+        private_texts, labels = marked.texts, marked.labels
+        progress(
+            f"identifier set: {len(private_texts)} {private_task} rows not in the public tasks, "
+            f"{marked.info['n_identifiers']} identifiers"
+        )
     # private rows that occur anywhere in the public tasks (SST-5 holds MR's reviews) are left out
     shared = in_public(private_texts, public)
     if shared.any():
@@ -165,8 +180,18 @@ def run_attack_recipe(
             progress(f"{spec.name} ε={eps:g}: attacking {len(private_texts):,} {private_task} rows")
             t = time.perf_counter()
             record, released = run_attack(
-                config, private_texts, public, seed=seed, settings=settings, keep_texts=True, progress=progress
+                config,
+                private_texts,
+                public,
+                seed=seed,
+                settings=settings,
+                keep_texts=True,
+                spans=None if marked is None else marked.spans,
+                span_kinds=None if marked is None else marked.kinds,
+                progress=progress,
             )
+            if marked is not None:
+                record.update(identifiers=marked.info, selection="uniform")
             t_util = time.perf_counter()
             record["utility"] = utility(released.texts, spec.model)
             record["timing_s"]["utility"] = time.perf_counter() - t_util

@@ -204,6 +204,7 @@ def run_attack(
     settings: AttackSettings | None = None,
     keep_texts: bool = False,
     spans: Sequence[tuple[int, int, int]] | None = None,
+    span_kinds: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Any], ReleasedCorpus]:
     """Release ``private_texts`` with ``config`` and measure what an informed adversary recovers.
@@ -218,6 +219,8 @@ def run_attack(
         keep_texts (`bool`): keep the released texts in the returned corpus (for a utility score).
         spans (`list[tuple[int, int, int]]`, *optional*): character spans (row of ``private_texts``, start, end)
             to score whole, such as injected identifiers: ``spans`` in the record (scoring.span_recovery).
+        span_kinds (`list[str]`, *optional*): each span's kind (``"name"``, ``"card"``, ...): the record's
+            ``spans`` then also holds ``by_kind``, the same scores per kind.
 
     Returns:
         The record and the released corpus. ``attacks`` holds each attack's top-1 and top-5 recovery over all
@@ -233,6 +236,11 @@ def run_attack(
     bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
     if bad:
         raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
+    if span_kinds is not None and (spans is None or len(span_kinds) != len(spans)):
+        raise InvalidParameterError(
+            f"span_kinds: one kind per span is needed, got {len(span_kinds)} kinds for "
+            f"{0 if spans is None else len(spans)} spans."
+        )
     shared = in_public(private_texts, public_texts)
     n_overlap = int(shared.sum())
     new_row = np.cumsum(~shared) - 1  # a kept row's index after the shared rows are left out
@@ -385,13 +393,40 @@ def run_attack(
         "timing_s": timing,
     }
     if spans is not None:
-        kept = [(int(new_row[r]), a, b) for r, a, b in spans if not shared[r]]
-        record["spans"] = {
-            "n_given": len(spans),
-            "n_in_public_rows": len(spans) - len(kept),
-            "attacks": span_recovery(private, hits, kept, settings.bootstrap, settings.attacker_seed + 77),
-        }
+        record["spans"] = _span_scores(private, hits, spans, span_kinds, shared, new_row, settings)
     return record, private
+
+
+def _span_scores(
+    private: ReleasedCorpus,
+    hits: dict[str, Hits],
+    spans: Sequence[tuple[int, int, int]],
+    kinds: Sequence[str] | None,
+    shared: npt.NDArray[np.bool_],
+    new_row: npt.NDArray[np.int64],
+    settings: AttackSettings,
+) -> dict[str, Any]:
+    """Whole-span recovery (scoring.span_recovery) of the spans in rows kept, overall and per kind."""
+    keep = [i for i, (r, _, _) in enumerate(spans) if not shared[r]]
+    kept = [(int(new_row[spans[i][0]]), spans[i][1], spans[i][2]) for i in keep]
+    seed = settings.attacker_seed + 77
+    out: dict[str, Any] = {
+        "n_given": len(spans),
+        "n_in_public_rows": len(spans) - len(kept),
+        "attacks": span_recovery(private, hits, kept, settings.bootstrap, seed),
+    }
+    if kinds is not None:
+        out["by_kind"] = {
+            kind: span_recovery(
+                private,
+                hits,
+                [s for s, i in zip(kept, keep, strict=True) if kinds[i] == kind],
+                settings.bootstrap,
+                seed,
+            )
+            for kind in dict.fromkeys(kinds[i] for i in keep)
+        }
+    return out
 
 
 Hits = tuple[npt.NDArray[np.bool_], "npt.NDArray[np.bool_] | None"]

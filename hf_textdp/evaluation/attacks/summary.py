@@ -129,6 +129,31 @@ def inversion_summary(record: dict[str, Any]) -> str:
     )
 
 
+def identifier_table(records: list[dict[str, Any]]) -> str:
+    """Whole-identifier recovery (records with ``spans``): per release, attack and kind, top-1 and top-5 %."""
+    marked = [r for r in records if (r.get("spans") or {}).get("by_kind")]
+    if not marked:
+        return ""
+    kinds = list(dict.fromkeys(k for r in marked for k in r["spans"]["by_kind"]))
+    out = [
+        "| mechanism | ε | selection | replaced % | attack | all | " + " | ".join(kinds) + " |",
+        "|---|---|---|---|---|---|" + "---|" * len(kinds),
+    ]
+    for r in sorted(marked, key=lambda r: (r.get("label", ""), r["epsilon"])):
+        sp = r["spans"]
+        for name, entry in sp["attacks"].items():
+            cells = [entry] + [sp["by_kind"][k].get(name) or {} for k in kinds]
+            text = [f"{_pct(c.get('top1'))}" + (f"<br>{_pct(c['top5'])}" if c.get("top5") else "") for c in cells]
+            out.append(
+                f"| {r.get('label', r['mechanism'])} | {r['epsilon']:g} | {r.get('selection', 'uniform')} | "
+                f"{100 * r['replacement_rate']:.1f} | {name} | " + " | ".join(text) + " |"
+            )
+    first = marked[0]["spans"]
+    n = [first["attacks"]["identity"]["top1"]["n"]] + [first["by_kind"][k]["identity"]["top1"]["n"] for k in kinds]
+    out.append("| identifiers | | | | | " + " | ".join(f"{v:,}" for v in n) + " |")
+    return "\n".join(out) + "\n"
+
+
 def write_attack_summary(folder: str | Path) -> Path:
     folder = Path(folder)
     records = read_records(folder)
@@ -155,6 +180,16 @@ def write_attack_summary(folder: str | Path) -> Path:
             text += group_table(r) + "\n" + inversion_summary(r) + "\n"
             if r.get("command"):
                 text += f"Command: `{r['command']}`; wall time {r.get('wall_s', 0) / 60:.1f} min.\n\n"
+    ids = identifier_table(records)
+    if ids:
+        info = next(r["identifiers"] for r in records if r.get("identifiers"))
+        text += (
+            "\n## Identifiers\n\nThe share of injected identifiers whose every candidate token the attack names "
+            "first (top-1, then top-5 below it; % [95 % row-bootstrap CI]). Private set: "
+            f"{info['rows']:,} rows of the private task that are not in the public text (seed {info['seed']}), with "
+            f"{info['n_identifiers']:,} identifiers injected ({info['lists_source']}). selection: uniform = every "
+            "candidate token privatized.\n\n" + ids
+        )
     path = folder / "README.md"
     path.write_text(text, encoding="utf-8")
     return path
