@@ -18,6 +18,7 @@ import numpy.typing as npt
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...privatizer import Privatizer
+from ...utils.progress import progress_bar
 from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
 from .contextual import BigramModel, ContextualAttack
 from .corpus import ReleasedCorpus, RowLayout, release_corpus
@@ -230,6 +231,8 @@ def run_attack(
     settings = settings or AttackSettings()
     say = progress or (lambda _m: None)
     timing: dict[str, float] = {}
+    stages = 4 + int(settings.contextual) + int(settings.inversion)
+    bar = progress_bar(total=stages, desc="attack", unit="stage", enabled=progress is not None)
     bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
     if bad:
         raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
@@ -248,6 +251,7 @@ def run_attack(
     victim = Privatizer(config, seed=seed, allow_weak_seed=True)
     private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
     timing["release_private"] = time.perf_counter() - t
+    bar.update(1)
     V = int(victim.space.V)
     say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
 
@@ -270,6 +274,7 @@ def run_attack(
         release_corpus(_attacker(config, settings, _HOLDOUT_SPLIT), hold_texts, keep_rows=True) if hold_texts else None
     )
     timing["release_public"] = time.perf_counter() - t
+    bar.update(1)
 
     t = time.perf_counter()
     wanted = np.concatenate([c.released for c in (private, train, hold) if c is not None])
@@ -278,6 +283,7 @@ def run_attack(
     lam, tau, tuning = tune(law, logp, train, settings)
     lists = law.lists(wanted, logp, tau, settings.top_k, lam)
     timing["bayes"] = time.perf_counter() - t
+    bar.update(1)
     say(
         f"bayes lists ({law.method} law, λ = {law.lambdas[lam]:.4g}, prior weight {tau:g}) "
         f"for {lists.released.size:,} released tokens"
@@ -301,6 +307,7 @@ def run_attack(
         attack.fit(train, *full.for_tokens(train.released))
         contextual = (attack, full)
         timing["contextual"] = time.perf_counter() - t
+        bar.update(1)
         contextual_info = {
             "model": "reranker of the Bayes top-k plus the released token: linear over 5 features + rank-"
             f"{settings.rank} bilinear context (window {settings.window})",
@@ -313,6 +320,7 @@ def run_attack(
         t = time.perf_counter()
         inverter = _inversion(config, settings, victim, train_texts, train_all, say)
         timing["inversion_train"] = time.perf_counter() - t
+        bar.update(1)
 
     def hits_for(c: ReleasedCorpus) -> dict[str, Hits]:
         truth = c.inputs
@@ -338,6 +346,8 @@ def run_attack(
         for name, per in _grouped(hold, hits_for(hold), frequent, 0, 0).items():
             heldout[name] = {g: e["top1"]["value"] for g, e in per.items()}
     timing["predict_and_score"] = time.perf_counter() - t
+    bar.update(1)
+    bar.close()
     headline = _headline(heldout or {a: {g: e["top1"]["value"] for g, e in per.items()} for a, per in groups.items()})
     if not heldout:
         say("no held-out public rows: the headline attack is chosen on the private rows")
