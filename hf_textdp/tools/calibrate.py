@@ -51,6 +51,7 @@ from ..search import exact_fp32_matmul
 from ..space import DEFAULT_MODEL, EmbeddingSpace
 from ..utils.logging import get_logger
 from ..utils.progress import counted, progress_bar
+from ..utils.table import format_table
 from ..validation import check_epsilon, check_int, check_open_unit
 from .audit import apply_step
 
@@ -513,9 +514,8 @@ def format_calibration(result: CalibrationResult) -> str:
     if result.target_rate is not None and result.epsilon is not None:
         err = f" ± {result.epsilon_stderr:.2g}" if result.epsilon_stderr is not None else ""
         lines.append(f"  epsilon for a {result.target_rate:.0%} replacement rate: {result.epsilon:.4g}{err} per token")
-    lines.append("  epsilon      replaced   kept      (± stderr)")
-    for eps, (rate, stderr) in sorted(result.rates.items()):
-        lines.append(f"  {eps:<12.4g} {rate:8.1%} {1 - rate:8.1%}   (± {stderr:.1%})")
+    rows = [(f"{e:.4g}", f"{r:.1%}", f"{1 - r:.1%}", f"(± {se:.1%})") for e, (r, se) in sorted(result.rates.items())]
+    lines += format_table(("epsilon", "replaced", "kept", "(± stderr)"), rows, right=(1, 2), indent="  ")
     lines.append(
         "  Rates are uniform over the candidate vocabulary unless frequencies are given; on real text they differ "
         "(frequent tokens weigh more). (raw result: --json)"

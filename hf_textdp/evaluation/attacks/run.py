@@ -64,6 +64,8 @@ class AttackSettings:
         inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
             release's ε among them), ε given as an input; reused for every ε of the pool in one process.
         attacker_seed (`int`): the attacker's own key and the bootstrap seed.
+        stats_rows (`int`, *optional*): at most this many public rows give the prior and the bigram model
+            (default: half of the public corpus).
     """
 
     top_k: int = 10
@@ -89,6 +91,22 @@ class AttackSettings:
     inversion_max_minutes: float | None = None
     inversion_pool: tuple[float, ...] = ()
     attacker_seed: int = 2**40 + 2222
+    stats_rows: int | None = None
+
+    @classmethod
+    def sized(cls, n_private_rows: int, **kwargs: Any) -> AttackSettings:
+        """Settings whose public work grows with the private rows (``hf-textdp attack`` on a user's file).
+
+        Training ``min(8000, max(200, 8·n))`` rows, held out ``min(500, max(100, 2·n))``, statistics
+        ``max(2000, 40·n)`` rows: for n ≥ 1,000 private rows these are the defaults of the recipes.
+        """
+        n = max(1, int(n_private_rows))
+        return cls(
+            train_rows=min(8000, max(200, 8 * n)),
+            holdout_rows=min(500, max(100, 2 * n)),
+            stats_rows=max(2000, 40 * n),
+            **kwargs,
+        )
 
     def budget(self) -> InversionBudget:
         return InversionBudget(
@@ -103,17 +121,19 @@ class AttackSettings:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("attacker_seed")
+        if out["stats_rows"] is None:  # the recipes' records keep their keys
+            out.pop("stats_rows")
         return out
 
 
 def _split_public(
-    texts: Sequence[str], train_rows: int, seed: int, holdout_rows: int = 0
+    texts: Sequence[str], train_rows: int, seed: int, holdout_rows: int = 0, stats_rows: int | None = None
 ) -> tuple[list[str], list[str], list[str]]:
-    """A seeded half of the public rows for statistics; of the rest, ``holdout_rows`` held out and (at most
-    ``train_rows``) for training."""
+    """A seeded half of the public rows for statistics (at most ``stats_rows`` of them); of the rest,
+    ``holdout_rows`` held out and (at most ``train_rows``) for training."""
     order = np.random.default_rng(seed).permutation(len(texts))
     half = (len(texts) + 1) // 2
-    stats = [texts[i] for i in np.sort(order[:half])]
+    stats = [texts[i] for i in np.sort(order[:half][:stats_rows])]
     rest = np.sort(order[half:])
     n_hold = min(holdout_rows, rest.size // 2)
     hold = [texts[i] for i in rest[rest.size - n_hold :]]
@@ -258,7 +278,7 @@ def run_attack(
     t = time.perf_counter()
     n_train = max(settings.train_rows, settings.inversion_rows if settings.inversion else 0)
     stats_texts, train_texts, hold_texts = _split_public(
-        list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows
+        list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows, settings.stats_rows
     )
     attacker = _attacker(config, settings, _STATS_SPLIT)
     stats = release_corpus(attacker, stats_texts)
