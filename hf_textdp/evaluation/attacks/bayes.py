@@ -97,7 +97,7 @@ class ExactLaw:
 
     method = "exact"
 
-    def __init__(self, priv: Privatizer, *, block: int = 256) -> None:
+    def __init__(self, priv: Privatizer, *, block: int = 1024) -> None:
         self.block = block
         self.parts: list[tuple[npt.NDArray[np.int64], torch.Tensor, torch.Tensor, float, float, torch.Tensor]] = []
         self.part_of, self.local = class_maps(priv)

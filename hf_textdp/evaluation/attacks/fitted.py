@@ -32,7 +32,7 @@ class FittedLaw:
 
     method = "fitted"
 
-    def __init__(self, priv: Privatizer, *, neighbours: int = 50, block: int = 256) -> None:
+    def __init__(self, priv: Privatizer, *, neighbours: int = 50, block: int = 1024) -> None:
         self.block = block
         self.neighbours = neighbours
         self.V = int(priv.engine.space.V)
@@ -78,7 +78,7 @@ class FittedLaw:
         lam = torch.from_numpy(self.lambdas)[:, None, None]
         for i, (_, R, sq) in enumerate(self.parts):
             x_in = xs[self.part_of[xs] == i]
-            for a in range(0, x_in.size, 32):  # 32 rows × V × the λ grid in float64: ~60 MB on MiniLM
+            for a in range(0, x_in.size, 128):
                 x = x_in[a : a + 128]
                 d = sq_dist(R[torch.from_numpy(self.local[x])], R, sq).sqrt_().double()
                 self.log_z[:, x] = torch.logsumexp(-lam * d[None], dim=2).numpy()
