@@ -9,7 +9,7 @@ variable                             meaning
 ===================================  ======================================================================
 ``HF_TEXTDP_VERBOSITY``              the library logger's level: debug, info, warning (default), error, critical
 ``HF_TEXTDP_CACHE``                  folder of derived public files (compiled kernels, vector parses);
-                                     default ``~/.cache/hf_textdp``
+                                     default ``$HF_HOME/hf_textdp``, else the user cache folder's (``~/.cache``)
 ``HF_TEXTDP_VECTOR_CACHE``           ``0``: parse a GloVe/word2vec file every time (no parse cache)
 ``HF_TEXTDP_NATIVE``                 ``0``/``false``/``no``/``off``: no compiled CPU kernel; torch runs everything
 ``HF_TEXTDP_TRITON``                 ``0``: no Triton kernel on CUDA; ``interpret``: run them on CPU tensors under
@@ -87,8 +87,16 @@ def verbosity() -> str:
 
 
 def cache_root() -> str:
-    """:data:`CACHE`, else ``~/.cache/hf_textdp``."""
-    return os.environ.get(CACHE) or os.path.join(os.path.expanduser("~"), ".cache", "hf_textdp")
+    """:data:`CACHE`; else ``$HF_HOME/hf_textdp`` when ``HF_HOME`` is set (as the Hub's own caches); else
+    ``hf_textdp`` in the platform's user cache folder (``platformdirs``: ``$XDG_CACHE_HOME`` or ``~/.cache`` on
+    Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows)."""
+    if os.environ.get(CACHE):
+        return os.environ[CACHE]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hf_textdp")
+    import platformdirs
+
+    return platformdirs.user_cache_dir("hf_textdp", appauthor=False)
 
 
 def vector_cache_enabled() -> bool:

@@ -45,11 +45,13 @@ class BenchCommand:
             help=".jsonl (field 'text') or text file (default: SentEval MR; an error when it is missing); "
             "'sample' for the packaged 30-row sample",
         )
-        p.add_argument("--rows", type=int, default=4000)
+        p.add_argument("--rows", type=int, default=4000, help="rows of the text to privatize per case (default 4000)")
         p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
         p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
-        p.add_argument("--epsilon", type=float, default=10.0)
-        p.add_argument("--batch-size", type=int, default=1000)
+        p.add_argument("--epsilon", type=float, default=10.0, help="privacy parameter per token (default 10)")
+        p.add_argument(
+            "--batch-size", type=int, default=1000, help="rows per privatize() call, as datasets.map's (default 1000)"
+        )
         p.add_argument("--repeats", type=int, default=3, help="timed passes per case (the best counts; default 3)")
         p.add_argument("--one-word-rows", action="store_true", help="one whitespace word per row")
         p.add_argument("--no-cold-start", action="store_true", help="skip the cold CLI run on 30 rows")

@@ -117,6 +117,7 @@ class CalibrateCommand:
                 raise InvalidParameterError(
                     f"--epsilons must be comma-separated numbers, got {args.epsilons!r}."
                 ) from None
+        kwargs["progress"] = True
         result = calibrate(**kwargs)
         if args.plot is not None and not args.epsilons and result.epsilon is not None:
             grid = [result.epsilon * f for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)]

@@ -45,7 +45,13 @@ class EvaluateCommand:
             resume=not args.no_resume,
             progress=lambda m: print(m, flush=True),
         )
+        try:  # the recipes draw their plots with matplotlib (the eval extra); without it they warned and drew none
+            import matplotlib  # noqa: F401
+
+            plots = " and plots"
+        except ImportError:
+            plots = " (no plots: pip install 'hf-textdp[eval]' for matplotlib)"
         for folder, written in done:
-            print(f"wrote {len(written)} result files and plots in {folder}")
+            print(f"wrote {len(written)} result files{plots} in {folder}")
         print(f"summary {root / 'README.md'}")
         return 0

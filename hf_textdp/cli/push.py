@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
@@ -21,9 +22,14 @@ class PushCommand:
             "results to the Hugging Face Hub.",
         )
         p.add_argument("path", help="privatized output, privatizer_config.json (or its folder), or results folder")
-        p.add_argument("repo_id")
-        p.add_argument("--private", action="store_true")
-        p.add_argument("--token", default=None)
+        p.add_argument("repo_id", help="the Hub repository to create or update, as namespace/name")
+        p.add_argument("--private", action="store_true", help="create the repository private (default: public)")
+        p.add_argument(
+            "--token",
+            default=None,
+            help="Hub token; better left out: the token then comes from HF_TOKEN or `hf auth login`, as "
+            "huggingface_hub finds it (a token on the command line lands in the shell history)",
+        )
         p.add_argument(
             "--allow-original",
             action="store_true",
@@ -36,6 +42,12 @@ class PushCommand:
     def run(args: argparse.Namespace) -> int:
         from ..integrations.hub import push_to_hub
 
+        if args.token is not None:
+            print(
+                "hf-textdp: warning: a token given with --token lands in the shell history; set HF_TOKEN or run "
+                "`hf auth login` instead.",
+                file=sys.stderr,
+            )
         url = push_to_hub(
             args.path, args.repo_id, private=args.private, token=args.token, allow_original=args.allow_original
         )

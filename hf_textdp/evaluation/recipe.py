@@ -45,6 +45,7 @@ from ..privatizer import Privatizer
 from ..space import CANDIDATE
 from ..tokens import make_tokens
 from ..utils.logging import get_logger
+from ..utils.progress import progress_bar
 from .common import (
     SETTINGS,
     Metrics,
@@ -195,6 +196,8 @@ def run_recipe(
     encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
     written: list[Path] = []
     recipe_info, command = provenance(recipe.name, recipe.path, recipe.raw, out_dir)
+    todo = set(recipe_units(recipe, out_dir, resume=resume) if only is None else only)
+    bar = progress_bar(total=len(todo), desc=recipe.name, unit="unit", enabled=progress is not None)
 
     def base(task: TaskData, entry: TaskEntry) -> dict[str, Any]:
         return {
@@ -289,6 +292,8 @@ def run_recipe(
         if only is None or (spec.name, None, None) in only:
             clean_acc = clean_accuracy()
         written.append(clean_path)
+        if (spec.name, None, None) in todo:
+            bar.update(1)
 
         for index, epsilon in wanted:
             pspec = recipe.privatizers[index]
@@ -374,6 +379,8 @@ def run_recipe(
                 }
                 save_result(path, payload)
                 written.append(path)
+            bar.update(1)
+    bar.close()
     if plots:
         _plot(out_dir)
     return written
@@ -496,7 +503,9 @@ def run_recipes(
             pool.submit(_run_unit, rp, where, unit, device): (where, unit, label)
             for _, rp, where, unit, label in jobs_in_order
         }
+        bar = progress_bar(total=len(futures), desc="evaluate", unit="unit", enabled=progress is not None)
         for n, fut in enumerate(as_completed(futures), 1):
+            bar.update(1)
             where, unit, label = futures[fut]
             name = f"{Path(where).name}: {unit[0]} {label}"
             err = fut.exception()
@@ -505,6 +514,7 @@ def run_recipes(
                 say(f"[{n}/{len(futures)}] FAILED {name}: {err}")
             else:
                 say(f"[{n}/{len(futures)}] done {name}")
+        bar.close()
     results: list[tuple[Path, list[Path]]] = []
     for recipe, folder in recipes:
         results.append((folder, _result_files(recipe, folder)))

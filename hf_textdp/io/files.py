@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from filelock import BaseFileLock, FileLock, Timeout
 
-if sys.platform != "win32":
-    import fcntl
 
 __all__ = [
     "dumps_json",
@@ -193,27 +191,21 @@ def _output_exists(message: str) -> Exception:
 
 
 # --------------------------------------------------------------------------- locking
-def try_lock(path: str | os.PathLike[str]) -> int | None:
-    """Take an exclusive advisory lock on ``path`` (created if needed); return its fd, or None if it is held.
+def try_lock(path: str | os.PathLike[str]) -> BaseFileLock | None:
+    """Take an exclusive advisory lock on ``path`` (created if needed) with ``filelock``; None if it is held.
 
-    The lock dies with the process (SIGKILL included), so a killed run never leaves a stale lock. Where
-    ``fcntl`` does not exist (Windows) the lock always succeeds.
+    The lock is the operating system's (``flock`` on POSIX, ``msvcrt`` on Windows), so it dies with the
+    process (SIGKILL included): a killed run never leaves a stale lock.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    if sys.platform == "win32":  # pragma: no cover
-        return fd
+    lock = FileLock(os.fspath(path), timeout=0, thread_local=False)  # released by any thread, as an fd was
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        lock.acquire()
+    except Timeout:
         return None
-    return fd
+    return lock
 
 
-def release_lock(fd: int | None) -> None:
-    """Release a lock taken by :func:`try_lock` (closing the fd releases it)."""
-    if fd is not None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+def release_lock(lock: BaseFileLock | None) -> None:
+    """Release a lock taken by :func:`try_lock` (None: nothing to release)."""
+    if lock is not None:
+        lock.release(force=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from filelock import BaseFileLock
 
 from ..errors import HfTextDPError, OutputExistsError, ResumeError
 from ..utils.logging import get_logger
@@ -162,7 +163,7 @@ def manifest_mismatch(
     return None
 
 
-def lock_work_dir(work: Path, output: Path) -> int:
+def lock_work_dir(work: Path, output: Path) -> BaseFileLock:
     """Take the lock of a sharded run's work folder (its descriptor), or say that another run holds it."""
     lock = try_lock(work / LOCK_NAME)
     if lock is None:
@@ -306,7 +307,7 @@ class WorkFolderRun:
     output: Path
     work: Path
     resumable: bool = True  # False: a failed run's shards are not kept (they could not be resumed)
-    _lock: int | None = None
+    _lock: BaseFileLock | None = None
 
     def manifest(self) -> dict[str, Any]:
         raise NotImplementedError

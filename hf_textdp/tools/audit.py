@@ -45,6 +45,7 @@ from ..postprocess import PostprocessStep, UnsafePostprocessStep
 from ..rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
 from ..search import ExactIndex
 from ..space import EmbeddingSpace
+from ..utils.progress import progress_bar
 from ..validation import check_int, check_open_unit
 
 
@@ -415,6 +416,7 @@ def audit(
     k_max: int = 4,
     n_bins: int = 32,
     seed: int | None = None,
+    progress: bool = False,
 ) -> AuditResult:
     """Empirical privacy-loss audit of a configured mechanism (testing.md §3).
 
@@ -431,6 +433,7 @@ def audit(
         k_max (`int`, defaults to `4`): largest event size; 2·k_max events per pair.
         n_bins (`int`, defaults to `32`): bins of a scalar projection for vector releases.
         seed (`int`, *optional*): makes the draws reproducible; ``None`` draws fresh OS entropy.
+        progress (`bool`, defaults to `False`): show a progress bar over the pairs (``datasets``' switches apply).
 
     Returns:
         `AuditResult` with ``passed`` (every lower confidence bound ≤ its claim), ``worst_ratio``
@@ -496,6 +499,7 @@ def audit(
         )
     a_ev = alpha / (n_pairs * 2 * k_max * 2)
     rows = []
+    bar = progress_bar(total=n_pairs, desc="audit", unit="pair", enabled=progress)
     for m, part_space, claim, pos_pairs in plans:
         delta = float(claim.delta_token or 0.0)
         sampler = _Sampler(m, step, part_space, fresh_seed() if seed is None else seed)
@@ -519,6 +523,8 @@ def audit(
                     event_outputs="bins" if sampler.vectors else "ids",
                 )
             )
+            bar.update(1)
+    bar.close()
     return AuditResult(
         passed=all(r.lcb <= r.claim for r in rows),
         worst_ratio=max(r.ratio for r in rows),

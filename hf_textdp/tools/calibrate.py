@@ -50,6 +50,8 @@ from ..scale import scale_stats
 from ..search import exact_fp32_matmul
 from ..space import DEFAULT_MODEL, EmbeddingSpace
 from ..utils.logging import get_logger
+from ..utils.progress import counted, progress_bar
+from ..utils.table import format_table
 from ..validation import check_epsilon, check_int, check_open_unit
 from .audit import apply_step
 
@@ -348,6 +350,7 @@ def calibrate(
     n: int = 4000,
     calibration_seed: int = 12345,
     frequencies: Mapping[Any, Any] | None = None,
+    progress: bool = False,
 ) -> CalibrationResult:
     """Estimate replacement rates, and the ε for a target rate, from the public matrix only.
 
@@ -364,6 +367,7 @@ def calibrate(
         calibration_seed (`int`, defaults to `12345`): public seed of those draws (not a secret).
         frequencies (`Mapping`, *optional*): public token frequencies (token id or token string →
             count) weighting the rate; uniform over the candidate set by default.
+        progress (`bool`, defaults to `False`): a progress bar over the rate evaluations (``datasets``' switches).
 
     Returns:
         `CalibrationResult`.
@@ -445,6 +449,7 @@ def calibrate(
             [(lw.size / n, _MonteCarlo(maker(part.space), part.space, lw, seed)) for part, lw in by_class if lw.size]
         )
 
+    rate = counted(estimator.rate, bar := progress_bar(desc="calibrate", unit="rate", enabled=progress))
     epsilon: float | None = None
     epsilon_se: float | None = None
     rates: dict[float, tuple[float, float]] = {}
@@ -458,20 +463,21 @@ def calibrate(
                 )
             finite = estimator.radii[np.isfinite(estimator.radii) & (estimator.radii > 0)]
             start = d / float(np.median(finite)) if finite.size else 1.0
-            epsilon = _bisect_log(estimator.rate, target_rate, start, rel_tol=1e-12)
+            epsilon = _bisect_log(rate, target_rate, start, rel_tol=1e-12)
         else:
             start = 1.0 / stats.median_rho1 if stats.median_rho1 > 0 else 1.0
             try:
-                epsilon = _bisect_log(estimator.rate, target_rate, start, rel_tol=1e-3, max_iter=40)
+                epsilon = _bisect_log(rate, target_rate, start, rel_tol=1e-3, max_iter=40)
             except HfTextDPError as err:
                 raise InvalidParameterError(
                     f"target_rate={target_rate}: calibration of mechanism {base.mechanism!r} failed: {err}"
                 ) from err
-        rates[epsilon] = estimator.rate(epsilon)
+        rates[epsilon] = rate(epsilon)
         slope = estimator.slope(epsilon)
         epsilon_se = abs(rates[epsilon][1] / slope) if slope != 0 and math.isfinite(slope) else None
     for e in eps_list:
-        rates[e] = estimator.rate(e)
+        rates[e] = rate(e)
+    bar.close()
     return CalibrationResult(
         mechanism=base.mechanism,
         postprocess=base.postprocess,
@@ -508,9 +514,8 @@ def format_calibration(result: CalibrationResult) -> str:
     if result.target_rate is not None and result.epsilon is not None:
         err = f" ± {result.epsilon_stderr:.2g}" if result.epsilon_stderr is not None else ""
         lines.append(f"  epsilon for a {result.target_rate:.0%} replacement rate: {result.epsilon:.4g}{err} per token")
-    lines.append("  epsilon      replaced   kept      (± stderr)")
-    for eps, (rate, stderr) in sorted(result.rates.items()):
-        lines.append(f"  {eps:<12.4g} {rate:8.1%} {1 - rate:8.1%}   (± {stderr:.1%})")
+    rows = [(f"{e:.4g}", f"{r:.1%}", f"{1 - r:.1%}", f"(± {se:.1%})") for e, (r, se) in sorted(result.rates.items())]
+    lines += format_table(("epsilon", "replaced", "kept", "(± stderr)"), rows, right=(1, 2), indent="  ")
     lines.append(
         "  Rates are uniform over the candidate vocabulary unless frequencies are given; on real text they differ "
         "(frequent tokens weigh more). (raw result: --json)"

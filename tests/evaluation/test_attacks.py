@@ -175,6 +175,32 @@ def test_row_bootstrap() -> None:
     assert hi2 - lo2 < (hi - lo) / 3  # 50× the rows: an interval about 7× narrower
 
 
+def _hand_bootstrap(hits: np.ndarray, sizes: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    """The row-bootstrap loop row_bootstrap had before scipy.stats.bootstrap (the reference)."""
+    per_row = np.bincount(np.repeat(np.arange(sizes.size), sizes), weights=hits.astype(float), minlength=sizes.size)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, sizes.size, (resamples, sizes.size))
+    ratios = per_row[idx].sum(1) / np.maximum(sizes[idx].sum(1), 1)
+    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+
+
+def test_row_bootstrap_agrees_with_the_hand_loop_within_monte_carlo_error() -> None:
+    """scipy's paired bootstrap and the former loop estimate the same quantiles: their ends differ by less than
+    4 Monte-Carlo standard errors of a difference of two 2.5 % quantiles of B resamples (≈ 0.12 σ·√(1000/B))."""
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 30, 400)
+    hits = rng.random(int(sizes.sum())) < np.repeat(rng.beta(2, 5, sizes.size), sizes)
+    B = 4000
+    rate, lo, hi = row_bootstrap(hits, sizes, B, 11)
+    ref_lo, ref_hi = _hand_bootstrap(hits, sizes, B, 12)
+    sigma = (ref_hi - ref_lo) / (2 * 1.96)
+    tol = 4 * 0.12 * sigma * (1000 / B) ** 0.5
+    assert abs(lo - ref_lo) < tol and abs(hi - ref_hi) < tol, (lo, ref_lo, hi, ref_hi, tol)
+    assert lo < rate < hi
+    assert row_bootstrap(hits, sizes, B, 11) == (rate, lo, hi)  # a fixed seed reproduces the interval
+    assert row_bootstrap(hits[:5], np.array([5]), 100, 1)[1:] == (float(hits[:5].mean()),) * 2  # one row
+
+
 @pytest.fixture(scope="module")
 def attack_records(tiny_bert: str) -> dict[str, dict]:
     private, public = corpus(150, seed=1), corpus(400, seed=2)

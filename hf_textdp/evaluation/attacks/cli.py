@@ -9,6 +9,7 @@ from typing import Any
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...io.frequencies import check_not_input, corpus_texts
+from ...utils.table import format_table
 from .run import AttackSettings, run_attack
 
 
@@ -49,7 +50,7 @@ def attack_files(
         config,
         private_texts,
         public_texts,
-        settings=AttackSettings(contextual=contextual, inversion=inversion),
+        settings=AttackSettings.sized(len(private_texts), contextual=contextual, inversion=inversion),
         progress=progress,
     )
     record["public_files"] = [p.name for p in public]
@@ -65,23 +66,16 @@ def format_record(record: dict[str, Any]) -> str:
     lines = [
         f"{record['mechanism']} ε={record['epsilon']:g}: {record['n_private_tokens']:,} private tokens, "
         f"{100 * record['replacement_rate']:.1f} % replaced",
-        f"{'attack':<11} {'top-1 % [95% CI]':<24} top-5 % [95% CI]",
     ]
-    for name, entry in record["attacks"].items():
-        cells = []
-        for key in ("recovery_top1", "recovery_top5"):
-            e = entry.get(key)
-            cells.append(
-                "–" if not e else f"{100 * e['value']:.1f} [{100 * e['ci95'][0]:.1f}, {100 * e['ci95'][1]:.1f}]"
-            )
-        lines.append(f"{name:<11} {cells[0]:<24} {cells[1]}")
+    attacks = record["attacks"].items()
+    rows = [(name, _cell(e.get("recovery_top1")), _cell(e.get("recovery_top5"))) for name, e in attacks]
+    lines += format_table(("attack", "top-1 % [95% CI]", "top-5 % [95% CI]"), rows)
     groups = record.get("groups") or {}
     if groups:
         names = ("replaced", "replaced_content", "kept", "words_all")
         lines.append("top-1 % by group: " + ", ".join(names))
-        for name, per in groups.items():
-            cells = [_cell(per.get(g, {}).get("top1")) for g in names]
-            lines.append(f"{name:<11} " + "  ".join(f"{c:<22}" for c in cells).rstrip())
+        per_group = [(name, *(_cell(per.get(g, {}).get("top1")) for g in names)) for name, per in groups.items()]
+        lines += format_table(("attack", *names), per_group)
         head = record.get("headline") or {}
         if head:
             lines.append(

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...privatizer import Privatizer
+from ...utils.progress import progress_bar
 from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
 from .contextual import BigramModel, ContextualAttack
 from .corpus import ReleasedCorpus, RowLayout, release_corpus
@@ -63,6 +64,8 @@ class AttackSettings:
         inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
             release's ε among them), ε given as an input; reused for every ε of the pool in one process.
         attacker_seed (`int`): the attacker's own key and the bootstrap seed.
+        stats_rows (`int`, *optional*): at most this many public rows give the prior and the bigram model
+            (default: half of the public corpus).
     """
 
     top_k: int = 10
@@ -88,6 +91,22 @@ class AttackSettings:
     inversion_max_minutes: float | None = None
     inversion_pool: tuple[float, ...] = ()
     attacker_seed: int = 2**40 + 2222
+    stats_rows: int | None = None
+
+    @classmethod
+    def sized(cls, n_private_rows: int, **kwargs: Any) -> AttackSettings:
+        """Settings whose public work grows with the private rows (``hf-textdp attack`` on a user's file).
+
+        Training ``min(8000, max(200, 8·n))`` rows, held out ``min(500, max(100, 2·n))``, statistics
+        ``max(2000, 40·n)`` rows: for n ≥ 1,000 private rows these are the defaults of the recipes.
+        """
+        n = max(1, int(n_private_rows))
+        return cls(
+            train_rows=min(8000, max(200, 8 * n)),
+            holdout_rows=min(500, max(100, 2 * n)),
+            stats_rows=max(2000, 40 * n),
+            **kwargs,
+        )
 
     def budget(self) -> InversionBudget:
         return InversionBudget(
@@ -102,17 +121,19 @@ class AttackSettings:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("attacker_seed")
+        if out["stats_rows"] is None:  # the recipes' records keep their keys
+            out.pop("stats_rows")
         return out
 
 
 def _split_public(
-    texts: Sequence[str], train_rows: int, seed: int, holdout_rows: int = 0
+    texts: Sequence[str], train_rows: int, seed: int, holdout_rows: int = 0, stats_rows: int | None = None
 ) -> tuple[list[str], list[str], list[str]]:
-    """A seeded half of the public rows for statistics; of the rest, ``holdout_rows`` held out and (at most
-    ``train_rows``) for training."""
+    """A seeded half of the public rows for statistics (at most ``stats_rows`` of them); of the rest,
+    ``holdout_rows`` held out and (at most ``train_rows``) for training."""
     order = np.random.default_rng(seed).permutation(len(texts))
     half = (len(texts) + 1) // 2
-    stats = [texts[i] for i in np.sort(order[:half])]
+    stats = [texts[i] for i in np.sort(order[:half][:stats_rows])]
     rest = np.sort(order[half:])
     n_hold = min(holdout_rows, rest.size // 2)
     hold = [texts[i] for i in rest[rest.size - n_hold :]]
@@ -233,6 +254,8 @@ def run_attack(
     settings = settings or AttackSettings()
     say = progress or (lambda _m: None)
     timing: dict[str, float] = {}
+    stages = 4 + int(settings.contextual) + int(settings.inversion)
+    bar = progress_bar(total=stages, desc="attack", unit="stage", enabled=progress is not None)
     bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
     if bad:
         raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
@@ -256,13 +279,14 @@ def run_attack(
     victim = Privatizer(config, seed=seed, allow_weak_seed=True)
     private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
     timing["release_private"] = time.perf_counter() - t
+    bar.update(1)
     V = int(victim.space.V)
     say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
 
     t = time.perf_counter()
     n_train = max(settings.train_rows, settings.inversion_rows if settings.inversion else 0)
     stats_texts, train_texts, hold_texts = _split_public(
-        list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows
+        list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows, settings.stats_rows
     )
     attacker = _attacker(config, settings, _STATS_SPLIT)
     stats = release_corpus(attacker, stats_texts)
@@ -278,6 +302,7 @@ def run_attack(
         release_corpus(_attacker(config, settings, _HOLDOUT_SPLIT), hold_texts, keep_rows=True) if hold_texts else None
     )
     timing["release_public"] = time.perf_counter() - t
+    bar.update(1)
 
     t = time.perf_counter()
     wanted = np.concatenate([c.released for c in (private, train, hold) if c is not None])
@@ -286,6 +311,7 @@ def run_attack(
     lam, tau, tuning = tune(law, logp, train, settings)
     lists = law.lists(wanted, logp, tau, settings.top_k, lam)
     timing["bayes"] = time.perf_counter() - t
+    bar.update(1)
     say(
         f"bayes lists ({law.method} law, λ = {law.lambdas[lam]:.4g}, prior weight {tau:g}) "
         f"for {lists.released.size:,} released tokens"
@@ -309,6 +335,7 @@ def run_attack(
         attack.fit(train, *full.for_tokens(train.released))
         contextual = (attack, full)
         timing["contextual"] = time.perf_counter() - t
+        bar.update(1)
         contextual_info = {
             "model": "reranker of the Bayes top-k plus the released token: linear over 5 features + rank-"
             f"{settings.rank} bilinear context (window {settings.window})",
@@ -321,6 +348,7 @@ def run_attack(
         t = time.perf_counter()
         inverter = _inversion(config, settings, victim, train_texts, train_all, say)
         timing["inversion_train"] = time.perf_counter() - t
+        bar.update(1)
 
     def hits_for(c: ReleasedCorpus) -> dict[str, Hits]:
         truth = c.inputs
@@ -346,6 +374,8 @@ def run_attack(
         for name, per in _grouped(hold, hits_for(hold), frequent, 0, 0).items():
             heldout[name] = {g: e["top1"]["value"] for g, e in per.items()}
     timing["predict_and_score"] = time.perf_counter() - t
+    bar.update(1)
+    bar.close()
     headline = _headline(heldout or {a: {g: e["top1"]["value"] for g, e in per.items()} for a, per in groups.items()})
     if not heldout:
         say("no held-out public rows: the headline attack is chosen on the private rows")
