@@ -15,7 +15,16 @@ import torch
 from ...errors import InvalidParameterError
 from ...io.models import load_space
 from ...space import DEFAULT_MODEL
-from .bounds import _ceil8, _int8_note, _max_of, bound_rows, cpu_info, gemm_bounds
+from .bounds import (
+    BOUND_PRODUCT_S,
+    _ceil8,
+    _max_of,
+    calibrate_rows,
+    cpu_info,
+    flags_used,
+    gemm_bounds,
+    skipped_arithmetic,
+)
 from .cases import DEFAULT_CASES, BenchCase, BenchReport, _parse_case, _run_case
 from .processes import _max_rss_bytes, _mb, _privatize_cli, _vector_load
 from .table import _case_line
@@ -88,8 +97,12 @@ def run_bench(
     load_s = time.perf_counter() - t0
     V, d = space.V, space.d
     per_op = 2.0 * V * d
+    skipped = skipped_arithmetic(device)
+    for a, why in skipped.items():
+        note(f"{a} bound skipped: {why}")
+    rows_b = calibrate_rows(V, d, device)
     sources: dict[str, float] = {}
-    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources)
+    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources, rows=rows_b)
     results: list[BenchCase] = []
     for c in cases:
         try:
@@ -104,6 +117,7 @@ def run_bench(
                 bound_repeats=bound_repeats,
                 seed=seed,
                 reference_tokens=reference_tokens,
+                bound_rows=rows_b,
                 kernel_only=torch.device(device).type == "cuda" if kernel_only is None else kernel_only,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
@@ -118,12 +132,11 @@ def run_bench(
         for a, tps in res.bound_tokens_per_s.items():
             best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
         note(_case_line(res))
-    int8_note = _int8_note(device) if best_ops["int8"] is None else None
     bounds: dict[str, dict[str, Any]] = {
         a: {
             "ops_per_s": ops,
             "tokens_per_s": None if ops is None else ops / per_op,
-            "note": int8_note if a == "int8" else None if ops is not None else "the product failed on this device",
+            "note": skipped.get(a) or (None if ops is not None else "the product failed on this device"),
         }
         for a, ops in best_ops.items()
     }
@@ -147,13 +160,16 @@ def run_bench(
         machine=machine,
         cpu_model=cpu_model,
         cpu_flags=cpu_flags,
-        bound_shape=[bound_rows(device), _ceil8(d), _ceil8(V)],
+        bound_shape=[rows_b, _ceil8(d), _ceil8(V)],
         bounds=bounds,
         cases=results,
         peak_rss_mb=_mb(_max_rss_bytes()),
         repeats=repeats,
         model_load_s=load_s,
         bound_sources=sources,
+        flags_used=flags_used() if torch.device(device).type == "cpu" else [],
+        skipped=skipped,
+        bound_rows_s=BOUND_PRODUCT_S if torch.device(device).type == "cpu" else None,
     )
     if Path(model).is_file():
         report.vector_load = _vector_load(Path(model))
