@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS
-from ..mechanisms import get_mechanism_class, list_mechanisms
-from ..postprocess import list_postprocess
+from .catalog import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, MECHANISMS, POSTPROCESS, SCRIPTS
 
 
 __all__ = [
@@ -24,11 +22,12 @@ __all__ = [
 
 
 def mechanism_names() -> list[str]:
-    return list_mechanisms()
+    """The built-in mechanisms (:mod:`hf_textdp.cli.catalog`: the help imports no mechanism module)."""
+    return list(MECHANISMS)
 
 
 def postprocess_names() -> list[str]:
-    return list_postprocess()
+    return list(POSTPROCESS)
 
 
 def options_epilog() -> str:
@@ -37,10 +36,9 @@ def options_epilog() -> str:
         "mechanism options (-o KEY=VALUE; defaults shown, allowed values in docs/mechanisms/<family>.md) and "
         "post-processing steps:"
     ]
-    for name in mechanism_names():
-        cls = get_mechanism_class(name)
-        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in getattr(cls, "OPTIONS", {}).items()) or "none"
-        steps = ", ".join(getattr(cls, "POSTPROCESS", ()))
+    for name, info in MECHANISMS.items():
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in info.options.items()) or "none"
+        steps = ", ".join(info.postprocess)
         lines.append(f"  {name}: {opts}; postprocess: {steps}")
     return "\n".join(lines)
 
@@ -48,10 +46,9 @@ def options_epilog() -> str:
 def delta_help() -> str:
     """``--delta``'s help: the mechanisms that use a delta and the default each takes when it is not given."""
     defaults: dict[str, list[str]] = {}
-    for name in mechanism_names():
-        cls = get_mechanism_class(name)
-        if getattr(cls, "USES_DELTA", False):
-            value = getattr(cls, "DEFAULT_DELTA", None)
+    for name, info in MECHANISMS.items():
+        if info.uses_delta:
+            value = info.default_delta
             defaults.setdefault("none" if value is None else f"{value:g}", []).append(name)
     users = ", ".join(n for names in defaults.values() for n in names)
     if len(defaults) == 1:

@@ -436,3 +436,17 @@ def test_bound_rows_come_from_a_calibration() -> None:
     assert bounds.calibrate_rows(2000, 64, seconds=1e3) == bounds.BOUND_ROWS
     mid = bounds.calibrate_rows(2000, 64, seconds=0.02)
     assert bounds.MIN_BOUND_ROWS <= mid <= bounds.BOUND_ROWS and mid % 64 == 0
+
+
+def test_default_rows_follow_the_fp32_bound() -> None:
+    """Without --rows, a pass is sized from the fp32 bound: twice the rate gives twice the rows, within limits."""
+    from hf_textdp.tools.bench import run as bench_run
+
+    texts_ = ["x" * 100] * 10  # 25 tokens a row at four characters a token
+    V, d = 30000, 384
+    ops = 2.0 * V * d * 2000  # fp32 bound: 2,000 tokens/s over all V; half of it for 6 s is 6,000 tokens
+    assert bench_run.sized_rows(texts_, ops, V, d) == 6000 // 25 * 1
+    assert bench_run.sized_rows(texts_, 2 * ops, V, d) == 2 * (6000 // 25)
+    assert bench_run.sized_rows(texts_, 1.0, V, d) == bench_run.MIN_ROWS
+    assert bench_run.sized_rows(texts_, 1e6 * ops, V, d) == bench_run.MAX_ROWS
+    assert build_parser().parse_args(["bench"]).rows is None

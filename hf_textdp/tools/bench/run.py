@@ -31,7 +31,22 @@ from .table import _case_line
 from .texts import _is_sample, _load, _read_rows
 
 
-__all__ = ["run_bench"]
+__all__ = ["PASS_S", "run_bench", "sized_rows"]
+
+#: seconds a timed pass is sized to take when ``rows`` is not given (:func:`sized_rows`); rows between
+#: :data:`MIN_ROWS` and :data:`MAX_ROWS`
+PASS_S = 6.0
+MIN_ROWS, MAX_ROWS = 200, 4000
+
+
+def sized_rows(texts: Sequence[str], fp32_ops_per_s: float, V: int, d: int, seconds: float = PASS_S) -> int:
+    """Rows of ``texts`` a timed pass takes about ``seconds`` on, at half the fp32 bound's tokens/s over all V
+    candidates (a case's rate is at most that bound, and most cases score fewer rows than V), a token taken as
+    four characters; within [:data:`MIN_ROWS`, :data:`MAX_ROWS`]."""
+    chars = sum(len(t) for t in texts) / max(1, len(texts))
+    tokens_per_row = max(1.0, chars / 4)
+    rate = 0.5 * fp32_ops_per_s / (2.0 * V * d)
+    return max(MIN_ROWS, min(MAX_ROWS, int(seconds * rate / tokens_per_row)))
 
 
 def run_bench(
@@ -40,11 +55,11 @@ def run_bench(
     mechanisms: Sequence[str] | None = None,
     device: str = "cpu",
     text: str | os.PathLike[str] | None = None,
-    rows: int = 4000,
+    rows: int | None = None,
     epsilon: float = 10.0,
     batch_size: int = 1000,
     repeats: int = 3,
-    bound_repeats: int = 5,
+    bound_repeats: int = 3,
     one_word: bool = False,
     reference_tokens: int = 200,
     cold_start: bool = True,
@@ -61,11 +76,13 @@ def run_bench(
         device (`str`, defaults to `"cpu"`): ``"cpu"`` or ``"cuda[:N]"``.
         text (`str`, *optional*): the text file, or ``"sample"`` (see :func:`load_texts`); without it,
             SentEval MR, and an error when MR is not found.
-        rows (`int`, defaults to 4000): rows privatized per timed pass.
+        rows (`int`, *optional*): rows privatized per timed pass; default: sized from the first fp32 bound so
+            that a pass takes about :data:`PASS_S` seconds (:func:`sized_rows`), the whole default run minutes
+            on 2 cores.
         epsilon (`float`, defaults to 10.0): ε of every case (throughput barely depends on it).
         batch_size (`int`, defaults to 1000): rows per ``privatize`` call (``Dataset.map``'s default).
         repeats (`int`, defaults to 3): timed passes per case (the best counts; ``paired`` is the median).
-        bound_repeats (`int`, defaults to 5): products of each arithmetic per bound measurement (two
+        bound_repeats (`int`, defaults to 3): products of each arithmetic per bound measurement (two
             measurements per pass).
         one_word (`bool`, defaults to `False`): one whitespace word per row (per-row overhead).
         reference_tokens (`int`, defaults to 200): tokens for the per-token reference (0: skip).
@@ -80,18 +97,17 @@ def run_bench(
     Raises:
         InvalidParameterError: a count below 1, an unknown case, or no text (see :func:`load_texts`).
     """
-    if rows < 1 or batch_size < 1 or repeats < 1 or bound_repeats < 1:
+    if (rows is not None and rows < 1) or batch_size < 1 or repeats < 1 or bound_repeats < 1:
         raise InvalidParameterError(
             f"rows, batch_size, repeats and bound_repeats must be >= 1, got {rows}, {batch_size}, {repeats}, "
             f"{bound_repeats}."
         )
+    rows_given = rows is not None
     cases = list(mechanisms) if mechanisms else list(DEFAULT_CASES)
     for c in cases:
         _parse_case(c)
     note = progress or (lambda line: None)
     text_path, file_rows, texts, source = _load(text, rows, one_word)
-    if _is_sample(text_path):
-        note(f"text: {source}")
     t0 = time.perf_counter()
     space = load_space(model, device)
     load_s = time.perf_counter() - t0
@@ -103,6 +119,12 @@ def run_bench(
     rows_b = calibrate_rows(V, d, device)
     sources: dict[str, float] = {}
     best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources, rows=rows_b)
+    if rows is None:
+        rows = sized_rows(texts, best_ops["fp32"] or 0.0, V, d)
+        text_path, file_rows, texts, source = _load(text, rows, one_word)
+        note(f"rows: {rows:,} per timed pass (sized to about {PASS_S:g} s from the fp32 bound)")
+    if _is_sample(text_path):
+        note(f"text: {source}")
     results: list[BenchCase] = []
     for c in cases:
         try:
@@ -166,6 +188,7 @@ def run_bench(
         peak_rss_mb=_mb(_max_rss_bytes()),
         repeats=repeats,
         model_load_s=load_s,
+        rows_sized_s=None if rows_given else PASS_S,
         bound_sources=sources,
         flags_used=flags_used() if torch.device(device).type == "cpu" else [],
         skipped=skipped,

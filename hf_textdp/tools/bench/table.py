@@ -41,7 +41,9 @@ def format_table(report: BenchReport) -> str:
     sized = f" ({m} rows: one fp32 product sized to {report.bound_rows_s:g} s)" if report.bound_rows_s else ""
     lines = [
         f"model {report.model} (V = {report.V:,}, d = {report.d}) on {report.device}",
-        f"text {report.text_path} ({text}); {report.repeats} timed passes per case",
+        f"text {report.text_path} ({text}"
+        + (f"; rows sized to a {report.rows_sized_s:g} s pass" if report.rows_sized_s else "")
+        + f"); {report.repeats} timed passes per case",
         f"cpu {report.cpu_model} ({report.machine}); flags {flags}" + (f", not {' '.join(absent)}" if absent else ""),
         f"torch {report.torch_version}, {report.threads} threads; flags used by the kernels: {used}",
         f"bounds: best {m}x{k} @ {k}x{n} products of the run{sized}; here tokens/s = ops/s / (2 V d); each case "
