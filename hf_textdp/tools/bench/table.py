@@ -19,11 +19,7 @@ def _frac(x: float | None, width: int) -> str:
 def _case_line(c: BenchCase) -> str:
     if c.error:
         return f"{c.name}: error: {c.error}"
-    parts = [
-        f"{f:.2f} of {a}"
-        for a, f in (("fp32", c.fraction_fp32), ("bf16", c.fraction_bf16), ("int8", c.fraction_int8))
-        if f is not None
-    ]
+    parts = [f"{f:.2f} of {a}" for a, f in (("fp32", c.fraction_fp32), ("bf16", c.fraction_bf16)) if f is not None]
     own = f"{c.fraction_own:.2f}" if c.fraction_own is not None else "-"
     return (
         f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts) or 'no bound'}, {own} of its own "
