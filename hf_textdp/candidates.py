@@ -8,6 +8,7 @@ the text being privatized.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -348,5 +349,11 @@ def script_ok(text: str | None, scripts: Sequence[str]) -> bool:
     """
     if not text or any(_compat(c) for c in text):
         return False
+    return _script_pattern(tuple(scripts)).fullmatch(text) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _script_pattern(scripts: tuple[str, ...]) -> regex.Pattern[str]:
+    """:func:`script_ok`'s pattern for ``scripts``, compiled once (it runs on every token of a vocabulary)."""
     letters = "".join(rf"\p{{Script={s.capitalize()}}}" for s in scripts)
-    return regex.fullmatch(rf"(?V1)(?:[[{letters}\p{{Script=Inherited}}]--{_PHONETIC}]|{_NEUTRAL})+", text) is not None
+    return regex.compile(rf"(?V1)(?:[[{letters}\p{{Script=Inherited}}]--{_PHONETIC}]|{_NEUTRAL})+")

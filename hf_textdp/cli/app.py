@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import HfTextDPError, unexpected_error_line
+from ..version import __version__
 from .attack import AttackCommand
 from .audit import AuditCommand
 from .bench import BenchCommand
@@ -45,6 +46,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hf-textdp", description="Differentially private text at the subword-token level.")
+    parser.add_argument("--version", action="version", version=f"hf-textdp {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     for cmd in COMMANDS:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..candidates import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, SCRIPTS
-from ..mechanisms import get_mechanism_class, list_mechanisms
-from ..postprocess import list_postprocess
-from ..sensitive import BUILTIN_DETECTORS
+from .catalog import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, DETECTORS, MECHANISMS, POSTPROCESS, SCRIPTS
 
 
 __all__ = [
@@ -26,11 +23,12 @@ __all__ = [
 
 
 def mechanism_names() -> list[str]:
-    return list_mechanisms()
+    """The built-in mechanisms (:mod:`hf_textdp.cli.catalog`: the help imports no mechanism module)."""
+    return list(MECHANISMS)
 
 
 def postprocess_names() -> list[str]:
-    return list_postprocess()
+    return list(POSTPROCESS)
 
 
 def options_epilog() -> str:
@@ -39,10 +37,9 @@ def options_epilog() -> str:
         "mechanism options (-o KEY=VALUE; defaults shown, allowed values in docs/mechanisms/<family>.md) and "
         "post-processing steps:"
     ]
-    for name in mechanism_names():
-        cls = get_mechanism_class(name)
-        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in getattr(cls, "OPTIONS", {}).items()) or "none"
-        steps = ", ".join(getattr(cls, "POSTPROCESS", ()))
+    for name, info in MECHANISMS.items():
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in info.options.items()) or "none"
+        steps = ", ".join(info.postprocess)
         lines.append(f"  {name}: {opts}; postprocess: {steps}")
     return "\n".join(lines)
 
@@ -50,10 +47,9 @@ def options_epilog() -> str:
 def delta_help() -> str:
     """``--delta``'s help: the mechanisms that use a delta and the default each takes when it is not given."""
     defaults: dict[str, list[str]] = {}
-    for name in mechanism_names():
-        cls = get_mechanism_class(name)
-        if getattr(cls, "USES_DELTA", False):
-            value = getattr(cls, "DEFAULT_DELTA", None)
+    for name, info in MECHANISMS.items():
+        if info.uses_delta:
+            value = info.default_delta
             defaults.setdefault("none" if value is None else f"{value:g}", []).append(name)
     users = ", ".join(n for names in defaults.values() for n in names)
     if len(defaults) == 1:
@@ -171,7 +167,7 @@ def add_sensitive_args(p: argparse.ArgumentParser) -> None:
         "--sensitive-detectors",
         default=None,
         metavar="NAME[,NAME]",
-        help=f"what finds sensitive spans: {', '.join(BUILTIN_DETECTORS)}, spacy:PIPELINE, presidio (default: none)",
+        help=f"what finds sensitive spans: {', '.join(DETECTORS)}, spacy:PIPELINE, presidio (default: none)",
     )
     p.add_argument(
         "--sensitive-column",

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from ..io.files import dumps_json
-from ..io.models import load_space
 from ..utils.table import format_table
 from .arguments import HelpFormatter, add_config_args, options_epilog
 from .parse import config_from_args, read_seed
@@ -67,6 +66,7 @@ class AuditCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from ..io.models import load_space  # torch, transformers: not on --help's path
         from ..tools.audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
 
         config = config_from_args(args)

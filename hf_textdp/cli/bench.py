@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..io.files import dumps_json, refuse_existing_file, write_user_file
-from ..space import DEFAULT_MODEL
+from .catalog import DEFAULT_MODEL
 
 
 __all__ = ["BenchCommand"]
@@ -45,7 +45,12 @@ class BenchCommand:
             help=".jsonl (field 'text') or text file (default: SentEval MR; an error when it is missing); "
             "'sample' for the packaged 30-row sample",
         )
-        p.add_argument("--rows", type=int, default=4000, help="rows of the text to privatize per case (default 4000)")
+        p.add_argument(  # default: sized to the machine (tools.bench.run.sized_rows)
+            "--rows",
+            type=int,
+            default=None,
+            help="rows of the text to privatize per case (default: sized to a pass of about 6 s)",
+        )
         p.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
         p.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
         p.add_argument("--epsilon", type=float, default=10.0, help="privacy parameter per token (default 10)")

@@ -7,11 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..candidates import DEFAULT_CANDIDATES
-from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError, MissingExtraError
 from ..io.files import dumps_json
-from ..space import DEFAULT_MODEL
 from .arguments import (
     HelpFormatter,
     add_candidate_args,
@@ -20,6 +17,7 @@ from .arguments import (
     options_epilog,
     postprocess_names,
 )
+from .catalog import DEFAULT_CANDIDATES, DEFAULT_MODEL
 from .parse import candidates_from_args, parse_options
 
 
@@ -81,6 +79,7 @@ class CalibrateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from ..config import PrivatizerConfig  # torch, transformers: not on --help's path
         from ..tools.calibrate import calibrate, format_calibration, plot_calibration
 
         if args.plot is not None:  # fail before the work when matplotlib is missing or cannot write the format

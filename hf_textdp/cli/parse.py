@@ -7,11 +7,14 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..candidates import DEFAULT_CANDIDATES, parse_candidates
-from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError
+from .catalog import DEFAULT_CANDIDATES
+
+
+if TYPE_CHECKING:
+    from ..config import PrivatizerConfig
 
 
 __all__ = [
@@ -60,7 +63,9 @@ def read_seed(args: argparse.Namespace) -> int | None:
     return None
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
+def config_from_args(args: argparse.Namespace) -> PrivatizerConfig:
+    from ..config import PrivatizerConfig  # torch and transformers: not on --help's path
+
     base: dict[str, Any] = {}
     if getattr(args, "config", None):
         base = PrivatizerConfig.from_pretrained(args.config).to_dict()
@@ -112,6 +117,8 @@ def candidates_from_args(args: argparse.Namespace, base: Any) -> Any:
     cand_set, scripts, vocab, classes = (getattr(args, k, None) for k in keys)
     if cand_set is None and scripts is None and vocab is None and classes is None:
         return base
+    from ..candidates import parse_candidates  # numpy: not on --help's path
+
     spec = parse_candidates(base)
     return {
         "set": cand_set or ("public_vocab" if vocab is not None else spec.set),

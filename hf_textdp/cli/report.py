@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..accounting import format_report
 from ..io.files import dumps_json
 from ..io.reports import privacy_report
 from .arguments import HelpFormatter
@@ -37,6 +36,7 @@ class ReportCommand:
         if args.json:
             sys.stdout.write(dumps_json(report))
             return 0
+        from ..accounting import format_report  # torch (via rng): not on --help's path
         from ..integrations.cards import original_columns
 
         kept = original_columns(args.output)  # keep_original=True: the report covers the privatized columns alone

@@ -38,6 +38,7 @@ CASE_FIELDS = {
     "ops_per_token",
     "searched",
     "kernel",
+    "kernel_name",
 }
 ROUND_FIELDS = {
     "tokens_per_s",
@@ -96,12 +97,27 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
     assert lines[1].startswith(f"text {texts._SAMPLE} (30 rows, first 24; THE PACKAGED 30-ROW SAMPLE")
     assert lines[2].startswith(f"cpu {report['cpu_model']} (") and " flags " in lines[2]
     assert all(flag in lines[2] for flag in bench.CPU_FLAGS)  # present ones, then the absent ones after "not"
-    assert lines[3] == f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    assert lines[3].startswith(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; flags used by the kernels: "
+    )
     assert [line.split()[0] for line in lines[5:8]] == ["fp32", "bf16", "int8"]
 
     # one row per case with its arithmetic and the fp32, bf16 and own fractions, as in the JSON
     columns = next(line for line in lines if line.startswith("case ")).split()
-    assert columns == ["case", "arith", "filter", "tokens", "tokens/s", "fp32", "bf16", "own", "paired", "peak", "RSS"]
+    assert columns == [
+        "case",
+        "arith",
+        "filter",
+        "tokens",
+        "tokens/s",
+        "fp32",
+        "bf16",
+        "own",
+        "paired",
+        "peak",
+        "RSS",
+        "kernel",
+    ]
     assert [c["name"] for c in report["cases"]] == ["madlib/nearest", "tem"]
     for case in report["cases"]:
         assert set(case) == CASE_FIELDS
@@ -127,6 +143,10 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
     assert madlib["arithmetic"] == ("bf16" if bf16_filter_available("cpu") else "fp32")
     assert tem["arithmetic"] == "int8"
     assert madlib["search_filter"] in ("bf16", "fp32") and tem["search_filter"] == "int8"
+    assert madlib["kernel_name"] in ("AVX-512 bf16 fused filter", "AVX2 fp32 fused filter", "torch bf16", "torch fp32")
+    assert tem["kernel_name"] in ("VNNI keys", "AVX2 keys", "fp32 product")
+    for case in report["cases"]:  # the kernel each case ran closes its row
+        assert next(line for line in lines if line.startswith(case["name"] + " ")).endswith("  " + case["kernel_name"])
     ref = madlib["per_token_reference"]
     assert ref["tokens"] > 0 and ref["ratio"] > 0 and ref["agreement"] == 1.0
     assert report["cold_start"] is None and report["memory_run"] is None
@@ -135,7 +155,7 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
 
 def test_int8_bound_missing_is_said(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without an int8 product (no ``torch._int_mm``, the compiled kernels off) the int8 bound is skipped with
-    a note, and an int8 case has no ``own``."""
+    a note, and the sampler's ``own`` is its fp32 fraction (never an int8 bound it does not have)."""
 
     def no_int8(*args: object, **kwargs: object) -> torch.Tensor:
         raise RuntimeError("no int8 kernel here")
@@ -149,15 +169,15 @@ def test_int8_bound_missing_is_said(tiny_bert: str, monkeypatch: pytest.MonkeyPa
     assert int8["ops_per_s"] is None and "no int8 kernel here" in int8["note"]
     assert report.bounds["fp32"]["ops_per_s"] > 0
     (tem,) = report.cases
-    assert tem.error is None and tem.arithmetic == "int8" and tem.bound_tokens_per_s["int8"] is None
-    assert tem.fraction_own is None and tem.fraction_paired is None and tem.fraction_fp32 is not None
+    assert tem.error is None and tem.arithmetic == "fp32" and tem.bound_tokens_per_s["int8"] is None
+    assert tem.fraction_int8 is None and tem.fraction_own == tem.fraction_fp32 is not None
+    assert tem.kernel_name == "fp32 product"  # HF_TEXTDP_NATIVE=0: no compiled key kernel
     table = format_table(report)
     assert "int8  not measured: torch._int_mm fails on cpu: no int8 kernel here" in table
-    assert next(line for line in table.splitlines() if line.startswith("tem ")).split()[5:9] == [
+    assert next(line for line in table.splitlines() if line.startswith("tem ")).split()[5:8] == [
         f"{tem.fraction_fp32:.2f}",
         f"{tem.fraction_bf16:.2f}",
-        "-",
-        "-",
+        f"{tem.fraction_own:.2f}",
     ]
 
 
@@ -349,3 +369,84 @@ def test_kernel_only_pass_times_the_device_part(tiny_bert: str) -> None:
         model=tiny_bert, mechanisms=["tem"], text="sample", rows=4, repeats=1, bound_repeats=1, reference_tokens=0,
         cold_start=False,
     ).cases[0].kernel is None  # fmt: skip
+
+
+def test_bench_never_times_or_divides_by_emulated_arithmetic(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU whose flags lack bf16 and int8 (AVX2 and FMA only): the bench times only fp32 (the product timing is
+    mocked: a bf16 or int8 product would be named to it), prints why bf16 and int8 were skipped, holds every
+    case, the sampler too, to fp32, and names the kernel each case ran."""
+    from hf_textdp.cpu import features
+    from hf_textdp.cpu.avx2_filter import avx2_filter_available
+    from hf_textdp.cpu.int8_keys import int8_keys_available
+    from hf_textdp.tools.bench import bounds
+    from hf_textdp.tools.bench import run as bench_run
+
+    monkeypatch.setattr(features, "cpu_flags", lambda: frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"}))
+    timed: list[str] = []
+
+    def fake_best(products: dict[str, object], repeats: int) -> dict[str, float]:
+        timed.extend(products)
+        return dict.fromkeys(products, 0.01)
+
+    def emulated(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an emulated int8 product ran")
+
+    monkeypatch.setattr(bounds, "_best_seconds", fake_best)
+    monkeypatch.setattr(bench_run, "calibrate_rows", lambda V, d, device="cpu": bounds.MIN_BOUND_ROWS)
+    monkeypatch.setattr(torch, "_int_mm", emulated)
+    printed: list[str] = []
+    report = run_bench(
+        model=tiny_bert,
+        mechanisms=["madlib/nearest", "tem"],
+        text="sample",
+        rows=8,
+        repeats=1,
+        reference_tokens=0,
+        cold_start=False,
+        progress=printed.append,
+    )
+    assert timed and set(timed) == {"fp32"}
+    assert set(report.skipped) == {"bf16", "int8"} and report.flags_used == ["avx2", "fma"]
+    for name in ("bf16", "int8"):
+        assert report.bounds[name]["ops_per_s"] is None and "not native on this CPU" in report.bounds[name]["note"]
+        assert any(line.startswith(f"{name} bound skipped: not native on this CPU") for line in printed)
+    madlib, tem = report.cases
+    for case in (madlib, tem):
+        assert case.error is None, case.error
+        assert case.arithmetic == "fp32" and case.fraction_bf16 is None and case.fraction_int8 is None
+        assert case.fraction_own == case.fraction_fp32 is not None
+        assert all(v is None for a, v in case.bound_tokens_per_s.items() if a != "fp32")
+    assert madlib.kernel_name == ("AVX2 fp32 fused filter" if avx2_filter_available() else "torch fp32")
+    assert tem.kernel_name == ("AVX2 keys" if int8_keys_available() else "fp32 product")
+    table = format_table(report)
+    assert "  bf16  skipped: not native on this CPU" in table and "  int8  skipped: not native on this CPU" in table
+    assert "flags used by the kernels: avx2 fma" in table
+    for case in (madlib, tem):
+        row = next(line for line in table.splitlines() if line.startswith(case.name + " ")).split()
+        assert row[5:8] == [f"{case.fraction_fp32:.2f}", "-", f"{case.fraction_own:.2f}"]
+        assert " of bf16" not in next(line for line in printed if line.startswith(case.name + ":"))
+        assert case.kernel_name in table
+
+
+def test_bound_rows_come_from_a_calibration() -> None:
+    """The bound products' rows follow the time one fp32 product takes, within [MIN_BOUND_ROWS, BOUND_ROWS]."""
+    from hf_textdp.tools.bench import bounds
+
+    assert bounds.calibrate_rows(2000, 64, seconds=1e-9) == bounds.MIN_BOUND_ROWS
+    assert bounds.calibrate_rows(2000, 64, seconds=1e3) == bounds.BOUND_ROWS
+    mid = bounds.calibrate_rows(2000, 64, seconds=0.02)
+    assert bounds.MIN_BOUND_ROWS <= mid <= bounds.BOUND_ROWS and mid % 64 == 0
+
+
+def test_default_rows_follow_the_fp32_bound() -> None:
+    """Without --rows, a pass is sized from the fp32 bound: twice the rate gives twice the rows, within limits."""
+    from hf_textdp.tools.bench import run as bench_run
+
+    texts_ = ["x" * 100] * 10  # 25 tokens a row at four characters a token
+    V, d = 30000, 384
+    ops = 2.0 * V * d * 2000  # fp32 bound: 2,000 tokens/s over all V; half of it for 6 s is 6,000 tokens
+    assert bench_run.sized_rows(texts_, ops, V, d) == 6000 // 25 * 1
+    assert bench_run.sized_rows(texts_, 2 * ops, V, d) == 2 * (6000 // 25)
+    assert bench_run.sized_rows(texts_, 1.0, V, d) == bench_run.MIN_ROWS
+    assert bench_run.sized_rows(texts_, 1e6 * ops, V, d) == bench_run.MAX_ROWS
+    assert build_parser().parse_args(["bench"]).rows is None

@@ -3,17 +3,19 @@
 Every figure comes from one process and one run, so that it can be compared across machines as a
 ratio rather than as an absolute speed:
 
-* **bounds** — for each arithmetic (:data:`ARITHMETICS`), the best of at least five products shaped
-  like the work, :data:`BOUND_ROWS` (2,048) noisy vectors against every candidate on a CPU: fp32 and bf16
-  ``torch.mm`` (fp32 with TF32 and reduced-precision reductions off) and int8 ``torch._int_mm``
-  (int8 × int8 → int32; skipped, with a note, where the device has none); where the search runs the
-  fused bf16 kernel, the bf16 bound is the faster of ``torch.mm`` and that kernel. Each is converted to
+* **bounds** — for each arithmetic (:data:`ARITHMETICS`) the machine runs natively (bf16 and int8 from the
+  CPU's flags; an emulated product is skipped, with why, and never divides anything), the best of at least
+  three products shaped like the work, noisy vectors against every candidate, the rows sized by a short
+  calibration so that one fp32 product takes about 0.25 s on a CPU: fp32 and bf16 ``torch.mm`` (fp32 with TF32
+  and reduced-precision reductions off) and int8 ``torch._int_mm`` (int8 × int8 → int32); where the search
+  runs the fused bf16 kernel, the bf16 bound is the faster of ``torch.mm`` and that kernel. Each is converted to
   tokens/s as ops/(2·V·d): the rate at which that product could merely score every candidate of
   every token.
 * **rate** — privatized (non-special) tokens per second through :meth:`Privatizer.privatize`, end to
   end: tokenization, classification, noise, search or sampling, decoding and accounting.
 * **fractions** — rate / bound, against the fp32 bound, the bf16 bound and the bound of the
-  arithmetic the case's search or sampler runs (``own``, see :func:`case_arithmetic`). Bound and
+  fastest native arithmetic that does the case's work (``own``, see :func:`case_arithmetic`); each case
+  names the kernel it ran (:func:`case_kernel`). Without ``rows``, a timed pass is sized to a few seconds. Bound and
   rate measurements are interleaved: every timed pass is paired with the best of the products run
   just before and just after it, so machine noise hits both. A fraction is the best pass's rate over
   the best product of the whole case (conservative: a quiet moment lifts the bound at once, but a
@@ -36,7 +38,7 @@ Example (``--rows`` small for a quick look):
 """
 
 from .bounds import ARITHMETICS, CPU_FLAGS, cpu_info, gemm_bounds
-from .cases import DEFAULT_CASES, BenchCase, BenchReport, case_arithmetic, device_inputs, work_per_token
+from .cases import DEFAULT_CASES, BenchCase, BenchReport, case_arithmetic, case_kernel, device_inputs, work_per_token
 from .run import run_bench
 from .table import format_table
 from .texts import SAMPLE_TEXT, load_texts
@@ -52,6 +54,7 @@ __all__ = [
     "run_bench",
     "format_table",
     "case_arithmetic",
+    "case_kernel",
     "cpu_info",
     "device_inputs",
     "gemm_bounds",

@@ -22,7 +22,7 @@ from ...privatizer import Privatizer
 from ...rng import Streams, derive_row_seed, streams_for_rows
 from ...search import bf16_filter_available
 from ...space import CANDIDATE, EmbeddingSpace
-from .bounds import ARITHMETICS, Arithmetic, _max_of, _sync, gemm_bounds
+from .bounds import ARITHMETICS, Arithmetic, _max_of, _sync, gemm_bounds, skipped_arithmetic
 from .processes import _mb, _RssSampler
 
 
@@ -34,6 +34,7 @@ __all__ = [
     "SAMPLER_ARITHMETIC",
     "SEARCH_STEPS",
     "case_arithmetic",
+    "case_kernel",
     "device_inputs",
     "work_per_token",
 ]
@@ -53,7 +54,8 @@ DEFAULT_CASES = (
     "santext",
 )
 
-#: the arithmetic of each selection mechanism's sampler (the new sampler scores with an exact int8 product)
+#: the arithmetic of each selection mechanism's sampler where int8 is native (it scores with an exact int8 product;
+#: elsewhere it runs fp32 or the AVX2 int16 key kernel, held to the fp32 bound)
 SAMPLER_ARITHMETIC: dict[str, Arithmetic] = {"tem": "int8", "santext": "int8", "santext_plus": "int8"}
 
 #: post-processing steps that run the exact search (its filter: bf16 where exact and fast, else fp32)
@@ -61,6 +63,9 @@ SEARCH_STEPS = ("nearest", "top2", "rank", "backproject", "nearest_excluding_inp
 
 #: the steps that search one neighbour per token (on a GPU: the fused tensor-core search)
 K1_STEPS = ("nearest", "backproject")
+
+#: seconds the per-token reference runs at most (after its first 10 tokens): one token is a whole V×d pass
+REFERENCE_S = 5.0
 
 
 def _parse_case(case: str) -> tuple[str, str]:
@@ -80,12 +85,14 @@ def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
 
     Additive mechanisms with a search step run the exact search, whose filter is bf16 where
     :func:`~hf_textdp.search.bf16_filter_available` says so and fp32 elsewhere; selection mechanisms
-    run their sampler's arithmetic (:data:`SAMPLER_ARITHMETIC`); a step with no product (``vector``)
-    is held to fp32.
+    run their sampler's arithmetic (:data:`SAMPLER_ARITHMETIC`) where it is native on the device
+    (:func:`~hf_textdp.tools.bench.bounds.skipped_arithmetic`), else fp32; a step with no product (``vector``)
+    is held to fp32. Never an emulated arithmetic: the bench does not time those.
     """
     mech, post = _parse_case(case)
     if get_mechanism_class(mech).kind == "selection":
-        return SAMPLER_ARITHMETIC.get(mech, "fp32")
+        arith = SAMPLER_ARITHMETIC.get(mech, "fp32")
+        return "fp32" if arith in skipped_arithmetic(space.device) else arith
     if post in SEARCH_STEPS:
         if post in K1_STEPS and triton_ready(space.device) and tensor_core_model_holds(space.device):
             return "bf16"  # the fused GPU search: bf16 tensor cores (where they pass the bound's model check)
@@ -113,6 +120,7 @@ class BenchCase:
     fraction_paired: float | None = None
     peak_rss_mb: float = 0.0
     search_filter: str | None = None
+    kernel_name: str = ""  # what scored the case's tokens (case_kernel)
     ops_per_token: float = 0.0  # 2·n·m averaged over the tokens (work_per_token)
     searched: str = ""
     rounds: list[dict[str, float | None]] = field(default_factory=list)
@@ -128,7 +136,8 @@ class BenchReport:
     ``bounds`` maps each of :data:`ARITHMETICS` to ``{"ops_per_s", "tokens_per_s", "note"}``, the best
     product of the whole run (``None`` rates and a ``note`` where that product cannot run);
     ``bound_sources`` the ops/s of each product of the first bound measurement by name, where the bf16
-    bound takes the faster of two (``torch.mm`` and the search's fused kernel).
+    bound takes the faster of two (``torch.mm`` and the search's fused kernel). ``flags_used`` are the CPU flags
+    the kernels' choice read, ``skipped`` the arithmetics not timed (not native here) with why.
     """
 
     model: str
@@ -156,9 +165,36 @@ class BenchReport:
     model_load_s: float | None = None
     vector_load: dict[str, Any] | None = None
     bound_sources: dict[str, float] = field(default_factory=dict)
+    flags_used: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    bound_rows_s: float | None = None  # seconds one fp32 bound product was sized to take (None: not calibrated)
+    rows_sized_s: float | None = None  # seconds a timed pass was sized to take (None: rows given)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def case_kernel(priv: Privatizer, post: str) -> str:
+    """The kernel that scored the case's tokens: ``AVX-512 bf16 fused filter``, ``AVX2 fp32 fused filter``,
+    ``torch bf16`` or ``torch fp32`` for the exact search (``tensor-core fused search`` on a GPU); ``VNNI keys``,
+    ``AVX2 keys`` or ``fp32 product`` for the samplers; ``no product`` for a step without one."""
+    part, mech = priv.engine.class_mechanisms[0]
+    if isinstance(mech, AdditiveMechanism):
+        if post not in SEARCH_STEPS:
+            return "no product"
+        index = mech.search_index(part.space)
+        if post in K1_STEPS and index._use_tensor_cores():
+            return "tensor-core fused search"
+        if index._use_bf16():
+            return "AVX-512 bf16 fused filter" if index._packed_rows(1) is not None else "torch bf16"
+        return "AVX2 fp32 fused filter" if index._avx2_rows(1) is not None else "torch fp32"
+    sampler_for = getattr(mech, "sampler_for", None)
+    if sampler_for is None:
+        return "fp32 product"
+    targets = sampler_for(part.space)._kernel_targets()
+    if targets is None:
+        return "int8 product" if part.space.device.type != "cpu" else "fp32 product"
+    return {"vnni": "VNNI keys", "avx2": "AVX2 keys"}.get(targets.kind, "fp32 product")
 
 
 def work_per_token(priv: Privatizer, texts: Sequence[str]) -> tuple[float, str]:
@@ -203,7 +239,8 @@ def _candidate_positions(priv: Privatizer, texts: Sequence[str]) -> np.ndarray:
 
 
 def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict[str, Any]:
-    """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors."""
+    """Per-word-tool search (one fp32 distance pass + argmin per token) on madlib's noisy vectors: ``n_tokens`` of
+    them, or as many as :data:`REFERENCE_S` seconds take."""
     space, mech = priv.engine.space, priv.engine.mechanism
     pos_t = torch.from_numpy(_candidate_positions(priv, texts[:200])[:n_tokens])
     st = streams_for_rows([derive_row_seed(0, 0, "bench-reference", 0)], [int(pos_t.numel())], space.device)
@@ -212,9 +249,12 @@ def _per_token_reference(priv: Any, texts: Sequence[str], n_tokens: int) -> dict
     E = index.E
     ref = torch.empty(Z.shape[0], dtype=torch.int64)
     t0 = time.perf_counter()
-    for i in range(Z.shape[0]):
-        ref[i] = int(((E - Z[i]) ** 2).sum(1).argmin())
+    done = 0
+    while done < Z.shape[0] and (done < 10 or time.perf_counter() - t0 < REFERENCE_S):
+        ref[done] = int(((E - Z[done]) ** 2).sum(1).argmin())
+        done += 1
     dt = time.perf_counter() - t0
+    Z, ref = Z[:done], ref[:done]
     exact = index.search(Z, 1)[:, 0]
     return {
         "tokens": int(Z.shape[0]),
@@ -280,6 +320,7 @@ def _run_case(
     seed: int,
     reference_tokens: int,
     kernel_only: bool = False,
+    bound_rows: int | None = None,
 ) -> BenchCase:
     mech_name, post = _parse_case(case)
     out = BenchCase(name=case, mechanism=mech_name, postprocess=post, epsilon=epsilon)
@@ -295,8 +336,9 @@ def _run_case(
             out.search_filter = "bf16tc"  # the fused filter on tensor cores (gpu/nearest.py)
         else:
             out.search_filter = "bf16" if index._use_bf16() else "fp32"
-    elif getattr(mech, "sampler", None) == "dense":  # the exact sampler's bound is an int8 product
-        out.search_filter = "int8"
+    elif getattr(mech, "sampler", None) == "dense":  # the exact sampler: an int8 product where native
+        out.search_filter = out.arithmetic
+    out.kernel_name = case_kernel(priv, post)
     V, d = priv.engine.space.V, priv.engine.space.d
     per_op, out.searched = work_per_token(priv, texts)
     out.ops_per_token = per_op
@@ -308,7 +350,7 @@ def _run_case(
             # them (a whole neighbour table, public set-up like the scale statistics, is read back instead)
             clear_neighbour_caches()
             with rss.paused():  # the products' operands are the bench's memory, not the case's
-                before = gemm_bounds(V, d, repeats=bound_repeats, device=device)
+                before = gemm_bounds(V, d, repeats=bound_repeats, device=device, rows=bound_rows)
             start_tokens = priv.totals.dp_tokens
             t0 = time.perf_counter()
             for s in range(0, len(texts), batch_size):
@@ -316,7 +358,7 @@ def _run_case(
             dt = time.perf_counter() - t0  # privatize returns host lists: the device work is done
             tokens = priv.totals.dp_tokens - start_tokens
             with rss.paused():
-                after = gemm_bounds(V, d, repeats=bound_repeats, device=device)
+                after = gemm_bounds(V, d, repeats=bound_repeats, device=device, rows=bound_rows)
             rate = tokens / dt
             paired = {a: _max_of(before[a], after[a]) for a in ARITHMETICS}
             bound = {a: (None if ops is None else ops / per_op) for a, ops in paired.items()}

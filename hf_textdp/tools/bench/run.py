@@ -15,14 +15,38 @@ import torch
 from ...errors import InvalidParameterError
 from ...io.models import load_space
 from ...space import DEFAULT_MODEL
-from .bounds import _ceil8, _int8_note, _max_of, bound_rows, cpu_info, gemm_bounds
+from .bounds import (
+    BOUND_PRODUCT_S,
+    _ceil8,
+    _max_of,
+    calibrate_rows,
+    cpu_info,
+    flags_used,
+    gemm_bounds,
+    skipped_arithmetic,
+)
 from .cases import DEFAULT_CASES, BenchCase, BenchReport, _parse_case, _run_case
 from .processes import _max_rss_bytes, _mb, _privatize_cli, _vector_load
 from .table import _case_line
 from .texts import _is_sample, _load, _read_rows
 
 
-__all__ = ["run_bench"]
+__all__ = ["PASS_S", "run_bench", "sized_rows"]
+
+#: seconds a timed pass is sized to take when ``rows`` is not given (:func:`sized_rows`); rows between
+#: :data:`MIN_ROWS` and :data:`MAX_ROWS`
+PASS_S = 6.0
+MIN_ROWS, MAX_ROWS = 200, 4000
+
+
+def sized_rows(texts: Sequence[str], fp32_ops_per_s: float, V: int, d: int, seconds: float = PASS_S) -> int:
+    """Rows of ``texts`` a timed pass takes about ``seconds`` on, at half the fp32 bound's tokens/s over all V
+    candidates (a case's rate is at most that bound, and most cases score fewer rows than V), a token taken as
+    four characters; within [:data:`MIN_ROWS`, :data:`MAX_ROWS`]."""
+    chars = sum(len(t) for t in texts) / max(1, len(texts))
+    tokens_per_row = max(1.0, chars / 4)
+    rate = 0.5 * fp32_ops_per_s / (2.0 * V * d)
+    return max(MIN_ROWS, min(MAX_ROWS, int(seconds * rate / tokens_per_row)))
 
 
 def run_bench(
@@ -31,11 +55,11 @@ def run_bench(
     mechanisms: Sequence[str] | None = None,
     device: str = "cpu",
     text: str | os.PathLike[str] | None = None,
-    rows: int = 4000,
+    rows: int | None = None,
     epsilon: float = 10.0,
     batch_size: int = 1000,
     repeats: int = 3,
-    bound_repeats: int = 5,
+    bound_repeats: int = 3,
     one_word: bool = False,
     reference_tokens: int = 200,
     cold_start: bool = True,
@@ -52,11 +76,13 @@ def run_bench(
         device (`str`, defaults to `"cpu"`): ``"cpu"`` or ``"cuda[:N]"``.
         text (`str`, *optional*): the text file, or ``"sample"`` (see :func:`load_texts`); without it,
             SentEval MR, and an error when MR is not found.
-        rows (`int`, defaults to 4000): rows privatized per timed pass.
+        rows (`int`, *optional*): rows privatized per timed pass; default: sized from the first fp32 bound so
+            that a pass takes about :data:`PASS_S` seconds (:func:`sized_rows`), the whole default run minutes
+            on 2 cores.
         epsilon (`float`, defaults to 10.0): ε of every case (throughput barely depends on it).
         batch_size (`int`, defaults to 1000): rows per ``privatize`` call (``Dataset.map``'s default).
         repeats (`int`, defaults to 3): timed passes per case (the best counts; ``paired`` is the median).
-        bound_repeats (`int`, defaults to 5): products of each arithmetic per bound measurement (two
+        bound_repeats (`int`, defaults to 3): products of each arithmetic per bound measurement (two
             measurements per pass).
         one_word (`bool`, defaults to `False`): one whitespace word per row (per-row overhead).
         reference_tokens (`int`, defaults to 200): tokens for the per-token reference (0: skip).
@@ -71,25 +97,34 @@ def run_bench(
     Raises:
         InvalidParameterError: a count below 1, an unknown case, or no text (see :func:`load_texts`).
     """
-    if rows < 1 or batch_size < 1 or repeats < 1 or bound_repeats < 1:
+    if (rows is not None and rows < 1) or batch_size < 1 or repeats < 1 or bound_repeats < 1:
         raise InvalidParameterError(
             f"rows, batch_size, repeats and bound_repeats must be >= 1, got {rows}, {batch_size}, {repeats}, "
             f"{bound_repeats}."
         )
+    rows_given = rows is not None
     cases = list(mechanisms) if mechanisms else list(DEFAULT_CASES)
     for c in cases:
         _parse_case(c)
     note = progress or (lambda line: None)
     text_path, file_rows, texts, source = _load(text, rows, one_word)
-    if _is_sample(text_path):
-        note(f"text: {source}")
     t0 = time.perf_counter()
     space = load_space(model, device)
     load_s = time.perf_counter() - t0
     V, d = space.V, space.d
     per_op = 2.0 * V * d
+    skipped = skipped_arithmetic(device)
+    for a, why in skipped.items():
+        note(f"{a} bound skipped: {why}")
+    rows_b = calibrate_rows(V, d, device)
     sources: dict[str, float] = {}
-    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources)
+    best_ops = gemm_bounds(V, d, repeats=bound_repeats, device=device, sources=sources, rows=rows_b)
+    if rows is None:
+        rows = sized_rows(texts, best_ops["fp32"] or 0.0, V, d)
+        text_path, file_rows, texts, source = _load(text, rows, one_word)
+        note(f"rows: {rows:,} per timed pass (sized to about {PASS_S:g} s from the fp32 bound)")
+    if _is_sample(text_path):
+        note(f"text: {source}")
     results: list[BenchCase] = []
     for c in cases:
         try:
@@ -104,6 +139,7 @@ def run_bench(
                 bound_repeats=bound_repeats,
                 seed=seed,
                 reference_tokens=reference_tokens,
+                bound_rows=rows_b,
                 kernel_only=torch.device(device).type == "cuda" if kernel_only is None else kernel_only,
             )
         except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
@@ -118,12 +154,11 @@ def run_bench(
         for a, tps in res.bound_tokens_per_s.items():
             best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
         note(_case_line(res))
-    int8_note = _int8_note(device) if best_ops["int8"] is None else None
     bounds: dict[str, dict[str, Any]] = {
         a: {
             "ops_per_s": ops,
             "tokens_per_s": None if ops is None else ops / per_op,
-            "note": int8_note if a == "int8" else None if ops is not None else "the product failed on this device",
+            "note": skipped.get(a) or (None if ops is not None else "the product failed on this device"),
         }
         for a, ops in best_ops.items()
     }
@@ -147,13 +182,17 @@ def run_bench(
         machine=machine,
         cpu_model=cpu_model,
         cpu_flags=cpu_flags,
-        bound_shape=[bound_rows(device), _ceil8(d), _ceil8(V)],
+        bound_shape=[rows_b, _ceil8(d), _ceil8(V)],
         bounds=bounds,
         cases=results,
         peak_rss_mb=_mb(_max_rss_bytes()),
         repeats=repeats,
         model_load_s=load_s,
+        rows_sized_s=None if rows_given else PASS_S,
         bound_sources=sources,
+        flags_used=flags_used() if torch.device(device).type == "cpu" else [],
+        skipped=skipped,
+        bound_rows_s=BOUND_PRODUCT_S if torch.device(device).type == "cpu" else None,
     )
     if Path(model).is_file():
         report.vector_load = _vector_load(Path(model))

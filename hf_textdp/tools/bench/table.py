@@ -19,10 +19,12 @@ def _frac(x: float | None, width: int) -> str:
 def _case_line(c: BenchCase) -> str:
     if c.error:
         return f"{c.name}: error: {c.error}"
-    parts = [f"{c.fraction_fp32:.2f} of fp32" if c.fraction_fp32 is not None else "no fp32 bound"]
-    parts.append(f"{c.fraction_bf16:.2f} of bf16" if c.fraction_bf16 is not None else "no bf16 bound")
+    parts = [f"{f:.2f} of {a}" for a, f in (("fp32", c.fraction_fp32), ("bf16", c.fraction_bf16)) if f is not None]
     own = f"{c.fraction_own:.2f}" if c.fraction_own is not None else "-"
-    return f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts)}, {own} of its own ({c.arithmetic})"
+    return (
+        f"{c.name}: {c.tokens_per_s:,.0f} tokens/s, {', '.join(parts) or 'no bound'}, {own} of its own "
+        f"({c.arithmetic}; {c.kernel_name or '?'})"
+    )
 
 
 def format_table(report: BenchReport) -> str:
@@ -31,17 +33,22 @@ def format_table(report: BenchReport) -> str:
     absent = [f for f in CPU_FLAGS if f not in report.cpu_flags]
     flags = " ".join(report.cpu_flags) or "none"
     text = _text_detail(report.text_file_rows, report.rows, one_word=report.one_word, sample=report.text_is_sample)
+    used = " ".join(report.flags_used) or "none"
+    sized = f" ({m} rows: one fp32 product sized to {report.bound_rows_s:g} s)" if report.bound_rows_s else ""
     lines = [
         f"model {report.model} (V = {report.V:,}, d = {report.d}) on {report.device}",
-        f"text {report.text_path} ({text}); {report.repeats} timed passes per case",
+        f"text {report.text_path} ({text}"
+        + (f"; rows sized to a {report.rows_sized_s:g} s pass" if report.rows_sized_s else "")
+        + f"); {report.repeats} timed passes per case",
         f"cpu {report.cpu_model} ({report.machine}); flags {flags}" + (f", not {' '.join(absent)}" if absent else ""),
-        f"torch {report.torch_version}, {report.threads} threads",
-        f"bounds: best {m}x{k} @ {k}x{n} products of the run; here tokens/s = ops/s / (2 V d); each case divides "
-        "by its own 2 n m (the rows n and dimension m its tokens score, by piece class: the searched column)",
+        f"torch {report.torch_version}, {report.threads} threads; flags used by the kernels: {used}",
+        f"bounds: best {m}x{k} @ {k}x{n} products of the run{sized}; here tokens/s = ops/s / (2 V d); each case "
+        "divides by its own 2 n m (the rows n and dimension m its tokens score, by piece class: the searched column)",
     ]
     for a, b in report.bounds.items():
         if b["ops_per_s"] is None:
-            lines.append(f"  {a:5s} not measured: {b['note']}")
+            what = "skipped" if a in report.skipped and "native" in report.skipped[a] else "not measured"
+            lines.append(f"  {a:5s} {what}: {b['note']}")
         else:
             unit = "GOPS  " if a == "int8" else "GFLOPS"
             lines.append(f"  {a:5s} {b['ops_per_s'] / 1e9:>9,.0f} {unit} = {b['tokens_per_s']:>12,.0f} tokens/s")
@@ -59,7 +66,7 @@ def format_table(report: BenchReport) -> str:
     lines += [
         "",
         f"{'case':26s} {'arith':>5s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'fp32':>6s} {'bf16':>6s} "
-        f"{'own':>6s} {'paired':>6s} {'peak RSS':>9s}",
+        f"{'own':>6s} {'paired':>6s} {'peak RSS':>9s}  kernel",
     ]
     for c in report.cases:
         if c.error:
@@ -68,11 +75,12 @@ def format_table(report: BenchReport) -> str:
         lines.append(
             f"{c.name:26s} {c.arithmetic:>5s} {c.search_filter or '-':>6s} {c.tokens:>9,d} {c.tokens_per_s:>10,.0f} "
             f"{_frac(c.fraction_fp32, 6)} {_frac(c.fraction_bf16, 6)} {_frac(c.fraction_own, 6)} "
-            f"{_frac(c.fraction_paired, 6)} {c.peak_rss_mb:>6,.0f} MB"
+            f"{_frac(c.fraction_paired, 6)} {c.peak_rss_mb:>6,.0f} MB  {c.kernel_name}"
         )
     lines.append(
-        "(fp32, bf16, own: best pass over the best product of that arithmetic in the case; own = the arith column; "
-        "paired: median pass over its own paired bound)"
+        "(fp32, bf16, own: best pass over the best product of that arithmetic in the case; own = the arith column, "
+        "the fastest native arithmetic that does the case's work; paired: median pass over its own paired bound; "
+        "'-': a bound not timed)"
     )
     lines += [f"  searched by {c.name}: {c.searched}" for c in report.cases if c.searched and not c.error]
     kernels = [c for c in report.cases if c.kernel and not c.error]
