@@ -25,6 +25,7 @@ from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, I
 from .io.files import stat_identity
 from .io.models import model_identity
 from .mechanisms.base import Mechanism
+from .mechanisms.context import RowContext
 from .release import ReleaseEngine
 from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
 from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
@@ -320,7 +321,10 @@ class Privatizer:
         cand = cls == CANDIDATE
         sizes = np.bincount(row_of[cand], minlength=n)
         cand_pos = torch.from_numpy(pos[cand])
-        released = engine.release_flat(cand_pos, sizes.tolist(), row_ids)
+        context = None
+        if getattr(engine.mechanism, "CONTEXTUAL", False):  # issue 44: a contextual mechanism reads each token's row
+            context = RowContext.from_flat(flat, lengths, np.flatnonzero(cand), row_of[cand])
+        released = engine.release_flat(cand_pos, sizes.tolist(), row_ids, context=context)
         if step is not None and step.RELEASES_VECTORS:
             return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
         out = flat.copy()

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from .config import PrivatizerConfig
 from .io.attack_table import lookup
 from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .mechanisms.context import ContextualSampler, RowContext
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
 from .scale import scale_stats
@@ -134,6 +135,15 @@ class ReleaseEngine:
                 "guarantee (dp_epsilon is null).",
             )
         self._mech, self._step, self._space = mech, step, space
+        self._bind_contextual(space)
+
+    # ---- contextual mechanisms (issue 44, dp_mlm.md): the masked LM of config.model, bound to each class's mechanism
+    def _bind_contextual(self, space: EmbeddingSpace) -> None:
+        for rel in self._releases:
+            if getattr(rel.mech, "CONTEXTUAL", False):
+                from .io.masked_lm import load_masked_lm
+
+                rel.mech.bind(load_masked_lm(self.config.model, space))  # type: ignore[attr-defined]
 
     def _split_by_class(self, space: EmbeddingSpace, parts: list[ClassPart]) -> None:
         """Class-preserving replacement (space.md §7): a mechanism of its own on each class's space."""
@@ -250,14 +260,19 @@ class ReleaseEngine:
         return [chunk if n else empty for chunk, n in zip(torch.split(res, sizes), sizes, strict=True)]
 
     def release_flat(
-        self, positions: torch.Tensor, sizes: list[int], row_ids: list[int], stream: int | None = None
+        self,
+        positions: torch.Tensor,
+        sizes: list[int],
+        row_ids: list[int],
+        stream: int | None = None,
+        context: RowContext | None = None,
     ) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
 
         Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
         so the whole batch goes through one mechanism call and one post-processing call, and a seeded
         row's output never depends on the batch. Returns positions ``[N]`` int64 (or vectors ``[N, k]``)
-        on CPU.
+        on CPU. ``context`` (contextual mechanisms only, issue 44): each token's row and index in it.
         """
         space = self._space
         assert space is not None
@@ -266,10 +281,12 @@ class ReleaseEngine:
         stream = self.stream if stream is None else stream
         keys = self.row_keys(row_ids, stream)
         remote = remote_release()
-        if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
+        # a worker of the GPU release service: the parent process releases the batch (a contextual mechanism's
+        # batch, which carries its rows, is released here: issue 44)
+        if remote is not None and context is None:
             key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
             return torch.from_numpy(remote.release(key_arr, size_arr, positions.numpy()))
-        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device))
+        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device), context)
 
     def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
@@ -279,7 +296,9 @@ class ReleaseEngine:
         streams = streams_for_rows(torch.from_numpy(keys), sizes.tolist(), self._space.device)
         return self.release_streams(torch.from_numpy(positions), streams).numpy()
 
-    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+    def release_streams(
+        self, positions: torch.Tensor, streams: Streams, context: RowContext | None = None
+    ) -> torch.Tensor:
         """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
 
         The device part of a batch, without tokenizing, deriving keys or decoding: what ``hf-textdp bench``
@@ -288,12 +307,16 @@ class ReleaseEngine:
         self.load()
         if positions.numel() > RELEASE_CHUNK:  # bounded memory for any row or batch length: the same draws
             parts = [
-                self.release_streams(positions[a : a + RELEASE_CHUNK], streams.slice(a, a + RELEASE_CHUNK))
+                self.release_streams(
+                    positions[a : a + RELEASE_CHUNK],
+                    streams.slice(a, a + RELEASE_CHUNK),
+                    None if context is None else context.slice(a, a + RELEASE_CHUNK),
+                )
                 for a in range(0, int(positions.numel()), RELEASE_CHUNK)
             ]
             return torch.cat(parts)
         if len(self._releases) == 1:
-            return self._release_class(self._releases[0], positions, streams)
+            return self._release_class(self._releases[0], positions, streams, context)
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a
         # class's tokens apart from the others draws exactly what they would draw in one call.
         # The split runs where the streams are (on a GPU: no host passes over the batch between the classes'
@@ -310,7 +333,8 @@ class ReleaseEngine:
         for rel in self._releases:
             a, b = starts[rel.part.index], starts[rel.part.index + 1]
             idx = order[a:b]
-            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if b > a else None))
+            ctx = None if context is None else context.select(idx)
+            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx), ctx) if b > a else None))
         order_cpu = order.cpu()
         out = torch.empty_like(positions)
         for rel, (a, b, res) in zip(self._releases, results, strict=True):
@@ -328,9 +352,13 @@ class ReleaseEngine:
         return self._device_maps[key]
 
     @staticmethod
-    def _release_class(rel: ClassRelease, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+    def _release_class(
+        rel: ClassRelease, positions: torch.Tensor, streams: Streams, context: RowContext | None = None
+    ) -> torch.Tensor:
         """One class's mechanism and post-processing over its local positions; positions (or vectors) on CPU."""
         space, mech, step = rel.part.space, rel.mech, rel.step
+        if getattr(mech, "CONTEXTUAL", False):  # issue 44: the token's row reaches a contextual mechanism only
+            return cast("ContextualSampler", mech).sample(space, positions, streams, context=context).cpu()
         if isinstance(mech, SelectionMechanism):
             return mech.sample(space, positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and step is not None
