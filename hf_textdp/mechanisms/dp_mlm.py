@@ -85,6 +85,8 @@ class DpMlm(SelectionMechanism):
         context (`str`, *optional*, defaults to `"each"`): ``"each"`` (one forward per position, the token
             masked) or ``"once"`` (one unmasked forward per row) (dp_mlm.md §3).
         batch_tokens (`int`, *optional*, defaults to `8192`): padded ids per forward (memory only).
+        clip_source (`str`, *optional*): the public file the bounds were measured on (``calibrate`` prints it);
+            a run whose input is that file is refused.
 
     Raises:
         InvalidParameterError: a value outside the allowed range (the message names it).
@@ -102,7 +104,7 @@ class DpMlm(SelectionMechanism):
     name = "dp_mlm"
     #: the release engine passes each token's row (:class:`~hf_textdp.mechanisms.context.RowContext`)
     CONTEXTUAL: ClassVar[bool] = True
-    OPTIONS = {"clip": list(DEFAULT_CLIP), "context": "each", "batch_tokens": 8192}
+    OPTIONS = {"clip": list(DEFAULT_CLIP), "context": "each", "batch_tokens": 8192, "clip_source": None}
     CONTEXTS: ClassVar[tuple[str, ...]] = ("each", "once")
     #: factor of ε/Δ in the exponent: the exponential mechanism's 2Δ (Meisenbacher et al. 2024)
     EXPONENT_FACTOR: ClassVar[float] = 0.5
@@ -117,6 +119,10 @@ class DpMlm(SelectionMechanism):
         self.clip = check_clip(opts["clip"])
         self.context = check_choice(opts["context"], "context", self.CONTEXTS)
         self.batch_tokens = check_int(opts["batch_tokens"], "batch_tokens", minimum=1)
+        if opts["clip_source"] is not None and not isinstance(opts["clip_source"], str):
+            raise ParameterTypeError(
+                f"clip_source must be a path (str) or None, got {type(opts['clip_source']).__name__}."
+            )
         opts.update(clip=list(self.clip), batch_tokens=self.batch_tokens)
 
     def bind(self, scorer: MaskedLMScorer) -> None:

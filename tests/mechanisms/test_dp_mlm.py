@@ -288,3 +288,58 @@ def test_claim_and_details(bert_mlm: str) -> None:
 
 def test_default_clip_is_the_reference_roberta_base_pair() -> None:
     assert DpMlm(epsilon=1.0).clip == (-3.2093127, 16.304797887802124)
+
+
+# --------------------------------------------------------------------------- the guarantee, and the report
+@pytest.mark.parametrize("context", ["each", "once"])
+def test_any_change_of_the_row_moves_the_law_by_at_most_epsilon(bert_mlm: str, context: str) -> None:
+    """Pairs of unrelated rows: at index 3 the exact laws (whose draws the χ² tests check) differ by a factor ≤ e^ε
+    for every candidate, whatever the rows hold."""
+    cand = load_space(bert_mlm, "cpu", "all").candidate_ids.numpy()
+    rows = [TEXT, "rude staff and awful price", "phone battery screen camera love hate"]
+    xs = [reference_logits(bert_mlm, r, 3, context)[0][cand] for r in rows]
+    clip = (float(np.quantile(xs[0], 0.45)), float(np.quantile(xs[0], 0.55)))
+    for x1 in xs:
+        for x2 in xs:
+            worst = np.abs(np.log(reference_law(x1, 2.0, clip)) - np.log(reference_law(x2, 2.0, clip))).max()
+            assert worst <= 2.0 + 1e-12
+
+
+def test_the_worst_pair_of_utilities_reaches_epsilon_exactly() -> None:
+    """Logits at b for y and a elsewhere, against a for y and b elsewhere (the extreme rows): the implementation's
+    scores give the closed-form log-ratio, just below ε; without the clip (a mutation) logits beyond [a, b] exceed it."""
+    mech = DpMlm(epsilon=1.5, clip=[-1.0, 3.0])
+    V = 50
+    lo, hi = torch.full((1, V), -1.0), torch.full((1, V), 3.0)
+    x1, x2 = lo.clone(), hi.clone()
+    x1[0, 7], x2[0, 7] = 3.0, -1.0
+
+    def log_law(m: DpMlm, x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(m.scores(x), 1)[0]
+
+    # closed form, c = ε/(2Δ): 4c + ln((e^{-c} + 49e^{3c}) / (e^{3c} + 49e^{-c})) → 8c = ε as V grows
+    c = 1.5 / 8.0
+    exact = 4 * c + math.log((math.exp(-c) + 49 * math.exp(3 * c)) / (math.exp(3 * c) + 49 * math.exp(-c)))
+    worst = float((log_law(mech, x1) - log_law(mech, x2)).abs().max())
+    assert worst == pytest.approx(exact, rel=1e-12) and 0.95 * 1.5 < worst < 1.5
+    wild1, wild2 = x1 * 3.0, x2 * 3.0  # logits outside [a, b]: clipped, the bound holds
+    assert float((log_law(mech, wild1) - log_law(mech, wild2)).abs().max()) == pytest.approx(exact, rel=1e-12)
+    bad = _Unclipped(epsilon=1.5, clip=[-1.0, 3.0])
+    assert float((log_law(bad, wild1) - log_law(bad, wild2)).abs().max()) > 1.5 * 2
+
+
+def test_report_keys_and_counts(bert_mlm: str) -> None:
+    """The privacy report of a dp_mlm release has the spec's keys; ε_tok = ε; the seed is not in it."""
+    import json
+
+    from hf_textdp import privacy_report
+    from tests.core.test_report import REPORT_KEYS, TOTALS_KEYS
+
+    out = _privatize(bert_mlm, ROWS[:3], eps=2.0)
+    report = privacy_report(out["_priv"][0])
+    assert set(report) == REPORT_KEYS and set(report["totals"]) == TOTALS_KEYS
+    assert (report["mechanism"], report["guarantee"], report["epsilon_token"]) == ("dp_mlm", "dp", 2.0)
+    assert report["details"]["clip"] == [-1.0, 1.0] and report["details"]["context"] == "each"
+    assert report["totals"]["max_row_dp_epsilon"] == 2.0 * max(out["dp_tokens"])
+    text = json.dumps(report)
+    assert str(2**40 + 4430) not in text and format(2**40 + 4430, "x") not in text
