@@ -1,4 +1,4 @@
-"""Words per second of hf-textdp's dp_mlm and of the reference package dpmlm 1.3.0, same model, same sentences, this CPU.
+"""Words/s of hf-textdp's dp_mlm and of the reference package dpmlm 1.3.0: same model, same sentences, this CPU.
 
 The model is a *random* RobertaForMaskedLM of roberta-base's shape (``RobertaConfig()``: 12 layers, hidden 768,
 vocabulary 50,265) built from its config, with a byte-level BPE tokenizer trained on the sentences' words: no
@@ -118,8 +118,11 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     if not (args.model_dir / "config.json").is_file():
         build_model(args.model_dir)
-    print(f"model: random RobertaForMaskedLM, roberta-base shape, {args.model_dir}; threads {args.threads}; "
-          f"{sum(len(words(s)) for s in SENTENCES)} words in {len(SENTENCES)} sentences; torch {torch.__version__}")  # fmt: skip
+    n_words = sum(len(words(s)) for s in SENTENCES)
+    print(
+        f"model: random RobertaForMaskedLM, roberta-base shape, {args.model_dir}; threads {args.threads}; "
+        f"{n_words} words in {len(SENTENCES)} sentences; torch {torch.__version__}"
+    )
     ours = {c: time_hf_textdp(args.model_dir, args.epsilon, c) for c in ("each", "once")}
     for c, v in ours.items():
         print(f"hf-textdp dp_mlm context={c}: {v:.2f} words/s")

@@ -307,7 +307,7 @@ def test_any_change_of_the_row_moves_the_law_by_at_most_epsilon(bert_mlm: str, c
 
 def test_the_worst_pair_of_utilities_reaches_epsilon_exactly() -> None:
     """Logits at b for y and a elsewhere, against a for y and b elsewhere (the extreme rows): the implementation's
-    scores give the closed-form log-ratio, just below ε; without the clip (a mutation) logits beyond [a, b] exceed it."""
+    scores give the closed-form log-ratio, just below ε; without the clip (a mutation) wider logits exceed it."""
     mech = DpMlm(epsilon=1.5, clip=[-1.0, 3.0])
     V = 50
     lo, hi = torch.full((1, V), -1.0), torch.full((1, V), 3.0)
