@@ -23,7 +23,6 @@ Usage (dpmlm and its dependencies in their own environment, hf-textdp importable
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -74,8 +73,10 @@ def time_dpmlm(folder: Path, eps: float) -> dict[str, float]:
     nltk_data = Path(tempfile.mkdtemp(prefix="nltk_data_"))
     (nltk_data / "corpora" / "stopwords").mkdir(parents=True)
     (nltk_data / "corpora" / "stopwords" / "english").write_text("a\nan\nthe\nand\nor\n")  # stand-in (see above)
-    os.environ["NLTK_DATA"] = str(nltk_data)
+    import nltk
     import numpy as np
+
+    nltk.data.path.insert(0, str(nltk_data))
     from dpmlm import DPMLM  # noqa: PLC0415 - only in the bench environment
 
     np.random.seed(0)  # dpmlm draws from numpy's global generator

@@ -9,7 +9,7 @@ batch into piece classes and chunks, so that token i keeps its own row and index
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -34,6 +34,10 @@ class RowContext:
         lengths (`torch.Tensor` `[R]` int64): each row's number of ids.
         row (`torch.Tensor` `[N]` int64): privatized token i's row (an index into ``starts``).
         index (`torch.Tensor` `[N]` int64): its index within that row.
+        token (`torch.Tensor` `[N]` int64): its index among the whole batch's privatized tokens (the batch's
+            context before :meth:`select` / :meth:`slice`).
+        memo (`dict`): shared by a batch's context and every part of it: what one forward computed for the
+            whole batch (``"once"``: the encoder's outputs of every row, read by each piece class).
 
     Example:
 
@@ -49,6 +53,8 @@ class RowContext:
     lengths: torch.Tensor
     row: torch.Tensor
     index: torch.Tensor
+    token: torch.Tensor
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_rows(cls, rows: list[list[int]], positions: list[list[int]]) -> RowContext:
@@ -58,7 +64,7 @@ class RowContext:
         ids = torch.tensor([i for r in rows for i in r], dtype=torch.int64)
         row = torch.tensor([k for k, p in enumerate(positions) for _ in p], dtype=torch.int64)
         index = torch.tensor([j for p in positions for j in p], dtype=torch.int64)
-        return cls(ids, starts, lengths, row, index)
+        return cls(ids, starts, lengths, row, index, torch.arange(row.numel()), {"tokens": (row, index)})
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, lengths: np.ndarray, at: np.ndarray, row: np.ndarray) -> RowContext:
@@ -69,7 +75,8 @@ class RowContext:
         row_t = torch.from_numpy(np.ascontiguousarray(row, dtype=np.int64))
         at_t = torch.from_numpy(np.ascontiguousarray(at, dtype=np.int64))
         ids = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.int64))
-        return cls(ids, starts, lengths_t, row_t, at_t - starts[row_t])
+        index = at_t - starts[row_t]
+        return cls(ids, starts, lengths_t, row_t, index, torch.arange(row_t.numel()), {"tokens": (row_t, index)})
 
     def __len__(self) -> int:
         return int(self.row.numel())
@@ -77,11 +84,14 @@ class RowContext:
     def select(self, index: torch.Tensor) -> RowContext:
         """The context of a subset of the tokens (``index``: positions into this batch's tokens)."""
         index = index.cpu()
-        return RowContext(self.ids, self.starts, self.lengths, self.row[index], self.index[index])
+        return RowContext(
+            self.ids, self.starts, self.lengths, self.row[index], self.index[index], self.token[index], self.memo
+        )
 
     def slice(self, start: int, stop: int) -> RowContext:
         """The context of tokens ``start … stop − 1``."""
-        return RowContext(self.ids, self.starts, self.lengths, self.row[start:stop], self.index[start:stop])
+        sl = slice(start, stop)
+        return RowContext(self.ids, self.starts, self.lengths, self.row[sl], self.index[sl], self.token[sl], self.memo)
 
     def row_ids(self, token: int) -> torch.Tensor:
         """The ids of token ``token``'s row."""

@@ -17,10 +17,11 @@ batch beyond the last-ulp rounding of its matrix products.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from torch import nn
+
+from .context import RowContext
 
 
 __all__ = ["MaskedLMScorer", "split_head"]
@@ -91,7 +92,7 @@ class MaskedLMScorer:
         ids = row[:head] + inner[lo : lo + m] + row[L - tail :]
         return ids, head + k - lo, lo
 
-    def _sequences(self, ctx: Any, mode: str) -> list[tuple[list[int], list[int], list[int]]]:
+    def _sequences(self, ctx: RowContext, mode: str) -> list[tuple[list[int], list[int], list[int]]]:
         """``(ids, read positions, token indices)`` per sequence of the batch."""
         rows = ctx.ids.tolist()
         starts, lengths = ctx.starts.tolist(), ctx.lengths.tolist()
@@ -119,23 +120,67 @@ class MaskedLMScorer:
         return list(groups.values())
 
     # ---------------------------------------------------------------- forwards
-    def logits(self, ctx: Any, mode: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Yield ``(tokens [n] int64, logits [n, V] fp32)`` on the model's device until every token of ``ctx``
-        (a :class:`~hf_textdp.mechanisms.context.RowContext`) is covered once."""
-        seqs = self._sequences(ctx, mode)
-        seqs.sort(key=lambda s: len(s[0]))
+    def logits(self, ctx: RowContext, mode: str) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Yield ``(tokens [n] int64, logits [n, V] fp32)`` on the model's device until every token of ``ctx`` is
+        covered once (``tokens``: indices into ``ctx``'s tokens).
+
+        In ``"once"`` mode the encoder runs once per batch: its outputs at every privatized token of the batch
+        are kept in ``ctx.memo``, and each part of the batch (a piece class) runs the head on its own tokens.
+        """
+        if mode == "once" and self._parts is not None:
+            hidden = self._batch_hidden(ctx)[ctx.token.to(self.device)]
+            head = self._parts[1]
+            with torch.no_grad():
+                for a in range(0, int(hidden.shape[0]), HEAD_ROWS):
+                    rows = torch.arange(a, min(a + HEAD_ROWS, int(hidden.shape[0])), device=self.device)
+                    yield rows, head(hidden[a : a + HEAD_ROWS]).float()
+            return
+        for seqs in self._chunks(self._sequences(ctx, mode)):
+            yield from self._forward(seqs)
+
+    def _chunks(
+        self, seqs: list[tuple[list[int], list[int], list[int]]]
+    ) -> Iterator[list[tuple[list[int], list[int], list[int]]]]:
+        """The sequences sorted by length, cut into forwards of at most ``batch_tokens`` padded ids (at least one)."""
+        seqs = sorted(seqs, key=lambda s: len(s[0]))
         i = 0
         while i < len(seqs):
             # sorted by length: the chunk's padded size is (count) x (its last sequence's length)
             k = i + 1
             while k < len(seqs) and (k - i + 1) * len(seqs[k][0]) <= self.batch_tokens:
                 k += 1
-            yield from self._forward(seqs[i:k])
+            yield seqs[i:k]
             i = k
 
-    def _forward(
+    def _batch_hidden(self, ctx: RowContext) -> torch.Tensor:
+        """The encoder's outputs ``[N, h]`` at every privatized token of ``ctx``'s whole batch (computed once)."""
+        key = f"once:{id(self.model)}"
+        if key not in ctx.memo:
+            row, index = ctx.memo["tokens"]
+            whole = RowContext(ctx.ids, ctx.starts, ctx.lengths, row, index, torch.arange(row.numel()), ctx.memo)
+            out: torch.Tensor | None = None
+            for seqs in self._chunks(self._sequences(whole, "once")):
+                tokens, hidden = self._encode(seqs)
+                if out is None:
+                    out = torch.empty((len(whole), hidden.shape[1]), dtype=hidden.dtype, device=self.device)
+                out[tokens] = hidden
+            assert out is not None
+            ctx.memo[key] = out
+        hidden_all: torch.Tensor = ctx.memo[key]
+        return hidden_all
+
+    def _encode(self, seqs: list[tuple[list[int], list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The encoder's outputs ``[n, h]`` at the read positions of one forward, with their tokens ``[n]``."""
+        assert self._parts is not None
+        ids, mask, b_idx, p_idx, tokens = self._pack(seqs)
+        with torch.no_grad():
+            hidden = self._parts[0](input_ids=ids, attention_mask=mask)[0]
+        return tokens, hidden[b_idx, p_idx]
+
+    def _pack(
         self, seqs: list[tuple[list[int], list[int], list[int]]]
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Padded ids and mask ``[B, L]``, and the (sequence, position, token) of each read, on the device."""
         L = max(len(s[0]) for s in seqs)
         ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.int64)
         mask = torch.zeros((len(seqs), L), dtype=torch.int64)
@@ -145,15 +190,20 @@ class MaskedLMScorer:
         b_idx = torch.tensor([b for b, s in enumerate(seqs) for _ in s[1]], dtype=torch.int64)
         p_idx = torch.tensor([p for s in seqs for p in s[1]], dtype=torch.int64)
         tokens = torch.tensor([t for s in seqs for t in s[2]], dtype=torch.int64)
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        with torch.no_grad():
-            if self._parts is not None:
-                base, head = self._parts
-                hidden = base(input_ids=ids, attention_mask=mask)[0]
-                sel = hidden[b_idx.to(self.device), p_idx.to(self.device)]
+        dev = self.device
+        return ids.to(dev), mask.to(dev), b_idx.to(dev), p_idx.to(dev), tokens.to(dev)
+
+    def _forward(
+        self, seqs: list[tuple[list[int], list[int], list[int]]]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._parts is not None:
+            tokens, sel = self._encode(seqs)
+            with torch.no_grad():
                 for a in range(0, int(sel.shape[0]), HEAD_ROWS):
-                    out = head(sel[a : a + HEAD_ROWS]).float()
-                    yield tokens[a : a + HEAD_ROWS].to(self.device), out
-            else:  # an architecture without a separable head: the full output, read at the positions
-                full = self.model(input_ids=ids, attention_mask=mask).logits
-                yield tokens.to(self.device), full[b_idx.to(self.device), p_idx.to(self.device)].float()
+                    yield tokens[a : a + HEAD_ROWS], self._parts[1](sel[a : a + HEAD_ROWS]).float()
+            return
+        # an architecture without a separable head: the full output, read at the positions
+        ids, mask, b_idx, p_idx, tokens = self._pack(seqs)
+        with torch.no_grad():
+            full = self.model(input_ids=ids, attention_mask=mask).logits
+        yield tokens, full[b_idx, p_idx].float()

@@ -343,3 +343,32 @@ def test_report_keys_and_counts(bert_mlm: str) -> None:
     assert report["totals"]["max_row_dp_epsilon"] == 2.0 * max(out["dp_tokens"])
     text = json.dumps(report)
     assert str(2**40 + 4430) not in text and format(2**40 + 4430, "x") not in text
+
+
+def test_once_runs_the_encoder_once_per_batch(bert_mlm: str) -> None:
+    """context="once": the piece classes of a batch share one encoder pass (one forward for these short rows);
+    "each" runs one masked sequence per privatized token."""
+    from hf_textdp.mechanisms.mlm_logits import split_head
+
+    out = _privatize(bert_mlm, ROWS[:1], context="once")  # loads the model and the classes
+    priv = out["_priv"][0]
+    scorer = priv.engine.class_mechanisms[0][1]._scorer
+    assert len(priv.classes) == 2
+    parts = split_head(scorer.model)
+    assert parts is not None
+    calls: list[int] = []
+    handle = parts[0].register_forward_hook(
+        lambda m, a, kw, o: calls.append(int(kw["input_ids"].shape[0])), with_kwargs=True
+    )
+    try:
+        priv({"text": ROWS}, indices=list(range(len(ROWS))))
+        assert len(calls) == 1
+        calls.clear()
+        each = Privatizer(
+            PrivatizerConfig(mechanism="dp_mlm", epsilon=1.0, model=bert_mlm, options={"clip": [-1.0, 1.0]}),
+            seed=2**40 + 4480,
+        )
+        res = each({"text": ROWS}, indices=list(range(len(ROWS))))
+        assert sum(calls) == sum(res["dp_tokens"])  # sequences through the encoder: one per privatized token
+    finally:
+        handle.remove()
