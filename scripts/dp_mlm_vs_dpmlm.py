@@ -23,9 +23,11 @@ Usage (dpmlm and its dependencies in their own environment, hf-textdp importable
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -69,7 +71,8 @@ def words(sentence: str) -> list[str]:
     return list(TreebankWordTokenizer().tokenize(sentence))
 
 
-def time_dpmlm(folder: Path, eps: float) -> dict[str, float]:
+def dpmlm_runners(folder: Path, eps: float) -> dict[str, Callable[[], None]]:
+    """dpmlm's two methods over every word of the sentences (the model loaded, one untimed warm-up)."""
     nltk_data = Path(tempfile.mkdtemp(prefix="nltk_data_"))
     (nltk_data / "corpora" / "stopwords").mkdir(parents=True)
     (nltk_data / "corpora" / "stopwords" / "english").write_text("a\nan\nthe\nand\nor\n")  # stand-in (see above)
@@ -82,30 +85,27 @@ def time_dpmlm(folder: Path, eps: float) -> dict[str, float]:
     np.random.seed(0)  # dpmlm draws from numpy's global generator
     m = DPMLM(MODEL=str(folder))
     toks = [words(s) for s in SENTENCES]
-    n = sum(len(t) for t in toks)
     m.privatize(toks[0], toks[0][1], 1, CONCAT=True, epsilon=eps)  # untimed warm-up
-    t0 = time.perf_counter()
-    for t in toks:
-        for i, w in enumerate(t):
-            m.privatize(t, w, i, CONCAT=True, epsilon=eps)
-    seq = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for t in toks:
-        m.privatize_batch(t, list(range(len(t))), [eps] * len(t), CONCAT=True, batch_size=16)
-    bat = time.perf_counter() - t0
-    return {"words": n, "privatize": n / seq, "privatize_batch": n / bat}
+
+    def one_by_one() -> None:
+        for t in toks:
+            for i, w in enumerate(t):
+                m.privatize(t, w, i, CONCAT=True, epsilon=eps)
+
+    def batched() -> None:
+        for t in toks:
+            m.privatize_batch(t, list(range(len(t))), [eps] * len(t), CONCAT=True, batch_size=16)
+
+    return {"dpmlm privatize (one forward per word)": one_by_one, "dpmlm privatize_batch (16)": batched}
 
 
-def time_hf_textdp(folder: Path, eps: float, context: str) -> float:
+def ours_runner(folder: Path, eps: float, context: str) -> Callable[[], None]:
     from hf_textdp import Privatizer, PrivatizerConfig
 
     cfg = PrivatizerConfig(mechanism="dp_mlm", epsilon=eps, model=str(folder), options={"context": context})
     priv = Privatizer(cfg, seed=2**40 + 44)
     priv.privatize(SENTENCES[:1])  # untimed warm-up (model load)
-    t0 = time.perf_counter()
-    priv.privatize(SENTENCES)
-    dt = time.perf_counter() - t0
-    return sum(len(words(s)) for s in SENTENCES) / dt
+    return lambda: priv.privatize(SENTENCES) and None
 
 
 def main() -> int:
@@ -113,6 +113,7 @@ def main() -> int:
     ap.add_argument("--model-dir", type=Path, default=Path(tempfile.gettempdir()) / "roberta-base-random")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--epsilon", type=float, default=10.0)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved passes; the median time of each is reported")
     args = ap.parse_args()
     import torch
 
@@ -122,23 +123,30 @@ def main() -> int:
     n_words = sum(len(words(s)) for s in SENTENCES)
     print(
         f"model: random RobertaForMaskedLM, roberta-base shape, {args.model_dir}; threads {args.threads}; "
-        f"{n_words} words in {len(SENTENCES)} sentences; torch {torch.__version__}"
+        f"{n_words} words in {len(SENTENCES)} sentences; torch {torch.__version__}; median of {args.repeats} "
+        "interleaved passes"
     )
-    ours = {c: time_hf_textdp(args.model_dir, args.epsilon, c) for c in ("each", "once")}
-    for c, v in ours.items():
-        print(f"hf-textdp dp_mlm context={c}: {v:.2f} words/s")
+    runs = {f"hf-textdp dp_mlm context={c}": ours_runner(args.model_dir, args.epsilon, c) for c in ("each", "once")}
     try:
-        ref = time_dpmlm(args.model_dir, args.epsilon)
+        runs.update(dpmlm_runners(args.model_dir, args.epsilon))
     except ImportError as err:
         print(f"dpmlm 1.3.0 not importable here ({err}); no comparison")
-        return 0
-    print(f"dpmlm 1.3.0 privatize (one forward per word): {ref['privatize']:.2f} words/s")
-    print(f"dpmlm 1.3.0 privatize_batch (batch_size=16): {ref['privatize_batch']:.2f} words/s")
-    print(
-        f"ratio each / dpmlm privatize: {ours['each'] / ref['privatize']:.1f}x; "
-        f"each / privatize_batch: {ours['each'] / ref['privatize_batch']:.1f}x; "
-        f"once / privatize_batch: {ours['once'] / ref['privatize_batch']:.1f}x"
-    )
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):  # interleaved: a load change on the shared machine hits every side
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    rate = {k: n_words / statistics.median(v) for k, v in times.items()}
+    for k, v in rate.items():
+        print(f"{k}: {v:.2f} words/s (passes: {', '.join(f'{t:.1f}' for t in times[k])} s)")
+    names = list(rate)
+    if len(names) == 4:
+        each, once, seq, bat = (rate[k] for k in names)
+        print(
+            f"ratio: each/privatize {each / seq:.1f}x, each/privatize_batch {each / bat:.1f}x, "
+            f"once/privatize_batch {once / bat:.1f}x"
+        )
     return 0
 
 

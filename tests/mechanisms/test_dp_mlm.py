@@ -372,3 +372,20 @@ def test_once_runs_the_encoder_once_per_batch(bert_mlm: str) -> None:
         assert sum(calls) == sum(res["dp_tokens"])  # sequences through the encoder: one per privatized token
     finally:
         handle.remove()
+
+
+@pytest.mark.slow
+def test_seeded_output_identical_across_num_proc_and_streaming(bert_mlm: str) -> None:
+    """datasets.map with num_proc 1 and 2 (the privatizer pickled into workers) and a streamed map: the same rows."""
+    import datasets
+
+    cfg = PrivatizerConfig(mechanism="dp_mlm", epsilon=4.0, model=bert_mlm, options={"clip": [-1.0, 1.0]})
+    ds = datasets.Dataset.from_dict({"text": corpus(24, 4490)})
+    kw = {"batched": True, "with_indices": True, "load_from_cache_file": False}
+    one = ds.map(Privatizer(cfg, seed=2**40 + 4491), batch_size=8, num_proc=1, **kw)
+    two = ds.map(Privatizer(cfg, seed=2**40 + 4491), batch_size=5, num_proc=2, **kw)
+    streamed = list(
+        ds.to_iterable_dataset().map(Privatizer(cfg, seed=2**40 + 4491), batched=True, with_indices=True, batch_size=7)
+    )
+    for col in ("text", "input_ids", "dp_tokens", "dp_epsilon"):
+        assert one[col] == two[col] == [r[col] for r in streamed]
