@@ -25,6 +25,7 @@ from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, I
 from .io.files import stat_identity
 from .io.models import model_identity
 from .mechanisms.base import Mechanism
+from .mechanisms.context import RowContext
 from .release import ReleaseEngine
 from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
 from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
@@ -371,8 +372,15 @@ class Privatizer:
         cand_pos = torch.from_numpy(pos[cand])
         marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
         sens = None if marked is None else marked & cand
+        context = None
+        if getattr(engine.mechanism, "CONTEXTUAL", False):  # issue 44: a contextual mechanism reads each token's row
+            context = RowContext.from_flat(flat, lengths, np.flatnonzero(cand), row_of[cand])
         released = engine.release_flat(
-            cand_pos, sizes.tolist(), row_ids, sensitive=None if sens is None else torch.from_numpy(sens[cand])
+            cand_pos,
+            sizes.tolist(),
+            row_ids,
+            sensitive=None if sens is None else torch.from_numpy(sens[cand]),
+            context=context,
         )
         if step is not None and step.RELEASES_VECTORS:
             return self._vector_columns(lengths, bounds, cls, sizes, released, flat)

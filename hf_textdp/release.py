@@ -14,7 +14,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from .errors import InvalidParameterError
 from .io.attack_table import lookup
 from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .mechanisms.context import ContextualSampler, RowContext
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
 from .scale import scale_stats
@@ -141,6 +142,15 @@ class ReleaseEngine:
         self._mech, self._step, self._space = mech, step, space
         if self.config.sensitive is not None:
             self._load_sensitive(space)
+        self._bind_contextual(space)
+
+    # ---- contextual mechanisms (issue 44, dp_mlm.md): the masked LM of config.model, bound to each class's mechanism
+    def _bind_contextual(self, space: EmbeddingSpace) -> None:
+        for rel in [*self._releases, *self._sens_releases]:
+            if getattr(rel.mech, "CONTEXTUAL", False):
+                from .io.masked_lm import load_masked_lm
+
+                rel.mech.bind(load_masked_lm(self.config.model, space))  # type: ignore[attr-defined]
 
     def _load_sensitive(self, space: EmbeddingSpace) -> None:
         """The sensitive class of each piece class: the same mechanism at ``sensitive["epsilon"]`` on the same
@@ -314,13 +324,15 @@ class ReleaseEngine:
         row_ids: list[int],
         stream: int | None = None,
         sensitive: torch.Tensor | None = None,
+        context: RowContext | None = None,
     ) -> torch.Tensor:
         """The mechanism and post-processing over a batch's candidate positions, held flat (rows in order).
 
         Every token draws from its row's keyed stream at its own position (docs/mechanisms/randomness.md),
         so the whole batch goes through one mechanism call and one post-processing call, and a seeded
         row's output never depends on the batch. ``sensitive`` (bool ``[N]``): :meth:`release_streams`.
-        Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU.
+        Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU. ``context`` (contextual mechanisms only,
+        issue 44): each token's row and index in it.
         """
         space = self._space
         assert space is not None
@@ -329,13 +341,15 @@ class ReleaseEngine:
         stream = self.stream if stream is None else stream
         keys = self.row_keys(row_ids, stream)
         remote = remote_release()
-        if remote is not None:  # a worker of the GPU release service: the parent process releases the batch
+        # a worker of the GPU release service: the parent process releases the batch (a contextual mechanism's
+        # batch, which carries its rows, is released here: issue 44)
+        if remote is not None and context is None:
             key_arr, size_arr = np.asarray(keys, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
             pos = positions.numpy()
             if sensitive is not None:  # the mask travels in the positions' sign: -1 - p for a sensitive p
                 pos = np.where(sensitive.numpy(), -1 - pos, pos)
             return torch.from_numpy(remote.release(key_arr, size_arr, pos))
-        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device), sensitive)
+        return self.release_streams(positions, streams_for_rows(keys, sizes, space.device), sensitive, context)
 
     def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """:meth:`release_streams` of rows given by their Philox keys and token counts, as arrays (the release
@@ -350,7 +364,11 @@ class ReleaseEngine:
         return self.release_streams(torch.from_numpy(pos), streams, torch.from_numpy(sens)).numpy()
 
     def release_streams(
-        self, positions: torch.Tensor, streams: Streams, sensitive: torch.Tensor | None = None
+        self,
+        positions: torch.Tensor,
+        streams: Streams,
+        sensitive: torch.Tensor | None = None,
+        context: RowContext | None = None,
     ) -> torch.Tensor:
         """The mechanism and post-processing of candidate ``positions`` ``[N]`` drawing from ``streams`` (N tokens).
 
@@ -366,13 +384,14 @@ class ReleaseEngine:
                     positions[a : a + RELEASE_CHUNK],
                     streams.slice(a, a + RELEASE_CHUNK),
                     None if sensitive is None else sensitive[a : a + RELEASE_CHUNK],
+                    None if context is None else context.slice(a, a + RELEASE_CHUNK),
                 )
                 for a in range(0, int(positions.numel()), RELEASE_CHUNK)
             ]
             return torch.cat(parts)
         selective = sensitive is not None and bool(self._sens_releases)
         if len(self._releases) == 1 and not selective:
-            return self._release_class(self._releases[0], positions, streams)
+            return self._release_class(self._releases[0], positions, streams, context)
         # Each class on its own space: a token's draws depend on its key and position only, so releasing a
         # class's tokens apart from the others draws exactly what they would draw in one call. Sensitive
         # positions are classes of their own (index + n_classes), released at sensitive["epsilon"].
@@ -400,7 +419,8 @@ class ReleaseEngine:
             a, b = starts[g], starts[g + 1]
             idx = order[a:b]
             released = b > a and not (keep and g < n_cls)  # "keep": the other positions are not released
-            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx)) if released else None))
+            ctx = None if context is None or not released else context.select(idx)
+            results.append((a, b, self._release_class(rel, loc[idx], streams.select(idx), ctx) if released else None))
         order_cpu = order.cpu()
         out = positions.clone() if keep else torch.empty_like(positions)
         for rel, (a, b, res) in zip(groups, results, strict=True):
@@ -418,9 +438,13 @@ class ReleaseEngine:
         return self._device_maps[key]
 
     @staticmethod
-    def _release_class(rel: ClassRelease, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+    def _release_class(
+        rel: ClassRelease, positions: torch.Tensor, streams: Streams, context: RowContext | None = None
+    ) -> torch.Tensor:
         """One class's mechanism and post-processing over its local positions; positions (or vectors) on CPU."""
         space, mech, step = rel.part.space, rel.mech, rel.step
+        if getattr(mech, "CONTEXTUAL", False):  # issue 44: the token's row reaches a contextual mechanism only
+            return cast("ContextualSampler", mech).sample(space, positions, streams, context=context).cpu()
         if isinstance(mech, SelectionMechanism):
             return mech.sample(space, positions, streams).cpu()
         assert isinstance(mech, AdditiveMechanism) and step is not None

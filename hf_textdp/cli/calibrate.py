@@ -67,6 +67,13 @@ class CalibrateCommand:
             default=None,
             help="comma-separated epsilons to tabulate (default: only the solved one; with --plot, a grid around it)",
         )
+        p.add_argument(
+            "--public",
+            default=None,
+            metavar="FILE",
+            help="dp_mlm only: a public text file (one line per row) to measure the clip bounds on, never the text "
+            "to be privatized (default: none)",
+        )
         p.add_argument("--json", action="store_true", help="print the raw JSON result instead of the summary")
         p.add_argument(
             "--plot",
@@ -93,6 +100,8 @@ class CalibrateCommand:
                     f"--plot must end in a format matplotlib writes ({', '.join('.' + f for f in formats)}), "
                     f"got {args.plot!r}."
                 )
+        if args.mechanism == "dp_mlm" or args.public is not None:
+            return _dp_mlm_bounds(args)
         kwargs: dict[str, Any] = {"target_rate": args.target_rate}
         candidates = candidates_from_args(args, DEFAULT_CANDIDATES)
         if args.postprocess is not None or args.delta is not None or candidates != DEFAULT_CANDIDATES:
@@ -127,3 +136,42 @@ class CalibrateCommand:
             if not args.json:
                 print(f"wrote {args.plot}")
         return 0
+
+
+def _dp_mlm_bounds(args: argparse.Namespace) -> int:
+    """``calibrate --mechanism dp_mlm --public FILE``: the clip bounds [a, b] of the model's logits on public text."""
+    from ..config import PrivatizerConfig
+    from ..tools.mlm_bounds import mlm_clip_bounds
+
+    if args.mechanism != "dp_mlm":
+        raise InvalidParameterError(f"--public is for --mechanism dp_mlm only, got --mechanism {args.mechanism}.")
+    if args.public is None:
+        raise InvalidParameterError(
+            "--mechanism dp_mlm needs --public FILE: public text to measure the clip bounds on."
+        )
+    path = Path(args.public)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidParameterError(
+            f"--public: cannot read {args.public!r} as UTF-8 text ({type(err).__name__})."
+        ) from None
+    config = PrivatizerConfig(
+        mechanism="dp_mlm",
+        epsilon=1.0,  # not used: the bounds do not depend on epsilon
+        model=args.model or DEFAULT_MODEL,
+        options=parse_options(args.option),
+        candidates=candidates_from_args(args, DEFAULT_CANDIDATES),
+    )
+    result = mlm_clip_bounds(config, lines)
+    result["clip_source"] = str(path)
+    if args.json:
+        sys.stdout.write(dumps_json(result))
+    else:
+        a, b = result["clip"]
+        print(
+            f"dp_mlm clip bounds of {config.model} on {result['positions']} positions of {result['lines']} public "
+            f"lines ({result['tail']:g} clipped on each side): a = {a:.6g}, b = {b:.6g}, sensitivity {b - a:.6g}"
+        )
+        print(f"use: -o 'clip=[{a!r}, {b!r}]' -o clip_source={path}")
+    return 0

@@ -45,6 +45,10 @@ _BOUNDED = {
 
 #: name -> help attributes, in the registry's (sorted) order
 MECHANISMS: dict[str, MechanismHelp] = {
+    "dp_mlm": MechanismHelp(
+        {"clip": [-3.2093127, 16.304797887802124], "context": "each", "batch_tokens": 8192, "clip_source": None},
+        ("nearest",),
+    ),
     "gaussian": MechanismHelp(_BOUNDED | {"calibration": "analytic"}, _STEPS, True, 1e-06),
     "laplace": MechanismHelp(_BOUNDED | {"calibration": "sound"}, _STEPS),
     "madlib": MechanismHelp({"bound": "none"}, _STEPS),

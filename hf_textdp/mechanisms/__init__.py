@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..errors import InvalidParameterError, ParameterTypeError, UnknownMechanismError
 from .base import AdditiveMechanism, Mechanism, SelectionMechanism
+from .dp_mlm import DpMlm
 from .gaussian import Gaussian
 from .laplace import Laplace
 from .madlib import Madlib
@@ -61,7 +62,7 @@ def get_mechanism_class(name: str) -> type[Mechanism]:
 
 
 def _register_builtins() -> None:
-    for cls in (Madlib, Privemb, Laplace, Gaussian, TruncatedLaplace, Tem, Santext, SantextPlus, Mahalanobis):
+    for cls in (Madlib, Privemb, Laplace, Gaussian, TruncatedLaplace, Tem, Santext, SantextPlus, Mahalanobis, DpMlm):
         register_mechanism(cls.name, cls)
 
 

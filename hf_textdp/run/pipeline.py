@@ -261,6 +261,7 @@ def _check_public_inputs(config: PrivatizerConfig, sources: list[Any]) -> None:
     public = [
         ("candidates vocab", config.candidate_spec.vocab),
         ("frequency_corpus", config.options.get("frequency_corpus")),
+        ("clip_source", config.options.get("clip_source")),  # dp_mlm's public text for its clip bounds (issue 44)
     ]
     for param, path in public:
         if isinstance(path, (str, os.PathLike)):
