@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from ... import settings
 from ...cpu import bf16_filter as fused
 from ...cpu import features, int8_keys
 from ...cpu.bf16_filter import fused_filter_available
@@ -83,7 +84,7 @@ def skipped_arithmetic(device: str | torch.device = "cpu") -> dict[str, str]:
     """The arithmetics of :data:`ARITHMETICS` the bench does not time on ``device``, each with why.
 
     On a CPU, bf16 and int8 products run only where its flags have them natively
-    (:func:`~hf_textdp.cpu.features.native_arithmetic`, which honours ``HF_TEXTDP_CPU_ISA=avx2``); on CUDA, bf16
+    (:func:`~hf_textdp.cpu.features.native_arithmetic`, which honours the ``cpu_isa`` switch); on CUDA, bf16
     where the device supports it and int8 where ``torch._int_mm`` runs. fp32 is never skipped.
     """
     dev = torch.device(device)
@@ -91,7 +92,7 @@ def skipped_arithmetic(device: str | torch.device = "cpu") -> dict[str, str]:
     if dev.type == "cpu":
         native = features.native_arithmetic()
         forced = (
-            " (HF_TEXTDP_CPU_ISA=avx2 hides the AVX-512 and AMX ones)" if features.isa_override() == "avx2" else ""
+            f" ({settings.CPU_ISA}=avx2 hides the AVX-512 and AMX ones)" if features.isa_override() == "avx2" else ""
         )
         for name, flags in (("bf16", features.BF16_FLAGS), ("int8", features.INT8_FLAGS)):
             if not native[name]:
