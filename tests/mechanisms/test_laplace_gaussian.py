@@ -489,7 +489,7 @@ def tiny_model(tmp_path):
 def test_privatizer_end_to_end(tiny_model, mechanism):
     priv = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=20.0, model=tiny_model), seed=2**40 + 1)
     texts = priv.privatize(["w1 w2 w3 unknown w4", ""])
-    assert len(texts) == 2 and texts[0].split()[3] == "unknown"
+    assert len(texts) == 2 and texts[0].split()[3] == "<unk>"  # a missing word: the placeholder
     out = priv({"text": ["w1 w2 w3", "w5 w5 oov"]}, [0, 1])
     assert out["dp_tokens"] == [3, 2]
     assert out["dp_epsilon"] == [60.0, 40.0]
