@@ -16,7 +16,7 @@ import datasets
 from ..errors import HfTextDPError, InvalidParameterError, OutputExistsError, OutputNotWritableError
 from .files import atomic_path, dumps_json, fsync_tree
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
-from .reports import CONTENT_KEY, content_hashes
+from .reports import bound_report
 
 
 __all__ = [
@@ -155,7 +155,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
             else:
                 ds.to_parquet(str(tmp))
             report_tmp = tmp.with_name(report_path_for(output).name)
-            report_tmp.write_text(dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}), encoding="utf-8")
+            report_tmp.write_text(dumps_json(bound_report(report, tmp)), encoding="utf-8")
             fsync_tree(report_tmp)
             os.replace(report_tmp, report_path_for(output))
         return
@@ -166,7 +166,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
         ds = _refingerprint(ds)
     with atomic_path(output, is_dir=True, tmp_root=tmp_root) as tmp:
         ds.save_to_disk(str(tmp))
-        (tmp / REPORT_NAME).write_text(dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}), encoding="utf-8")
+        (tmp / REPORT_NAME).write_text(dumps_json(bound_report(report, tmp)), encoding="utf-8")
 
 
 def _refingerprint(ds: Any) -> Any:

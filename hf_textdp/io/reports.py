@@ -12,7 +12,15 @@ from ..errors import InvalidParameterError, OutputChangedError, ParameterTypeErr
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for
 
 
-__all__ = ["CONTENT_KEY", "content_hashes", "verify_output", "load_bound_report", "read_report", "privacy_report"]
+__all__ = [
+    "CONTENT_KEY",
+    "bound_report",
+    "content_hashes",
+    "verify_output",
+    "load_bound_report",
+    "read_report",
+    "privacy_report",
+]
 
 #: the report key binding it to its output: the file's SHA-256, or each file's (relative path: SHA-256) of a folder
 CONTENT_KEY = "output_sha256"
@@ -40,6 +48,12 @@ def content_hashes(output: str | os.PathLike[str]) -> str | dict[str, str]:
         for p in sorted(files)
         if p.relative_to(root).as_posix() != REPORT_NAME
     }
+
+
+def bound_report(report: dict[str, Any], output: str | os.PathLike[str]) -> dict[str, Any]:
+    """``report`` with :data:`CONTENT_KEY` set to the content hashes of the written ``output`` (what every writer
+    saves beside or inside its output, and :func:`verify_output` checks)."""
+    return report | {CONTENT_KEY: content_hashes(output)}
 
 
 def verify_output(output: str | os.PathLike[str], report: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from ..errors import ColumnNotFoundError, InvalidParameterError, MissingExtraErr
 from ..io.files import atomic_path, atomic_write_text, dumps_json
 from ..io.outputs import check_not_input, refuse_existing_output
 from ..io.paths import REPORT_NAME, output_path, report_path_for
-from ..io.reports import CONTENT_KEY, content_hashes
+from ..io.reports import bound_report
 from ..privatizer import Privatizer
 from ..rng import validate_secret_seed
 from ..utils.logging import get_logger
@@ -359,11 +359,9 @@ def privatize_ray_files(
             report = ray_report(ray.data.read_parquet(str(written)), config, text_column=text_column, split=split)
             if is_file:  # the report is bound to the output it describes (io/reports.py), as save_output's are
                 _merge_parquet(written, tmp)
-                atomic_write_text(report_path_for(out), dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}))
+                atomic_write_text(report_path_for(out), dumps_json(bound_report(report, tmp)))
             else:
-                (tmp / REPORT_NAME).write_text(
-                    dumps_json(report | {CONTENT_KEY: content_hashes(tmp)}), encoding="utf-8"
-                )
+                (tmp / REPORT_NAME).write_text(dumps_json(bound_report(report, tmp)), encoding="utf-8")
     finally:
         context.execution_options.preserve_order = preserve_order
     logger.info(
