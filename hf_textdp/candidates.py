@@ -33,6 +33,7 @@ __all__ = [
     "parse_candidates",
     "is_reserved",
     "piece_scheme",
+    "piece_scheme_of",
     "piece_text",
     "piece_classes",
     "script_ok",
@@ -238,7 +239,12 @@ def piece_scheme(tokenizer: Any) -> tuple[str, str]:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return "words", ""
-    data = json.loads(backend.to_str())
+    return piece_scheme_of(backend.to_str())
+
+
+def piece_scheme_of(backend: str) -> tuple[str, str]:
+    """:func:`piece_scheme` of a fast tokenizer's backend serialization (``backend_tokenizer.to_str()``)."""
+    data = json.loads(backend)
 
     def types(node: Any) -> list[dict[str, Any]]:
         if not isinstance(node, dict):

@@ -29,6 +29,36 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 STRUCTURAL, PASSTHROUGH, CANDIDATE = 0, 1, 2
 
 
+def _fp32_bytes(E: torch.Tensor) -> memoryview:
+    """E's values as little-endian fp32 in C order, without a copy where E already is one (for hashing)."""
+    return np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4").data
+
+
+class _LazyTokenizer:
+    """:attr:`EmbeddingSpace.tokenizer`: the tokenizer given, else loaded with ``AutoTokenizer`` from
+    ``tokenizer_folder`` on first use. A warm start leaves it out (:mod:`hf_textdp.io.tokenizer_facts`):
+    privatization needs only ``backend_json``, and reading the tokenizer imports ``transformers``."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:  # the dataclass field's default
+            return None
+        tok = obj.__dict__.get("_tokenizer")
+        folder = obj.__dict__.get("tokenizer_folder")
+        if tok is None and folder is not None:
+            from transformers import AutoTokenizer  # only where the tokenizer object itself is used
+
+            tok = obj.__dict__["_tokenizer"] = AutoTokenizer.from_pretrained(folder)
+        return tok
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["_tokenizer"] = value
+
+    @staticmethod
+    def given(obj: Any) -> Any:
+        """The tokenizer ``obj`` holds now, without loading one."""
+        return obj.__dict__.get("_tokenizer")
+
+
 @dataclass
 class EmbeddingSpace:
     """E over the candidate set, with the tokenizer (or word list) that produces its ids.
@@ -59,7 +89,9 @@ class EmbeddingSpace:
     structural_ids: frozenset[int]
     unk_id: int | None
     device: torch.device
-    tokenizer: Any = None  # PreTrainedTokenizerBase for kind == "hf"
+    tokenizer: _LazyTokenizer = _LazyTokenizer()  # PreTrainedTokenizerBase for kind == "hf", loaded on first use
+    backend_json: str | None = field(default=None, repr=False)  # the fast tokenizer's backend (kind == "hf")
+    tokenizer_folder: str | None = field(default=None, repr=False)  # where ``tokenizer`` is loaded from
     words: list[str] | None = None  # static vectors
     revision: str | None = None
     file_sha256: str | None = None
@@ -128,14 +160,14 @@ class EmbeddingSpace:
             h.update(self.V.to_bytes(8, "little"))
             h.update(self.d.to_bytes(8, "little"))
             h.update(self.candidate_ids.numpy().astype("<i8").tobytes())
-            h.update(self.E.cpu().numpy().astype("<f4").tobytes())
+            h.update(_fp32_bytes(self.E))
             self._hash = h.hexdigest()
         return self._hash
 
     @property
     def matrix_sha256(self) -> str:
         """SHA-256 of E as little-endian fp32, C order (the report's ``candidate_set.sha256``)."""
-        return hashlib.sha256(self.E.cpu().numpy().astype("<f4").tobytes()).hexdigest()
+        return hashlib.sha256(_fp32_bytes(self.E)).hexdigest()
 
     @property
     def ids_sha256(self) -> str:
@@ -197,7 +229,9 @@ class EmbeddingSpace:
                 structural_ids=self.structural_ids,
                 unk_id=self.unk_id,
                 device=self.device,
-                tokenizer=self.tokenizer,
+                tokenizer=_LazyTokenizer.given(self),
+                backend_json=self.backend_json,
+                tokenizer_folder=self.tokenizer_folder,
                 words=self.words,
                 revision=self.revision,
                 file_sha256=self.file_sha256,

@@ -48,7 +48,16 @@ from .errors import (
 )
 
 
-__all__ = ["TokenizedRow", "WordLayout", "HFTokens", "WordTokens", "make_tokens", "UNKNOWN_WORD", "PASSTHROUGH_MODES"]
+__all__ = [
+    "TokenizedRow",
+    "WordLayout",
+    "HFTokens",
+    "backend_json",
+    "WordTokens",
+    "make_tokens",
+    "UNKNOWN_WORD",
+    "PASSTHROUGH_MODES",
+]
 
 _WS_SPLIT = re.compile(r"(\s+)")
 
@@ -81,22 +90,39 @@ class WordLayout:
     offsets: np.ndarray | None = None
 
 
+def backend_json(tokenizer: Any) -> str:
+    """The serialization of a Hugging Face tokenizer's fast (Rust) backend; refused for a slow tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TokenizerNotSupportedError(
+            f"model: the tokenizer {type(tokenizer).__name__} has no fast (Rust) backend; hf-textdp needs a fast "
+            "tokenizer (PreTrainedTokenizerFast)."
+        )
+    text: str = backend.to_str()
+    return text
+
+
 class HFTokens:
     """Tokenization and decoding with a Hugging Face tokenizer's fast backend."""
 
     def __init__(self, tokenizer: Any) -> None:
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is None:
-            raise TokenizerNotSupportedError(
-                f"model: the tokenizer {type(tokenizer).__name__} has no fast (Rust) backend; hf-textdp needs a fast "
-                "tokenizer (PreTrainedTokenizerFast)."
-            )
-        tok = Tokenizer.from_str(backend.to_str())
+        self._load_backend(backend_json(tokenizer))
+
+    @classmethod
+    def from_backend(cls, backend: str) -> HFTokens:
+        """The tokenization of a fast tokenizer given by its backend's serialization (``backend_tokenizer.to_str()``,
+        kept in the disk cache by :mod:`hf_textdp.io.tokenizer_facts`): no ``transformers`` import."""
+        obj = cls.__new__(cls)
+        obj._load_backend(backend)
+        return obj
+
+    def _load_backend(self, backend: str) -> None:
+        tok = Tokenizer.from_str(backend)
         tok.no_truncation()
         tok.no_padding()
         tok.encode_special_tokens = True
         self._tok = tok
-        self._decoder = tokenizer.backend_tokenizer
+        self._decoder = tok  # decoding reads none of the settings above
         self._spacing_in_tokens = _whitespace_in_tokens(tok)
         self._pre_tokenizer = tok.pre_tokenizer
         self._pairs: dict[str, bool] = {}  # two characters -> whether the pre-tokenizer makes them one word
@@ -445,5 +471,5 @@ def make_tokens(space: Any, passthrough: str = "placeholder") -> HFTokens | Word
     """The tokenization of ``space``; ``passthrough`` says how a static vector file's missing words are released
     (:class:`WordTokens`; a Hugging Face tokenizer's unknown token always decodes to its own form)."""
     if space.kind == "hf":
-        return HFTokens(space.tokenizer)
+        return HFTokens.from_backend(space.backend_json) if space.backend_json else HFTokens(space.tokenizer)
     return WordTokens(space.word_to_id(), passthrough)

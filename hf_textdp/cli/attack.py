@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from ..io.files import dumps_json, refuse_existing_file, write_user_file
+from ..utils.gc_pause import gc_frozen_imports
 from .arguments import HelpFormatter, add_config_args, options_epilog
 from .parse import config_from_args
 
@@ -48,8 +49,9 @@ class AttackCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..evaluation.attacks.cli import attack_files, format_record  # the eval extra's layer
-        from ..evaluation.attacks.recipe import run_attack_recipe
+        with gc_frozen_imports():
+            from ..evaluation.attacks.cli import attack_files, format_record  # the eval extra's layer
+            from ..evaluation.attacks.recipe import run_attack_recipe
 
         if args.recipe is not None:
             folder = run_attack_recipe(

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..io.files import dumps_json
+from ..utils.gc_pause import gc_frozen_imports
 from ..utils.table import format_table
 from .arguments import HelpFormatter, add_config_args, options_epilog
 from .parse import config_from_args, read_seed
@@ -66,8 +67,9 @@ class AuditCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..io.models import load_space  # torch, transformers: not on --help's path
-        from ..tools.audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
+        with gc_frozen_imports():
+            from ..io.models import load_space  # torch, transformers: not on --help's path
+            from ..tools.audit import audit  # scipy.stats: imported by the commands that use it only (cold start)
 
         config = config_from_args(args)
         seed = read_seed(args)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..io.files import dumps_json, refuse_existing_file, write_user_file
+from ..utils.gc_pause import gc_frozen_imports
 from .catalog import DEFAULT_MODEL
 
 
@@ -65,7 +66,8 @@ class BenchCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..tools.bench import format_table, run_bench
+        with gc_frozen_imports():
+            from ..tools.bench import format_table, run_bench
 
         refuse_existing_file(args.json, overwrite=args.overwrite, param="--json")  # before the benchmark runs
         report = run_bench(

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError, MissingExtraError
 from ..io.files import dumps_json
+from ..utils.gc_pause import gc_frozen_imports
 from .arguments import (
     HelpFormatter,
     add_candidate_args,
@@ -86,8 +87,9 @@ class CalibrateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..config import PrivatizerConfig  # torch, transformers: not on --help's path
-        from ..tools.calibrate import calibrate, format_calibration, plot_calibration
+        with gc_frozen_imports():
+            from ..config import PrivatizerConfig  # torch, transformers: not on --help's path
+            from ..tools.calibrate import calibrate, format_calibration, plot_calibration
 
         if args.plot is not None:  # fail before the work when matplotlib is missing or cannot write the format
             try:

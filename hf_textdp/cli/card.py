@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..io.files import refuse_existing_file, write_user_file
+from ..utils.gc_pause import gc_frozen_imports
 
 
 __all__ = ["CardCommand"]
@@ -30,7 +31,8 @@ class CardCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..integrations.cards import render_card
+        with gc_frozen_imports():
+            from ..integrations.cards import render_card
 
         refuse_existing_file(args.output, overwrite=args.overwrite, param="--output")
         card = render_card(args.path)

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..utils.gc_pause import gc_frozen_imports
+
 
 __all__ = ["EvaluateCommand"]
 
@@ -34,7 +36,8 @@ class EvaluateCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..evaluation.recipe import run_recipes  # the eval extra's layer; importing it costs ~2 s (evaluate)
+        with gc_frozen_imports():
+            from ..evaluation.recipe import run_recipes  # the eval extra's layer; importing it costs ~2 s (evaluate)
 
         root = Path(args.output or "results")
         done = run_recipes(

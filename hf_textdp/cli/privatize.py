@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from ..io.paths import report_path_for
+from ..utils.gc_pause import gc_frozen_imports
 from .arguments import HelpFormatter, add_config_args, add_sensitive_args, options_epilog
 from .parse import config_from_args, read_seed
 
@@ -74,7 +75,8 @@ class PrivatizeCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset  # datasets, torch: not on --help's path
+        with gc_frozen_imports():
+            from ..run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset  # datasets, torch: not on --help's path
 
         config = config_from_args(args)
         try:

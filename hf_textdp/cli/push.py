@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..utils.gc_pause import gc_frozen_imports
+
 
 __all__ = ["PushCommand"]
 
@@ -40,7 +42,8 @@ class PushCommand:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
-        from ..integrations.hub import push_to_hub
+        with gc_frozen_imports():
+            from ..integrations.hub import push_to_hub
 
         if args.token is not None:
             print(

@@ -22,7 +22,6 @@ import torch
 from huggingface_hub import snapshot_download
 from huggingface_hub.repocard import metadata_load
 from safetensors import safe_open
-from transformers import AutoConfig, AutoTokenizer
 
 from ..candidates import (
     ALL_SCRIPTS,
@@ -32,7 +31,7 @@ from ..candidates import (
     language_scripts,
     parse_candidates,
     piece_classes,
-    piece_scheme,
+    piece_scheme_of,
     piece_text,
     script_ok,
 )
@@ -45,6 +44,7 @@ from ..utils.logging import get_logger
 from .cache import DiskCache
 from .files import stat_identity
 from .frequencies import corpus_texts
+from .tokenizer_facts import TokenizerFacts, cached_facts, facts_of, save_facts
 from .vectors import read_vectors
 
 
@@ -165,12 +165,23 @@ def _embedding_names(config: Any, files: dict[str, Path]) -> list[str]:
 
 def load_hf_embeddings(folder: Path) -> torch.Tensor:
     """E_full = ``get_input_embeddings().weight`` in fp32 (space.md §3), via safetensors when possible."""
-    config = AutoConfig.from_pretrained(folder)
+    from transformers import AutoConfig
+
+    return _located_embeddings(folder, AutoConfig.from_pretrained(folder))[0]
+
+
+def _located_embeddings(folder: Path, config: Any) -> tuple[torch.Tensor, list[str] | None]:
+    """E_full and where it was read: ``[file, tensor name]`` of a safetensors file, or ``None`` (the whole model)."""
     weight: torch.Tensor | None = None
+    where: list[str] | None = None
     try:
         files = _safetensors_files(folder)
         if files:
-            weight = _read_safetensors_tensor(files, _embedding_names(config, files))
+            for name in _embedding_names(config, files):
+                if name in files:
+                    weight = _read_safetensors_tensor(files, [name])
+                    where = [files[name].name, name]
+                    break
     except Exception as err:  # noqa: BLE001 - fall back to the full load below
         logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
     if weight is None:
@@ -178,7 +189,40 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
 
         model = AutoModel.from_pretrained(folder)
         weight = model.get_input_embeddings().weight.detach()
-    return weight.to(torch.float32).contiguous()
+        where = None
+    return weight.to(torch.float32).contiguous(), where
+
+
+def _stored_embeddings(folder: Path, where: list[str] | None) -> torch.Tensor | None:
+    """E_full read again from where the facts say (``None``: not a safetensors tensor, or no longer readable)."""
+    if where is None:
+        return None
+    try:
+        weight = _read_safetensors_tensor({where[1]: folder / where[0]}, [where[1]])
+    except Exception:  # noqa: BLE001 - read the model again
+        return None
+    return None if weight is None else weight.to(torch.float32).contiguous()
+
+
+def _hf_facts(folder: Path, store: DiskCache, model: str) -> tuple[TokenizerFacts, torch.Tensor, Any]:
+    """The tokenizer facts and E_full of the model in ``folder``: from the disk cache on a warm start (no
+    ``transformers`` import; the tokenizer object is then ``None``), else read with ``transformers`` and kept."""
+    facts = cached_facts(folder, store)
+    if facts is not None:
+        E_full = _stored_embeddings(folder, facts.embedding)
+        if E_full is not None:
+            return facts, E_full, None
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # noqa: BLE001
+        raise TokenizerNotSupportedError(f"model: no tokenizer could be loaded from {model!r}: {err}") from err
+    config = AutoConfig.from_pretrained(folder)
+    E_full, where = _located_embeddings(folder, config)
+    facts = facts_of(tokenizer, config, where)
+    save_facts(folder, store, facts)
+    return facts, E_full, tokenizer
 
 
 # --------------------------------------------------------------------------- candidate settings (space.md §6)
@@ -190,7 +234,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _vocab_ids(spec: CandidateSpec, tokenizer: Any, words: list[str] | None) -> set[int]:
+def _vocab_ids(spec: CandidateSpec, backend: str | None, words: list[str] | None) -> set[int]:
     """Ids that occur in the public vocab file, tokenized as privatization tokenizes (space.md §6.1)."""
     assert spec.vocab is not None
     path = Path(spec.vocab).expanduser()
@@ -205,7 +249,8 @@ def _vocab_ids(spec: CandidateSpec, tokenizer: Any, words: list[str] | None) -> 
         for texts in corpus_texts(path, param="candidates vocab"):
             found.update(index[w] for t in texts for w in t.split() if w in index)
         return found
-    tokens = HFTokens(tokenizer)
+    assert backend is not None
+    tokens = HFTokens.from_backend(backend)
     for texts in corpus_texts(path, param="candidates vocab"):
         flat, _, _ = tokens.encode_flat(texts)
         found.update(np.unique(flat).tolist())
@@ -338,19 +383,12 @@ def _load_hf_space(
     folder: Path, model_id: str, revision: str | None, device: torch.device, spec: CandidateSpec, *, model: str
 ) -> EmbeddingSpace:
     """The space of the transformers model in ``folder``; ``model`` is the name or path as given, for errors."""
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    except Exception as err:  # noqa: BLE001
-        raise TokenizerNotSupportedError(f"model: no tokenizer could be loaded from {model!r}: {err}") from err
-    E_full = load_hf_embeddings(folder)
-    config = AutoConfig.from_pretrained(folder)
+    store = DiskCache()
+    facts, E_full, tokenizer = _hf_facts(folder, store, model)
     R = int(E_full.shape[0])
-    n_tok = len(tokenizer)
-    special = set(int(i) for i in tokenizer.all_special_ids)
-    for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items():
-        if getattr(tok, "special", False):
-            special.add(int(i))
-    pads = {int(x) for x in (tokenizer.pad_token_id, getattr(config, "pad_token_id", None)) if x is not None}
+    n_tok = facts.size
+    special = set(facts.special)
+    pads = set(facts.pads)
     removed = special | pads
     upper = min(R, n_tok)
     keep = np.ones(upper, dtype=bool)
@@ -358,15 +396,14 @@ def _load_hf_space(
         if 0 <= i < upper:
             keep[i] = False
     base = np.nonzero(keep)[0].astype(np.int64)
-    strings = [str(t) for t in tokenizer.convert_ids_to_tokens(base.tolist())]
-    vocab = _vocab_ids(spec, tokenizer, None) if spec.vocab is not None else None
-    scheme = piece_scheme(tokenizer)
-    store = DiskCache()
+    strings = [facts.tokens[i] for i in base.tolist()]
+    vocab = _vocab_ids(spec, facts.backend, None) if spec.vocab is not None else None
+    scheme = piece_scheme_of(facts.backend)
     cand_np, outside, remap, klass, info = _restrict_cached(spec, base, strings, scheme, vocab, E_full, store)
     cand = torch.from_numpy(cand_np)
     if vocab is not None:
         info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
-    unk = tokenizer.unk_token_id
+    unk = facts.unk_id
     structural = frozenset(i for i in removed if i != unk)
     return EmbeddingSpace(
         model_id=model_id,
@@ -379,11 +416,13 @@ def _load_hf_space(
         unk_id=int(unk) if unk is not None else None,
         device=device,
         tokenizer=tokenizer,
+        backend_json=facts.backend,
+        tokenizer_folder=str(folder),
         revision=revision,
         excluded_special=len(special & set(range(upper))),
         excluded_padding=len((pads - special) & set(range(upper))),
         excluded_out_of_range=max(R - n_tok, 0),
-        pad_id=tokenizer.pad_token_id,
+        pad_id=facts.pad_id,
         remap_ids=outside,
         remap_pos=remap,
         candidates=info,

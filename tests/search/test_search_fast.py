@@ -478,3 +478,39 @@ def test_huge_finite_queries_refused_not_crashed():
         qf = [Fraction(float(x)) for x in q]
         d = [sum((a - b) ** 2 for a, b in zip(qf, row, strict=True)) for row in Ef]
         assert g == min(range(len(d)), key=lambda j: (d[j], j))
+
+
+def test_auto_filter_packs_bf16_rows_only_once_queries_pay_for_them() -> None:
+    """``filter="auto"`` searches a small first batch with the fp32 filter (packing the rows for bf16 costs more
+    than it saves there) and packs them once the index has served BF16_WARM_QUERIES queries; both answers are
+    float64 brute force's."""
+    from hf_textdp.search.index import BF16_WARM_QUERIES
+
+    if not bf16_filter_available(torch.device("cpu")):
+        pytest.skip("no bf16 filter on this CPU")
+    g = torch.Generator().manual_seed(7)
+    E = torch.randn(3000, 128, generator=g)
+    idx = ExactIndex(E)
+    small = E[:40] + 0.3 * torch.randn(40, 128, generator=g)
+    assert torch.equal(idx.search(small, 1)[:, 0], _brute64(E, small))
+    assert idx._packed is None and idx._bf16 is None
+    big = E[torch.randint(0, 3000, (BF16_WARM_QUERIES,), generator=g)] + 0.3 * torch.randn(
+        BF16_WARM_QUERIES, 128, generator=g
+    )
+    assert torch.equal(idx.search(big, 1)[:, 0], _brute64(E, big))
+    assert idx._packed is not None or idx._bf16 is not None
+    assert ExactIndex(E)._use_bf16(1) is True  # the default question: a large batch would use it
+
+
+def _brute64(E: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    d = ((Q.double()[:, None, :] - E.double()[None, :, :]) ** 2).sum(2)
+    return d.argmin(1)
+
+
+def test_row_sq64_is_the_unblocked_sum() -> None:
+    from hf_textdp.search.index import _row_sq64
+
+    g = torch.Generator().manual_seed(3)
+    for V, d in [(1, 7), (4097, 55), (9000, 384), (5, 16384)]:
+        E = torch.randn(V, d, generator=g) * torch.rand(V, 1, generator=g) * 10
+        assert torch.equal(_row_sq64(E), (E.double() ** 2).sum(1))
