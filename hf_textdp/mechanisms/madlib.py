@@ -162,12 +162,11 @@ class Madlib(AdditiveMechanism):
         return add_metric_laplace(xt, streams, 1.0 / self.epsilon)
 
     def claim(self, space: EmbeddingSpace) -> Claim:
-        index = self.search_index(space)
-        stats = scale_stats(index.E, index=index, store=space.store)
-        E64 = index.E.double()
+        rows = self.scale_metric_matrix(space)  # the searched rows; stats from the cache build no index
+        stats = scale_stats(rows, store=space.store)
 
         def pair_bound(a: int, b: int) -> float:
-            return self.epsilon * float(torch.linalg.vector_norm(E64[a] - E64[b]))
+            return self.epsilon * float(torch.linalg.vector_norm(rows[a].double() - rows[b].double()))
 
         return Claim(
             guarantee="metric_dp",
@@ -181,10 +180,10 @@ class Madlib(AdditiveMechanism):
         )
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        index = self.search_index(space)
-        d = index.d
+        rows = self.scale_metric_matrix(space)
+        d = int(rows.shape[1])
         eps = self.epsilon
-        stats = scale_stats(index.E, index=index, store=space.store)
+        stats = scale_stats(rows, store=space.store)
         bounded = self._transformed(space)
         return {
             "bound": self.options["bound"],

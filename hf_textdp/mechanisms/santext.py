@@ -65,7 +65,7 @@ class Santext(Tem):
         return math.inf
 
     def details(self, space: EmbeddingSpace) -> dict[str, Any]:
-        stats = scale_stats(space.E, index=space.index, store=space.store)
+        stats = scale_stats(space.E, store=space.store)
         return {"metric_dp": {"epsilon": self.epsilon, "metric": "euclidean"}, "diam_exact": stats.diam_exact}
 
 

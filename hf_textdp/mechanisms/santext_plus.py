@@ -229,7 +229,7 @@ class SantextPlus(Santext):
 
     def claim(self, space: EmbeddingSpace) -> Claim:
         """UMLDP: ε·d + ln(1/p) on protected outputs; ε·d metric DP when w = 1 (santext.md §2, accounting.md §1)."""
-        stats = scale_stats(space.E, index=space.index, store=space.store)
+        stats = scale_stats(space.E, store=space.store)
         eps = self.epsilon
         st = self._prepare(space)
         full = st.sensitive.numel() == space.V

@@ -189,7 +189,7 @@ class Tem(SelectionMechanism):
     # ---------------------------------------------------------------- accounting
     def claim(self, space: EmbeddingSpace) -> Claim:
         """ε·d metric DP; ε_tok = ε·min(diam, γ) and pair bound ε·min(d(w, w'), γ) (tem.md §5, accounting.md §1)."""
-        stats = scale_stats(space.E, index=space.index, store=space.store)
+        stats = scale_stats(space.E, store=space.store)
         gamma = self.gamma_for(space.V)
         eps = self.epsilon
         E64 = space.E.double()
@@ -214,7 +214,7 @@ class Tem(SelectionMechanism):
             beta_tem = self.beta
         else:  # the utility level the given γ implies (Theorem 3)
             beta_tem = tem_beta_for_gamma(epsilon=self.epsilon, gamma=gamma, V=space.V)
-        stats = scale_stats(space.E, index=space.index, store=space.store)
+        stats = scale_stats(space.E, store=space.store)
         return {
             "metric_dp": {"epsilon": self.epsilon, "metric": "euclidean"},
             "gamma": gamma,
