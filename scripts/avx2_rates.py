@@ -127,6 +127,7 @@ def mismatches(texts: list[str], epsilons: tuple[float, ...]) -> dict[str, objec
     brute force: Σ(q − e_c)² in float64 over every row within a generous margin of the float64 expansion's minimum,
     ties to the lowest position."""
     priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=10.0), seed=1, split="bench", allow_weak_seed=True)
+    priv.privatize(texts[:1])  # sets up the tokenization that _candidate_positions reads
     space, mech = priv.space, priv.mechanism
     index = mech.search_index(space)  # type: ignore[attr-defined]
     pos = torch.from_numpy(_candidate_positions(priv, texts))
