@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...candidates import ALL_SCRIPTS, parse_candidates
 from ...config import PrivatizerConfig
+from ...errors import InvalidParameterError
 from ...release import config_key
 from .records import read_records
 
@@ -84,10 +86,15 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
     return out
 
 
-def write_package_table(folder: str | Path, target: str | Path) -> Path:
-    """Write ``target`` (the package's ``data/attack_table.json``) from the records in ``folder``."""
-    folder = Path(folder)
-    entries = table_entries(read_records(folder), f"results/{folder.name}")
+def write_package_table(folders: str | Path | Sequence[str | Path], target: str | Path) -> Path:
+    """Write ``target`` (the package's ``data/attack_table.json``) from the records in ``folders`` (one or more
+    results folders; a configuration measured in two of them is refused)."""
+    paths = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
+    entries = [e for f in paths for e in table_entries(read_records(f), f"results/{f.name}")]
+    keys = [e["key"] for e in entries]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise InvalidParameterError(f"attack table: configurations measured in more than one folder: {twice}.")
     target = Path(target)
     target.write_text(
         json.dumps({"version": 1, "entries": entries}, indent=1, sort_keys=True) + "\n", encoding="utf-8"
