@@ -177,7 +177,7 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
         options = tuple(sorted(spec.options.items()))
         return [
             Unit(t["name"], spec.name, spec.mechanism, eps, seed, path, train, options, tagged)
-            for eps in (sorted(spec.epsilons, reverse=True) if tagged else spec.epsilons)
+            for eps in spec.epsilons
             for path in (PATHS if eps in fly else PATHS[:1])
             for seed in seeds
             for train in (rec.private_train_seeds if tagged and rec.private_train_seeds else [rec.train_seeds[0]])
@@ -185,8 +185,8 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
 
     if rec.private_train_seeds is not None:
         # training seeds on private units too: every clean model first, then one cell (privatizer, ε, path)
-        # after the other, all its noise × training seeds together, the privatizers in recipe order and the
-        # higher ε first, so that a cut-short run leaves complete cells
+        # after the other, all its noise × training seeds together, privatizers and ε in recipe order (list the
+        # cells that matter most first), so that a cut-short run leaves complete cells
         rec.units += [
             Unit(t["name"], "clean", "none", None, None, None, s) for t in rec.tasks for s in rec.train_seeds
         ]
@@ -311,7 +311,7 @@ def _accuracy(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, 
     if not ids:
         return 0.0
     pred = _logits(model, ids, pad_id, batch_size).argmax(-1)
-    return 100.0 * float((pred == torch.tensor(labels)).float().mean())
+    return 100.0 * int((pred == torch.tensor(labels)).sum()) / len(ids)
 
 
 def _row_losses(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> np.ndarray:

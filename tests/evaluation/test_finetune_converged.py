@@ -57,14 +57,14 @@ def _raw(model: str) -> dict:
             "noise_seeds": [1111],
             "membership": {"rows": 20, "seed": 3, "resamples": 50},
         },
-        "privatizers": [{"mechanism": "madlib", "epsilons": [5.0, 50.0]}],
+        "privatizers": [{"mechanism": "madlib", "epsilons": [50.0, 5.0]}],
     }
 
 
 def test_parse_private_train_seeds_order_and_names(tiny_bert):
     rec = parse_full(_raw(tiny_bert))
     kinds = [(u.label, u.epsilon, u.noise_seed, u.train_seed) for u in rec.units]
-    # every clean model first, then one cell after the other (the higher ε first), all its seeds together
+    # every clean model first, then one cell after the other (in recipe order), all its seeds together
     assert kinds == [
         ("clean", None, None, 0),
         ("clean", None, None, 1),
@@ -79,7 +79,7 @@ def test_parse_private_train_seeds_order_and_names(tiny_bert):
     units = parse_full(old).units
     # without the key: the old grid and file names (first training seed only, none in the name)
     assert [u.train_seed for u in units if u.epsilon is not None] == [0, 0]
-    assert units[1].file("train_only") == "trec__madlib__eps5__once__seed1111__train_only.json"
+    assert units[1].file("train_only") == "trec__madlib__eps50__once__seed1111__train_only.json"
     bad = _raw(tiny_bert)
     bad["finetune"]["membership"]["row"] = 3
     with pytest.raises(ValueError, match="membership"):
