@@ -35,6 +35,7 @@ MR, CR and MPQA have no test split: a stratified held-out split of ``test_rows``
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -52,6 +53,7 @@ from ..config import PrivatizerConfig
 from ..io.models import resolve_model
 from ..space import DEFAULT_MODEL
 from .common import provenance, recipe_from_dict, recipe_root, save_result, versions
+from .plots import plot_loss_curves
 from .tasks import TASKS, _stratified_subsample, chance_accuracy, load_task
 
 
@@ -73,6 +75,20 @@ class Budget:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     eval_batch_size: int = 64
+    #: > 0: ``epochs`` is a cap and training stops once an epoch's mean loss improves by less than this
+    #: share over the previous epoch's (convergence.py); the learning-rate schedule still spans the cap
+    plateau_tol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Membership:
+    """The loss-threshold attack of every trained model (membership.py): ``rows`` training rows (a fixed
+    draw, seed ``seed``) as members against as many rows of the test split as non-members."""
+
+    rows: int = 500
+    seed: int = 1111
+    resamples: int = 1000
+    fpr: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -87,11 +103,14 @@ class Unit:
     path: str | None
     train_seed: int
     options: tuple[tuple[str, Any], ...] = ()
+    #: the file name names the training seed (recipes with ``private_train_seeds``)
+    tagged: bool = False
 
     def file(self, setting: str) -> str:
         if self.epsilon is None:
             return f"{self.task}__clean__train{self.train_seed}__clean.json"
-        return f"{self.task}__{self.label}__eps{self.epsilon:g}__{self.path}__seed{self.noise_seed}__{setting}.json"
+        seeds = f"seed{self.noise_seed}" + (f"__train{self.train_seed}" if self.tagged else "")
+        return f"{self.task}__{self.label}__eps{self.epsilon:g}__{self.path}__{seeds}__{setting}.json"
 
     def files(self) -> list[str]:
         return [self.file("clean")] if self.epsilon is None else [self.file(s) for s in SETTINGS]
@@ -110,6 +129,8 @@ class FullRecipe:
     data_seed: int
     data_dir: str | None
     units: list[Unit] = field(default_factory=list)
+    private_train_seeds: list[int] | None = None
+    membership: Membership | None = None
 
 
 def parse_full(raw: dict[str, Any]) -> FullRecipe:
@@ -120,6 +141,12 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
     unknown = set(training) - known
     if unknown:
         raise ValueError(f"finetune.training: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    mia = ft.get("membership")
+    if mia is not None and set(mia) - set(Membership.__dataclass_fields__):
+        raise ValueError(
+            f"finetune.membership: unknown keys {sorted(set(mia) - set(Membership.__dataclass_fields__))}"
+        )
+    private_seeds = ft.get("private_train_seeds")
     rec = FullRecipe(
         name=str(raw.get("name", FULL_PROTOCOL)),
         model=str(ft.get("model", DEFAULT_MODEL)),
@@ -129,6 +156,8 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
         noise_seeds=[int(s) for s in ft.get("noise_seeds", [1111])],
         data_seed=int(ft.get("data_seed", raw.get("seed", 1111))),
         data_dir=(raw.get("data") or {}).get("dir"),
+        private_train_seeds=None if private_seeds is None else [int(s) for s in private_seeds],
+        membership=None if mia is None else Membership(**mia),
     )
     for t in rec.tasks:
         if t["name"] not in TASKS:
@@ -137,23 +166,41 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
     shell = recipe_from_dict(
         {"name": rec.name, "tasks": [t["name"] for t in rec.tasks], "privatizers": raw.get("privatizers") or []}
     )
-    # run order: one clean model per task, then every privatized unit of the first noise seed, then the
-    # next seeds, then the other clean training seeds, so that a cut-short run still covers the grid
-    rec.units += [Unit(t["name"], "clean", "none", None, None, None, rec.train_seeds[0]) for t in rec.tasks]
     entries = list(zip(shell.privatizers, raw.get("privatizers") or [], strict=True))
     for spec, entry in entries:
         fly = {float(e) for e in entry.get("on_the_fly", [])}
         if not fly <= set(spec.epsilons):
             raise ValueError(f"{spec.name}: on_the_fly ε {sorted(fly)} must be among epsilons {spec.epsilons}")
+
+    def cell(t: dict[str, Any], spec: Any, entry: dict[str, Any], seeds: list[int], tagged: bool) -> list[Unit]:
+        fly = {float(e) for e in entry.get("on_the_fly", [])}
+        options = tuple(sorted(spec.options.items()))
+        return [
+            Unit(t["name"], spec.name, spec.mechanism, eps, seed, path, train, options, tagged)
+            for eps in spec.epsilons
+            for path in (PATHS if eps in fly else PATHS[:1])
+            for seed in seeds
+            for train in (rec.private_train_seeds if tagged and rec.private_train_seeds else [rec.train_seeds[0]])
+        ]
+
+    if rec.private_train_seeds is not None:
+        # training seeds on private units too: every clean model first, then one cell (privatizer, ε, path)
+        # after the other, all its noise × training seeds together, privatizers and ε in recipe order (list the
+        # cells that matter most first), so that a cut-short run leaves complete cells
+        rec.units += [
+            Unit(t["name"], "clean", "none", None, None, None, s) for t in rec.tasks for s in rec.train_seeds
+        ]
+        for t in rec.tasks:
+            for spec, entry in entries:
+                rec.units += cell(t, spec, entry, rec.noise_seeds, True)
+        return rec
+    # run order: one clean model per task, then every privatized unit of the first noise seed, then the
+    # next seeds, then the other clean training seeds, so that a cut-short run still covers the grid
+    rec.units += [Unit(t["name"], "clean", "none", None, None, None, rec.train_seeds[0]) for t in rec.tasks]
     for seed in rec.noise_seeds:
         for t in rec.tasks:
             for spec, entry in entries:
-                fly = {float(e) for e in entry.get("on_the_fly", [])}
-                for eps in spec.epsilons:
-                    for path in PATHS if eps in fly else PATHS[:1]:
-                        options = tuple(sorted(spec.options.items()))
-                        unit = Unit(t["name"], spec.name, spec.mechanism, eps, seed, path, rec.train_seeds[0], options)
-                        rec.units.append(unit)
+                rec.units += cell(t, spec, entry, [seed], False)
     rec.units += [
         Unit(t["name"], "clean", "none", None, None, None, s) for s in rec.train_seeds[1:] for t in rec.tasks
     ]
@@ -240,23 +287,42 @@ def _privatize(
     return ids, float(max(out["dp_epsilon"]))
 
 
-def _accuracy(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> float:
-    """Accuracy in % of ``model`` on token-id rows (batches of similar length)."""
+def _logits(model: Any, ids: list[list[int]], pad_id: int, batch_size: int) -> torch.Tensor:
+    """``[rows, classes]`` logits of ``model`` on token-id rows, in row order (batched by similar length)."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    correct = 0
+    out = torch.zeros((len(ids), int(model.config.num_labels)), dtype=torch.float32)
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
-            rows = [ids[i] for i in order[start : start + batch_size]]
+            chunk = order[start : start + batch_size]
+            rows = [ids[i] for i in chunk]
             width = max(len(r) for r in rows)
             x = torch.full((len(rows), width), pad_id, dtype=torch.long)
             mask = torch.zeros_like(x)
             for k, r in enumerate(rows):
                 x[k, : len(r)] = torch.tensor(r)
                 mask[k, : len(r)] = 1
-            pred = model(input_ids=x, attention_mask=mask).logits.argmax(-1).tolist()
-            correct += sum(int(p == labels[i]) for p, i in zip(pred, order[start : start + batch_size], strict=True))
-    return 100.0 * correct / max(len(ids), 1)
+            out[chunk] = model(input_ids=x, attention_mask=mask).logits.float()
+    return out
+
+
+def _accuracy(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> float:
+    """Accuracy in % of ``model`` on token-id rows."""
+    if not ids:
+        return 0.0
+    pred = _logits(model, ids, pad_id, batch_size).argmax(-1)
+    return 100.0 * int((pred == torch.tensor(labels)).sum()) / len(ids)
+
+
+def _row_losses(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> np.ndarray:
+    """Per-row cross-entropy of ``model`` (the membership attack's score)."""
+    logits = _logits(model, ids, pad_id, batch_size)
+    losses = torch.nn.functional.cross_entropy(logits, torch.tensor(labels), reduction="none")
+    return losses.numpy().astype(np.float64)
+
+
+#: the loss curve of a record: means of this many consecutive optimizer steps
+CURVE_BLOCK = 10
 
 
 def _train(
@@ -268,14 +334,22 @@ def _train(
     num_labels: int,
     callbacks: list[Any] | None = None,
     **extra: Any,
-) -> tuple[Any, float]:
-    """Fine-tune every layer and a new head with ``Trainer``; (model, final training loss)."""
-    from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+) -> tuple[Any, float, dict[str, Any]]:
+    """Fine-tune every layer and a new head with ``Trainer``; (model, mean training loss, loss record).
+
+    The loss record holds the per-epoch mean losses, the means of :data:`CURVE_BLOCK` steps, the epochs run
+    and whether training stopped on the plateau rule (``budget.plateau_tol``, convergence.py).
+    """
+    from transformers import AutoModelForSequenceClassification, TrainingArguments
     from transformers.utils import logging as hf_logging
+
+    from .convergence import LossLog, PlateauCallback, RecordingTrainer
 
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels)
+    log = LossLog()
+    plateau = PlateauCallback(log, budget.plateau_tol)
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
             output_dir=tmp,
@@ -295,11 +369,25 @@ def _train(
             dataloader_num_workers=0,
             **extra,
         )
-        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator, callbacks=callbacks)
+        trainer = RecordingTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            data_collator=collator,
+            callbacks=[*(callbacks or []), plateau],
+        )
+        trainer.loss_log = log
         loss = float(trainer.train().training_loss)
     if not math.isfinite(loss):
         raise RuntimeError(f"the training loss is not finite ({loss})")
-    return trainer.model, loss
+    record = {
+        "epoch_losses": log.epochs,
+        "final_training_loss": log.epochs[-1] if log.epochs else loss,
+        "epochs_run": len(log.epochs),
+        "stopped_on_plateau": plateau.stopped_on_plateau,
+        "loss_curve": {"block_steps": CURVE_BLOCK, "steps": len(log.steps), "means": log.curve(CURVE_BLOCK)},
+    }
+    return trainer.model, loss, record
 
 
 def _run_unit(
@@ -352,7 +440,7 @@ def _run_unit(
             extra = {"remove_unused_columns": False, "callbacks": [PrivacyAccountingCallback(inner)]}
     callbacks = extra.pop("callbacks", None)
     seconds_privatize = time.perf_counter() - t0
-    model, loss = _train(model_dir, dataset, collator, b, unit.train_seed, num_labels, callbacks, **extra)
+    model, loss, curve = _train(model_dir, dataset, collator, b, unit.train_seed, num_labels, callbacks, **extra)
     if unit.path == "on_the_fly":
         changed, total = collator.changed, collator.total
         training = collator.inner.privacy_report()["training"]
@@ -360,11 +448,15 @@ def _run_unit(
     pad = int(tokenizer.pad_token_id)
     accs = {"train_only": _accuracy(model, test.ids, test.labels, pad, b.eval_batch_size)}
     test_rate = None
+    test_ids = None
     if unit.epsilon is not None and unit.noise_seed is not None:
         test_ids, _ = _privatize(test, config, unit.noise_seed, "test", b.max_length)
         accs["train_and_test"] = _accuracy(model, test_ids, test.labels, pad, b.eval_batch_size)
         c, t = _rate(test.ids, test_ids)
         test_rate = 100.0 * c / max(t, 1)
+    if rec.membership is not None:
+        private = None if unit.path != "once" or test_ids is None else (train_ids, test_ids)
+        info["membership"] = _membership(model, train, test, private, rec.membership, pad, b.eval_batch_size)
     wall = time.perf_counter() - t0
     base = {
         "protocol": FULL_PROTOCOL,
@@ -382,6 +474,7 @@ def _run_unit(
         "budget": asdict(b),
         "model": rec.model,
         "training_loss": loss,
+        **curve,
         "wall_s": round(wall, 1),
         "privatize_s": round(seconds_privatize, 1),
         **info,
@@ -399,6 +492,40 @@ def _run_unit(
         }
         for s in SETTINGS
     }
+
+
+def _membership(
+    model: Any,
+    train: _Split,
+    test: _Split,
+    private: tuple[list[list[int]], list[list[int]]] | None,
+    mia: Membership,
+    pad: int,
+    batch_size: int,
+) -> dict[str, Any]:
+    """The loss-threshold attack on ``model`` (membership.py): a fixed draw of training rows (members)
+    against as many test rows (non-members). ``original``: both scored on their clean text (did the model
+    memorize the private rows?); ``privatized`` (the ``once`` path): members on the private ids the model
+    was trained on, non-members on the privatized test text."""
+    from .membership import loss_threshold_attack
+
+    n = min(mia.rows, len(train.ids), len(test.ids))
+    rng = np.random.default_rng(mia.seed)
+    members = np.sort(rng.choice(len(train.ids), n, replace=False)).tolist()
+    others = np.sort(rng.choice(len(test.ids), n, replace=False)).tolist()
+    labels_m = [train.labels[i] for i in members]
+    labels_n = [test.labels[i] for i in others]
+
+    def attack(train_ids: list[list[int]], test_ids: list[list[int]]) -> dict[str, Any]:
+        m = _row_losses(model, [train_ids[i] for i in members], labels_m, pad, batch_size)
+        o = _row_losses(model, [test_ids[i] for i in others], labels_n, pad, batch_size)
+        out = loss_threshold_attack(m, o, fpr=mia.fpr, resamples=mia.resamples, seed=mia.seed)
+        return {**out, "member_loss_mean": float(m.mean()), "nonmember_loss_mean": float(o.mean())}
+
+    result = {"members": "training rows", "nonmembers": "test split", "original": attack(train.ids, test.ids)}
+    if private is not None:
+        result["privatized"] = attack(*private)
+    return result
 
 
 def _chance(task: str, test_rows: int) -> float:
@@ -450,6 +577,9 @@ def run_full_finetune(
             f"path={unit.path} acc={accs} rate={rate.get('train', 0):.0f}% "
             f"({next(iter(records.values()))['wall_s']:.0f} s)"
         )
+    finished = [json.loads(p.read_text(encoding="utf-8")) for p in written]
+    if any("loss_curve" in r for r in finished):
+        plot_loss_curves(finished, out_dir / "loss_curves.png")
     return written
 
 
@@ -462,8 +592,13 @@ def _mean_std(values: list[float]) -> str:
 def full_table(results: list[dict[str, Any]], below: str = "†") -> list[str]:
     """Markdown table of full fine-tuning records: mean ± sample std over noise (or training) seeds.
 
-    A cell whose mean is below the task's chance level carries ``below``.
+    A cell whose mean is below the task's chance level carries ``below``. Records with a membership attack
+    (converged recipes) get the wider table of finetune_report.py.
     """
+    if any("membership" in r for r in results):
+        from .finetune_report import converged_table
+
+        return converged_table(results, below)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
         groups[(r["task"], r["label"], r["epsilon"], r["path"], r["setting"])].append(r)

@@ -25,7 +25,7 @@ from .tasks import TASKS, chance_accuracy
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_recipe", "recipe_figures", "SPLIT_ABOVE", "LINESTYLES", "LEGEND_HANDLELENGTH"]
+__all__ = ["plot_recipe", "plot_loss_curves", "recipe_figures", "SPLIT_ABOVE", "LINESTYLES", "LEGEND_HANDLELENGTH"]
 
 #: privatizer lines above which each plot is also written once per setting
 SPLIT_ABOVE = 6
@@ -219,3 +219,45 @@ def _figure(
         bbox_to_anchor=(0.5, 0.0),  # below the panels; savefig(bbox_inches="tight") grows the canvas
     )
     return fig
+
+
+def plot_loss_curves(records: list[dict[str, Any]], path: str | Path) -> Path | None:
+    """``path``: the training-loss curves of fine-tuned models (records with ``loss_curve``, finetune_full.py),
+    one panel per task, a thin line per model (means of ``block_steps`` optimizer steps against epochs), one
+    colour per cell (privatizer and ε), and ln(classes), the loss of a uniform guess, dashed in black."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    models = [r for r in records if r.get("loss_curve") and r.get("setting") in ("clean", "train_only")]
+    if not models:
+        return None
+    tasks = sorted({r["task"] for r in models})
+    cells = sorted({(r["label"], r["epsilon"] or 0.0) for r in models}, key=lambda c: (c[0] != "clean", c))
+    palette = plt.get_cmap("tab10")
+    colors = {c: palette(i % 10) for i, c in enumerate(cells)}
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.0 * len(tasks), 4.0), squeeze=False)
+    for ax, task in zip(axes.ravel(), tasks, strict=True):
+        for r in (r for r in models if r["task"] == task):
+            curve = r["loss_curve"]
+            per_epoch = curve["steps"] / max(r["epochs_run"], 1)
+            xs = [
+                min((i + 0.5) * curve["block_steps"], curve["steps"]) / per_epoch for i in range(len(curve["means"]))
+            ]
+            ax.plot(xs, curve["means"], color=colors[(r["label"], r["epsilon"] or 0.0)], linewidth=0.8, alpha=0.8)
+        ax.axhline(math.log(TASKS[task].num_labels), color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{task}: training loss (means of {models[0]['loss_curve']['block_steps']} steps)")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("cross-entropy")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=colors[c]) for c in cells] + [Line2D([], [], color="black", linestyle="--")]
+    names = [lab if lab == "clean" else f"{lab} ε={eps:g}" for lab, eps in cells] + ["ln(classes): uniform guess"]
+    fig.legend(handles, names, loc="upper center", ncol=min(4, len(names)), fontsize=7, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
