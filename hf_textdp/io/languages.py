@@ -41,19 +41,22 @@ def declared_languages(kind: str, path: Path) -> list[str]:
     return [str(v) for v in values]
 
 
-def default_scripts(spec: CandidateSpec, model: str, kind: str, path: Path) -> tuple[CandidateSpec, str]:
+def default_scripts(
+    spec: CandidateSpec, model: str, kind: str, path: Path, *, note: bool = True
+) -> tuple[CandidateSpec, str]:
     """``spec`` with its scripts resolved (space.md §6.3) and where they come from, for the report: the scripts
     given (set ``all`` keeps every script), else those of the model's declared language(s), else every script
-    (with a one-line note)."""
+    (with a one-line note, unless ``note`` is false: a key computed again needs none)."""
     if spec.scripts is not None or spec.set == "all":  # "all": every non-special row, as in earlier versions
         return spec, "given"
     languages = declared_languages(kind, path)
     scripts = language_scripts(languages)
     if scripts is not None:
         return replace(spec, scripts=scripts), f"the model's language ({', '.join(languages)})"
-    logger.info(
-        "model %r declares no language we map to scripts: candidates in every script; restrict them with "
-        "candidates={'scripts': [...]} (CLI --candidate-scripts latin).",
-        model if kind == "folder" else path.name,
-    )
+    if note:
+        logger.info(
+            "model %r declares no language we map to scripts: candidates in every script; restrict them with "
+            "candidates={'scripts': [...]} (CLI --candidate-scripts latin).",
+            model if kind == "folder" else path.name,
+        )
     return replace(spec, scripts=(ALL_SCRIPTS,)), "no language declared"

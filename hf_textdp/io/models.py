@@ -495,7 +495,7 @@ def resolved_candidates(model: str, candidates: CandidateSpec | str | dict[str, 
         kind, path, _ = resolve_model(model, local_only=True)
     except Exception:  # noqa: BLE001 - not downloaded: nothing to read the language from
         return spec
-    return default_scripts(spec, model, kind, path)[0]
+    return default_scripts(spec, model, kind, path, note=False)[0]
 
 
 def load_space(

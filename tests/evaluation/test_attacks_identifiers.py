@@ -52,7 +52,9 @@ def test_identifier_rows_errors(block: dict, match: str) -> None:
 def marked_record(tiny_bert: str) -> dict:
     texts = corpus(80, seed=5)
     rows = identifier_rows({"rows": 40, "seed": 9}, texts, np.zeros(80, dtype=np.int64), corpus(300, seed=6))
-    config = PrivatizerConfig(mechanism="madlib", epsilon=200.0, model=tiny_bert)
+    # ε = 300 keeps 25-45 % of the identifiers whole on the tiny model (its tokenizer is trained anew each session,
+    # so its vocabulary varies); at ε = 200 as few as 3 of 68 were kept, and some sessions kept none
+    config = PrivatizerConfig(mechanism="madlib", epsilon=300.0, model=tiny_bert)
     rec, released = run_attack(
         config,
         rows.texts,
@@ -94,7 +96,7 @@ def test_identifier_table_lists_every_kind(marked_record: dict) -> None:
     table = identifier_table([rec])
     kinds = list(rec["spans"]["by_kind"])
     assert table.splitlines()[0].endswith(" | ".join(kinds) + " |")
-    assert table.count("| madlib | 200 | uniform |") == 3  # one line per attack
+    assert table.count("| madlib | 300 | uniform |") == 3  # one line per attack
     assert identifier_table([{k: v for k, v in rec.items() if k != "spans"}]) == ""
 
 
