@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 
-__all__ = ["Store", "matrix_key", "memoised"]
+__all__ = ["Store", "fp32_bytes", "matrix_key", "memoised"]
 
 T = TypeVar("T")
 
@@ -45,6 +45,11 @@ def _layout(E: torch.Tensor) -> tuple[Any, ...] | None:
     return (version, E.data_ptr(), tuple(E.shape), E.stride(), E.dtype, str(E.device))
 
 
+def fp32_bytes(E: torch.Tensor) -> memoryview:
+    """E's values as little-endian fp32 in C order, without a copy where E already is one (for hashing)."""
+    return np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4").data
+
+
 def matrix_key(prefix: bytes, E: torch.Tensor, *more: bytes) -> str:
     """SHA-256 hex of ``prefix``, E's shape and fp32 bytes (little-endian), then ``more``: a derived value's key.
 
@@ -62,7 +67,7 @@ def matrix_key(prefix: bytes, E: torch.Tensor, *more: bytes) -> str:
         return entry[2][tag]
     h = hashlib.sha256(prefix)
     h.update(np.asarray(E.shape, dtype="<i8").tobytes())
-    h.update(np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4").data)  # no copy where E already is fp32
+    h.update(fp32_bytes(E))
     for m in more:
         h.update(m)
     key = h.hexdigest()

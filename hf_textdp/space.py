@@ -14,7 +14,7 @@ import torch
 
 from .candidates import CLASS_NAMES
 from .errors import InvalidParameterError
-from .memo import Store
+from .memo import Store, fp32_bytes
 from .search import ExactIndex
 from .utils.logging import get_logger
 
@@ -27,11 +27,6 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 # position classes (space.md §4)
 STRUCTURAL, PASSTHROUGH, CANDIDATE = 0, 1, 2
-
-
-def _fp32_bytes(E: torch.Tensor) -> memoryview:
-    """E's values as little-endian fp32 in C order, without a copy where E already is one (for hashing)."""
-    return np.ascontiguousarray(E.detach().cpu().numpy(), dtype="<f4").data
 
 
 class _LazyTokenizer:
@@ -160,14 +155,14 @@ class EmbeddingSpace:
             h.update(self.V.to_bytes(8, "little"))
             h.update(self.d.to_bytes(8, "little"))
             h.update(self.candidate_ids.numpy().astype("<i8").tobytes())
-            h.update(_fp32_bytes(self.E))
+            h.update(fp32_bytes(self.E))
             self._hash = h.hexdigest()
         return self._hash
 
     @property
     def matrix_sha256(self) -> str:
         """SHA-256 of E as little-endian fp32, C order (the report's ``candidate_set.sha256``)."""
-        return hashlib.sha256(_fp32_bytes(self.E)).hexdigest()
+        return hashlib.sha256(fp32_bytes(self.E)).hexdigest()
 
     @property
     def ids_sha256(self) -> str:

@@ -106,17 +106,10 @@ class HFTokens:
     """Tokenization and decoding with a Hugging Face tokenizer's fast backend."""
 
     def __init__(self, tokenizer: Any) -> None:
-        self._load_backend(backend_json(tokenizer))
-
-    @classmethod
-    def from_backend(cls, backend: str) -> HFTokens:
-        """The tokenization of a fast tokenizer given by its backend's serialization (``backend_tokenizer.to_str()``,
-        kept in the disk cache by :mod:`hf_textdp.io.tokenizer_facts`): no ``transformers`` import."""
-        obj = cls.__new__(cls)
-        obj._load_backend(backend)
-        return obj
-
-    def _load_backend(self, backend: str) -> None:
+        """``tokenizer``: a fast Hugging Face tokenizer, or its backend's serialization
+        (``backend_tokenizer.to_str()``, kept in the disk cache by :mod:`hf_textdp.io.tokenizer_facts`: no
+        ``transformers`` import)."""
+        backend = tokenizer if isinstance(tokenizer, str) else backend_json(tokenizer)
         tok = Tokenizer.from_str(backend)
         tok.no_truncation()
         tok.no_padding()
@@ -471,5 +464,5 @@ def make_tokens(space: Any, passthrough: str = "placeholder") -> HFTokens | Word
     """The tokenization of ``space``; ``passthrough`` says how a static vector file's missing words are released
     (:class:`WordTokens`; a Hugging Face tokenizer's unknown token always decodes to its own form)."""
     if space.kind == "hf":
-        return HFTokens.from_backend(space.backend_json) if space.backend_json else HFTokens(space.tokenizer)
+        return HFTokens(space.backend_json or space.tokenizer)
     return WordTokens(space.word_to_id(), passthrough)

@@ -130,12 +130,13 @@ def _safetensors_files(folder: Path) -> dict[str, Path]:
     return {}
 
 
-def _read_safetensors_tensor(files: dict[str, Path], names: list[str]) -> torch.Tensor | None:
+def _read_safetensors_tensor(files: dict[str, Path], names: list[str]) -> tuple[torch.Tensor, str] | None:
+    """The first of ``names`` that ``files`` holds, read, with its name; ``None`` if it holds none."""
     for n in names:
         if n in files:
             with safe_open(str(files[n]), framework="pt") as sf:
                 tensor: torch.Tensor = sf.get_tensor(n)
-                return tensor
+                return tensor, n
     return None
 
 
@@ -175,25 +176,20 @@ def load_hf_embeddings(folder: Path) -> torch.Tensor:
 
 def _located_embeddings(folder: Path, config: Any) -> tuple[torch.Tensor, list[str] | None]:
     """E_full and where it was read: ``[file, tensor name]`` of a safetensors file, or ``None`` (the whole model)."""
-    weight: torch.Tensor | None = None
-    where: list[str] | None = None
+    found = None
     try:
         files = _safetensors_files(folder)
         if files:
-            for name in _embedding_names(config, files):
-                if name in files:
-                    weight = _read_safetensors_tensor(files, [name])
-                    where = [files[name].name, name]
-                    break
+            found = _read_safetensors_tensor(files, _embedding_names(config, files))
     except Exception as err:  # noqa: BLE001 - fall back to the full load below
         logger.debug("fast embedding path failed (%s); loading the full model", type(err).__name__)
-    if weight is None:
+    if found is None:
         from transformers import AutoModel
 
         model = AutoModel.from_pretrained(folder)
-        weight = model.get_input_embeddings().weight.detach()
-        where = None
-    return weight.to(torch.float32).contiguous(), where
+        return model.get_input_embeddings().weight.detach().to(torch.float32).contiguous(), None
+    weight, name = found
+    return weight.to(torch.float32).contiguous(), [files[name].name, name]
 
 
 def _stored_embeddings(folder: Path, where: list[str] | None) -> torch.Tensor | None:
@@ -201,10 +197,10 @@ def _stored_embeddings(folder: Path, where: list[str] | None) -> torch.Tensor | 
     if where is None:
         return None
     try:
-        weight = _read_safetensors_tensor({where[1]: folder / where[0]}, [where[1]])
+        found = _read_safetensors_tensor({where[1]: folder / where[0]}, [where[1]])
     except Exception:  # noqa: BLE001 - read the model again
         return None
-    return None if weight is None else weight.to(torch.float32).contiguous()
+    return None if found is None else found[0].to(torch.float32).contiguous()
 
 
 def _hf_facts(folder: Path, store: DiskCache, model: str) -> tuple[TokenizerFacts, torch.Tensor, Any]:
@@ -253,7 +249,7 @@ def _vocab_ids(spec: CandidateSpec, backend: str | None, words: list[str] | None
             found.update(index[w] for t in texts for w in t.split() if w in index)
         return found
     assert backend is not None
-    tokens = HFTokens.from_backend(backend)
+    tokens = HFTokens(backend)
     for texts in corpus_texts(path, param="candidates vocab"):
         flat, _, _ = tokens.encode_flat(texts)
         found.update(np.unique(flat).tolist())
