@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,9 @@ def _one_thread() -> Iterator[None]:
     yield
     torch.set_num_threads(prev)
 
+
+# the trained inversion models are kept in the cache: one fresh folder for this module, none from earlier runs
+pytestmark = pytest.mark.usefixtures("module_textdp_cache")
 
 FAST = dict(train_rows=150, bootstrap=200, epochs=1, neighbours=20, holdout_rows=100, inversion=True)
 
@@ -204,6 +208,61 @@ def test_inversion_pool_reuses_one_model(tiny_bert: str) -> None:
     bad = PrivatizerConfig(mechanism="madlib", epsilon=50.0, model=tiny_bert)
     with pytest.raises(InvalidParameterError, match="inversion_pool"):
         run_attack(bad, corpus(10, seed=1), corpus(100, seed=2), settings=settings)
+
+
+def test_inversion_model_is_kept_in_the_cache(tiny_bert: str, private_textdp_cache: Path) -> None:
+    """A second run with the same public rows and budget reads the trained model back (same predictions, no
+    training); another budget, or the cache switched off, trains anew."""
+    settings = AttackSettings(**FAST, contextual=False, inversion_rows=100, inversion_epochs=1)
+    config = PrivatizerConfig(mechanism="madlib", epsilon=150.0, model=tiny_bert)
+    runs = []
+    for s in (settings, settings, replace(settings, inversion_lr=3e-4), replace(settings, inversion_cache=False)):
+        said: list[str] = []
+        rec, _ = run_attack(
+            config, corpus(40, seed=1), corpus(400, seed=2), seed=2**40 + 5, settings=s, progress=said.append
+        )
+        runs.append((rec, any("read the model trained earlier" in m for m in said)))
+    assert [read for _, read in runs] == [False, True, False, False]
+    saved = list((private_textdp_cache / "attacks" / "inversion").glob("*.pt"))
+    assert len(saved) == 2  # the two budgets; the run with the cache off wrote nothing
+    first, again = runs[0][0], runs[1][0]
+    assert first["groups"]["inversion"] == again["groups"]["inversion"]
+    assert first["inversion_model"]["step_losses"] == again["inversion_model"]["step_losses"]
+    assert runs[2][0]["inversion_model"]["budget"]["lr"] == 3e-4
+
+
+def test_inversion_precision_follows_the_cpu(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 autocast only where the CPU has native bf16: HF_TEXTDP_CPU_ISA=avx2 hides it, so fp32 runs."""
+    from hf_textdp.cpu.features import native_bf16
+
+    cands = torch.arange(5, 45, dtype=torch.int64)
+    inv = InversionAttack(load_encoder(tiny_bert), cands, budget=InversionBudget(bf16=True))
+    assert inv.precision() == ("bf16" if native_bf16() else "fp32")
+    monkeypatch.setenv("HF_TEXTDP_CPU_ISA", "avx2")
+    assert inv.precision() == "fp32"
+    monkeypatch.delenv("HF_TEXTDP_CPU_ISA")
+    assert InversionAttack(load_encoder(tiny_bert), cands, budget=InversionBudget()).precision() == "fp32"
+
+
+def test_recipe_family_pool(tmp_path: Path) -> None:
+    """``inversion_pool: family``: each privatizer entry pools over its own ε list; another string is refused."""
+    from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
+
+    body = (
+        "name: t\nprivate: mr\npublic: [trec]\nattack: {inversion: true, inversion_pool: %s}\n"
+        "privatizers:\n  - {mechanism: madlib, epsilons: [40, 80]}\n  - {mechanism: tem, epsilons: [10, 15, 20]}\n"
+    )
+    path = tmp_path / "r.yaml"
+    path.write_text(body % "family")
+    parsed = load_attack_recipe(path)
+    pools = [parsed.settings_for(spec.epsilons).inversion_pool for spec in parsed.recipe.privatizers]
+    assert pools == [(40.0, 80.0), (10.0, 15.0, 20.0)]
+    path.write_text(body % "[40, 80]")
+    parsed = load_attack_recipe(path)
+    assert {parsed.settings_for(spec.epsilons).inversion_pool for spec in parsed.recipe.privatizers} == {(40.0, 80.0)}
+    path.write_text(body % "families")
+    with pytest.raises(InvalidParameterError, match="inversion_pool must be a list of ε or 'family'"):
+        load_attack_recipe(path)
 
 
 def test_cli_attack_inversion(tmp_path: Path, tiny_bert: str, capsys: pytest.CaptureFixture[str]) -> None:

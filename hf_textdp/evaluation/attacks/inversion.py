@@ -13,25 +13,35 @@ with the same mechanism, options and candidates under a key of their own, and tr
 - ε is an input: ``log ε / 10`` through a linear layer, added to every input embedding (zero at
   the start), so one model can be trained on pairs pooled over several ε of a family.
 
-Training is Adam with cross-entropy over the candidate tokens, for at most ``epochs`` epochs, and
+Training is Adam with cross-entropy over the candidate tokens, in length-grouped batches (as
+``transformers``' ``group_by_length``), for at most ``epochs`` epochs, and
 stops early when the loss plateaus: every ``check_every`` steps the mean loss of those steps is
 compared with the previous block's, and training stops after ``patience`` blocks that improve it by
 less than ``plateau`` (relative). The mean loss of every block (the loss curve) and the loss of every step
-are kept.
+are kept. With ``bf16`` the encoder and head run under bfloat16 autocast where the CPU has native bf16
+arithmetic (AVX-512 BF16, AMX; about 1.4× faster on the default model), in float32 elsewhere; the
+weights and the optimiser stay float32 (the record says which ran).
+
+A trained attack is saved with :meth:`InversionAttack.save` and read back with :meth:`InversionAttack.load`
+(weights and training summary; the attack recipes keep them in the cache, keyed by what they were trained on).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from ...cpu.features import native_bf16
+from ...io.files import atomic_open
 from .corpus import ReleasedCorpus
 
 
@@ -51,6 +61,7 @@ class InversionBudget:
         batch_rows (`int`): windows per step.
         check_every (`int`), plateau (`float`), patience (`int`): the convergence criterion.
         max_minutes (`float`, *optional*): stop training after this long (the curve says so).
+        bf16 (`bool`): bfloat16 autocast where the CPU has it natively (module docstring).
     """
 
     rows: int = 4000
@@ -63,6 +74,7 @@ class InversionBudget:
     plateau: float = 0.01
     patience: int = 3
     max_minutes: float | None = None
+    bf16: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -169,6 +181,20 @@ class _Windows:
         )
 
 
+def _length_grouped(
+    gen: np.random.Generator, lengths: npt.NDArray[np.int64], size: int
+) -> list[npt.NDArray[np.int64]]:
+    """One epoch's batches of ``size`` windows, as ``transformers``' ``group_by_length``: a random order, cut
+    into mega-batches of 50 batches each sorted by length (a batch pads little), the batches then shuffled."""
+    order = gen.permutation(lengths.size)
+    mega = 50 * size
+    order = np.concatenate(
+        [m[np.argsort(-lengths[m], kind="stable")] for m in np.split(order, np.arange(mega, order.size, mega))]
+    )
+    batches = [order[a : a + size] for a in range(0, order.size, size)]
+    return [batches[i] for i in gen.permutation(len(batches))]
+
+
 @dataclass
 class InversionAttack:
     """The trained inverter (module docstring); :meth:`fit` then :meth:`predict`."""
@@ -181,6 +207,15 @@ class InversionAttack:
     model: _Inverter | None = None
     curve: list[dict[str, float]] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+
+    def precision(self) -> str:
+        """``"bf16"`` when the budget asks for it and the CPU has native bf16 arithmetic, else ``"fp32"``."""
+        return "bf16" if self.budget.bf16 and native_bf16() else "fp32"
+
+    @contextlib.contextmanager
+    def _autocast(self) -> Iterator[None]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision() == "bf16"):
+            yield
 
     def fit(
         self, corpora: Sequence[tuple[ReleasedCorpus, float]], progress: Callable[[str], None] | None = None
@@ -210,11 +245,13 @@ class InversionAttack:
         losses: list[float] = []
         best_blocks, step, epoch, prev = 0, 0, 0, math.inf
         n_tokens = int(sum(t.size for t in data.truth))
+        lengths = np.array([w.size for w in data.ids])
         for epoch in range(b.epochs):
-            order = gen.permutation(len(data))
-            for a in range(0, len(order), b.batch_rows):
-                ids, mask, eps_in, sel, rel, truth = data.batch(order[a : a + b.batch_rows].tolist(), self.pad_id)
-                loss = torch.nn.functional.cross_entropy(self.model(ids, mask, eps_in, sel, rel), truth)
+            for batch in _length_grouped(gen, lengths, b.batch_rows):
+                ids, mask, eps_in, sel, rel, truth = data.batch(batch.tolist(), self.pad_id)
+                with self._autocast():
+                    logits = self.model(ids, mask, eps_in, sel, rel)
+                loss = torch.nn.functional.cross_entropy(logits.float(), truth)
                 opt.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]
                 opt.step()
@@ -255,7 +292,24 @@ class InversionAttack:
             "loss_curve": self.curve,
             "step_losses": losses,
             "copy_weight": self.model.copy.item(),
+            "precision": self.precision(),
         }
+        return self.info
+
+    def save(self, path: str | Path) -> None:
+        """Write the trained weights and the training summary to ``path`` (atomically)."""
+        assert self.model is not None, "fit the attack first"
+        with atomic_open(path, "wb") as f:
+            torch.save({"state": self.model.state_dict(), "info": self.info}, f)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Read what :meth:`save` wrote (for the same encoder and candidates); returns the training summary."""
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        self.model = _Inverter(self.encoder, self.candidate_ids)
+        self.model.load_state_dict(saved["state"])
+        self.model.eval()
+        self.info = dict(saved["info"])
+        self.curve = list(self.info.get("loss_curve", []))
         return self.info
 
     @torch.no_grad()
@@ -269,6 +323,8 @@ class InversionAttack:
         for a in range(0, len(order), 2 * self.budget.batch_rows):
             idx = order[a : a + 2 * self.budget.batch_rows].tolist()
             ids, mask, eps, sel, rel, _ = data.batch(idx, self.pad_id)
-            top = torch.topk(self.model(ids, mask, eps, sel, rel), min(k, int(self.candidate_ids.numel())), dim=1)
+            with self._autocast():
+                logits = self.model(ids, mask, eps, sel, rel).float()
+            top = torch.topk(logits, min(k, int(self.candidate_ids.numel())), dim=1)
             out[np.concatenate([data.flat[i] for i in idx]), : top.indices.shape[1]] = top.indices.numpy()
         return out

@@ -10,13 +10,16 @@ An ``identifiers`` block (``rows``, ``seed``, optional ``kinds``, ``per_row``) m
 identifier-bearing set (identifier_rows.py): the records then hold ``identifiers`` (the set, no text) and
 ``spans`` (whole-identifier recovery per attack and per kind) and ``selection`` (``"uniform"``: every candidate
 token privatized; a selective release is a privatizer option, recorded there when it exists).
+
+``attack: {inversion_pool: family}`` trains one inversion model per privatizer entry, on pairs pooled over that
+entry's ε list (a list of ε there pools every entry over the same ε).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,13 @@ class AttackRecipe:
     public_tasks: list[str]
     seed: int
     settings: AttackSettings
+    family_pool: bool = False  # ``inversion_pool: family``: each privatizer entry pools over its own ε list
+
+    def settings_for(self, epsilons: Sequence[float]) -> AttackSettings:
+        """The adversary for one privatizer entry (its ε list as the inversion pool under ``family``)."""
+        if not self.family_pool:
+            return self.settings
+        return replace(self.settings, inversion_pool=tuple(float(e) for e in epsilons))
 
 
 def load_attack_recipe(path: str | Path) -> AttackRecipe:
@@ -123,16 +133,23 @@ def load_attack_recipe(path: str | Path) -> AttackRecipe:
         },
         path=Path(path),
     )
-    opts: dict[str, Any] = {
-        k: (tuple(v) if k in ("taus", "lambda_rho", "inversion_pool") else v)
-        for k, v in (raw.get("attack") or {}).items()
-    }
+    opts: dict[str, Any] = dict(raw.get("attack") or {})
+    family_pool = opts.get("inversion_pool") == "family"
+    if family_pool:
+        opts.pop("inversion_pool")
+    elif isinstance(opts.get("inversion_pool"), str):
+        raise InvalidParameterError(
+            f"attack recipe: inversion_pool must be a list of ε or 'family', got {opts['inversion_pool']!r}."
+        )
+    opts = {k: (tuple(v) if k in ("taus", "lambda_rho", "inversion_pool") else v) for k, v in opts.items()}
     unknown_opts = sorted(set(opts) - set(AttackSettings.__dataclass_fields__) - {"attacker_seed"})
     if unknown_opts:
         raise InvalidParameterError(
             f"attack recipe: unknown attack option(s) {unknown_opts}. Allowed: {sorted(AttackSettings().to_dict())}."
         )
-    return AttackRecipe(raw, recipe, private_task, public_tasks, int(raw.get("seed", 1111)), AttackSettings(**opts))
+    return AttackRecipe(
+        raw, recipe, private_task, public_tasks, int(raw.get("seed", 1111)), AttackSettings(**opts), family_pool
+    )
 
 
 def run_attack_recipe(
@@ -141,7 +158,7 @@ def run_attack_recipe(
     """Run an attack recipe; returns its results folder."""
     parsed = load_attack_recipe(path)
     raw, recipe, private_task, public_tasks = parsed.raw, parsed.recipe, parsed.private_task, parsed.public_tasks
-    seed, settings = parsed.seed, parsed.settings
+    seed = parsed.seed
     data_dir = (raw.get("data") or {}).get("dir")
     key = "results_folder" if raw.get("results_folder") else "name"
     folder = folder_inside(output, str(raw.get("results_folder") or recipe.name), key)
@@ -171,6 +188,7 @@ def run_attack_recipe(
         public = [public[i] for i in keep]
     utility = _Utility(raw.get("utility") or {}, private_texts, labels)
     for spec in recipe.privatizers:
+        settings = parsed.settings_for(spec.epsilons)
         for eps in spec.epsilons:
             out = folder / result_name(private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
             if resume and out.is_file():

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -14,11 +15,13 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...io.models import resolved_candidates
 from ...privatizer import Privatizer
+from ...utils.cache_path import cache_dir
 from ...utils.progress import progress_bar
 from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
 from .contextual import BigramModel, ContextualAttack
@@ -61,9 +64,12 @@ class AttackSettings:
         content_top (`int`): replaced inputs outside this many most frequent public tokens are content tokens.
         inversion (`bool`): train and run the inversion attack (inversion.py).
         inversion_rows, inversion_epochs, inversion_max_length, inversion_lr, inversion_batch,
-        inversion_max_minutes: its budget (:class:`~.inversion.InversionBudget`).
+        inversion_max_minutes, inversion_bf16: its budget (:class:`~.inversion.InversionBudget`).
         inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
-            release's ε among them), ε given as an input; reused for every ε of the pool in one process.
+            release's ε among them), ε given as an input; reused for every ε of the pool.
+        inversion_cache (`bool`): keep each trained inversion model in the cache folder
+            (``<HF_TEXTDP_CACHE>/attacks/inversion/``), keyed by everything it was trained on (public rows,
+            configuration less ε, pool, budget, attacker key, space, versions), and reuse it in a later run.
         attacker_seed (`int`): the attacker's own key and the bootstrap seed.
         stats_rows (`int`, *optional*): at most this many public rows give the prior and the bigram model
             (default: half of the public corpus).
@@ -90,7 +96,9 @@ class AttackSettings:
     inversion_lr: float = 1e-4
     inversion_batch: int = 32
     inversion_max_minutes: float | None = None
+    inversion_bf16: bool = False
     inversion_pool: tuple[float, ...] = ()
+    inversion_cache: bool = True
     attacker_seed: int = 2**40 + 2222
     stats_rows: int | None = None
 
@@ -117,6 +125,7 @@ class AttackSettings:
             lr=self.inversion_lr,
             batch_rows=self.inversion_batch,
             max_minutes=self.inversion_max_minutes,
+            bf16=self.inversion_bf16,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -489,6 +498,31 @@ def _headline(top1: dict[str, dict[str, float]]) -> dict[str, str]:
 _POOLED: dict[str, InversionAttack] = {}
 
 
+def _inversion_key(
+    config: PrivatizerConfig, settings: AttackSettings, victim: Privatizer, train_texts: Sequence[str]
+) -> str:
+    """What a trained inversion model depends on, hashed: the configuration less ε, the pool, the budget, the
+    attacker's key, the space and the public rows (never a private row or the victim's key), and the versions."""
+    import transformers
+
+    from ...version import __version__
+
+    h = hashlib.sha256(b"hf_textdp/attacks/inversion/v1\x00")
+    parts = (
+        repr(replace(config, epsilon=1.0)),
+        repr(settings.inversion_pool),
+        repr(settings.budget()),
+        str(settings.attacker_seed),
+        victim.space.space_hash,
+        __version__,
+        torch.__version__,
+        transformers.__version__,
+    )
+    for part in (*parts, *train_texts):
+        h.update(part.encode("utf-8") + b"\x00")
+    return h.hexdigest()
+
+
 def _inversion(
     config: PrivatizerConfig,
     settings: AttackSettings,
@@ -497,10 +531,11 @@ def _inversion(
     train_all: ReleasedCorpus | None,
     say: Callable[[str], None],
 ) -> InversionAttack:
-    """The inversion attack trained on the attacker's privatized public rows (one ε, or pooled over a family's)."""
+    """The inversion attack trained on the attacker's privatized public rows (one ε, or pooled over a family's);
+    a model kept in the cache (``settings.inversion_cache``) is read back instead of trained again."""
     budget = settings.budget()
     pool = settings.inversion_pool
-    key = repr((replace(config, epsilon=1.0), pool, budget, settings.attacker_seed, len(train_texts)))
+    key = _inversion_key(config, settings, victim, train_texts if pool else [f"ε={config.epsilon!r}", *train_texts])
     if pool and key in _POOLED:
         say(f"inversion: the model pooled over ε ∈ {list(pool)} is reused")
         return _POOLED[key]
@@ -513,20 +548,27 @@ def _inversion(
         budget=budget,
         seed=settings.attacker_seed % 2**31,
     )
-    if pool:
-        corpora = []
-        for j, eps in enumerate(pool):
-            cfg = replace(config, epsilon=eps)
-            texts = train_texts[j :: len(pool)][: budget.rows // len(pool)]
-            corpora.append(
-                (release_corpus(_attacker(cfg, settings, f"{_INVERSION_SPLIT}-{j}"), texts, keep_rows=True), eps)
-            )
+    saved = cache_dir() / "attacks" / "inversion" / f"{key}.pt"
+    if settings.inversion_cache and saved.is_file():
+        info = inv.load(saved)
+        say(f"inversion: read the model trained earlier ({info['steps']} steps) from {saved}")
     else:
-        assert train_all is not None
-        corpora = [(train_all, float(config.epsilon))]
-    info = inv.fit(corpora, progress=say)
-    info["pool"] = list(pool)
-    say(f"inversion trained: {info['steps']} steps, final loss {info['final_loss']:.3f} ({info['stopped']})")
+        if pool:
+            corpora = []
+            for j, eps in enumerate(pool):
+                cfg = replace(config, epsilon=eps)
+                texts = train_texts[j :: len(pool)][: budget.rows // len(pool)]
+                corpora.append(
+                    (release_corpus(_attacker(cfg, settings, f"{_INVERSION_SPLIT}-{j}"), texts, keep_rows=True), eps)
+                )
+        else:
+            assert train_all is not None
+            corpora = [(train_all, float(config.epsilon))]
+        info = inv.fit(corpora, progress=say)
+        info["pool"] = list(pool)
+        say(f"inversion trained: {info['steps']} steps, final loss {info['final_loss']:.3f} ({info['stopped']})")
+        if settings.inversion_cache:
+            inv.save(saved)
     if pool:
         _POOLED.clear()
         _POOLED[key] = inv
