@@ -254,14 +254,21 @@ def test_recipe_family_pool(tmp_path: Path) -> None:
     )
     path = tmp_path / "r.yaml"
     path.write_text(body % "family")
-    parsed = load_attack_recipe(path)
-    pools = [parsed.settings_for(spec.epsilons).inversion_pool for spec in parsed.recipe.privatizers]
-    assert pools == [(40.0, 80.0), (10.0, 15.0, 20.0)]
+
+    def pools() -> list[tuple[float, ...]]:
+        parsed = load_attack_recipe(path)
+        return [parsed.settings_for(s.name, s.epsilons).inversion_pool for s in parsed.recipe.privatizers]
+
+    assert pools() == [(40.0, 80.0), (10.0, 15.0, 20.0)]
     path.write_text(body % "[40, 80]")
-    parsed = load_attack_recipe(path)
-    assert {parsed.settings_for(spec.epsilons).inversion_pool for spec in parsed.recipe.privatizers} == {(40.0, 80.0)}
+    assert pools() == [(40.0, 80.0), (40.0, 80.0)]
+    path.write_text(body % "{tem: [5, 10, 15, 20]}")  # madlib: no pool
+    assert pools() == [(), (5.0, 10.0, 15.0, 20.0)]
+    path.write_text(body % "{temm: [5, 10]}")
+    with pytest.raises(InvalidParameterError, match=r"inversion_pool names \['temm'\]"):
+        load_attack_recipe(path)
     path.write_text(body % "families")
-    with pytest.raises(InvalidParameterError, match="inversion_pool must be a list of ε or 'family'"):
+    with pytest.raises(InvalidParameterError, match="inversion_pool must be a list of ε, 'family' or a mapping"):
         load_attack_recipe(path)
 
 

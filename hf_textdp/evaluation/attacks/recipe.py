@@ -12,7 +12,9 @@ identifier-bearing set (identifier_rows.py): the records then hold ``identifiers
 token privatized; a selective release is a privatizer option, recorded there when it exists).
 
 ``attack: {inversion_pool: family}`` trains one inversion model per privatizer entry, on pairs pooled over that
-entry's ε list (a list of ε there pools every entry over the same ε).
+entry's ε list; a mapping from privatizer label to ε list (``{madlib: [40, 60, 80, 120]}``) names each entry's
+pool (the release's ε among them; another recipe that pooled the same way reads the cached model back); a list
+of ε pools every entry over the same ε.
 """
 
 from __future__ import annotations
@@ -104,13 +106,18 @@ class AttackRecipe:
     public_tasks: list[str]
     seed: int
     settings: AttackSettings
-    family_pool: bool = False  # ``inversion_pool: family``: each privatizer entry pools over its own ε list
+    # ``inversion_pool: family`` (True): each privatizer entry pools over its own ε list; a mapping: label → pool
+    family_pool: bool | dict[str, tuple[float, ...]] = False
 
-    def settings_for(self, epsilons: Sequence[float]) -> AttackSettings:
-        """The adversary for one privatizer entry (its ε list as the inversion pool under ``family``)."""
-        if not self.family_pool:
+    def settings_for(self, label: str, epsilons: Sequence[float]) -> AttackSettings:
+        """The adversary for one privatizer entry: its inversion pool under ``family`` or a mapping."""
+        if isinstance(self.family_pool, dict):
+            pool = self.family_pool.get(label, self.settings.inversion_pool)
+        elif self.family_pool:
+            pool = tuple(float(e) for e in epsilons)
+        else:
             return self.settings
-        return replace(self.settings, inversion_pool=tuple(float(e) for e in epsilons))
+        return replace(self.settings, inversion_pool=pool)
 
 
 def load_attack_recipe(path: str | Path) -> AttackRecipe:
@@ -134,12 +141,22 @@ def load_attack_recipe(path: str | Path) -> AttackRecipe:
         path=Path(path),
     )
     opts: dict[str, Any] = dict(raw.get("attack") or {})
-    family_pool = opts.get("inversion_pool") == "family"
-    if family_pool:
-        opts.pop("inversion_pool")
-    elif isinstance(opts.get("inversion_pool"), str):
+    family_pool: bool | dict[str, tuple[float, ...]] = False
+    given = opts.get("inversion_pool")
+    if given == "family":
+        family_pool = bool(opts.pop("inversion_pool"))
+    elif isinstance(given, dict):
+        family_pool = {str(k): tuple(float(e) for e in v) for k, v in opts.pop("inversion_pool").items()}
+        labels = {spec.name for spec in recipe.privatizers}
+        if set(family_pool) - labels:
+            raise InvalidParameterError(
+                f"attack recipe: inversion_pool names {sorted(set(family_pool) - labels)}, which no privatizer entry "
+                f"is; the entries' labels are {sorted(labels)}."
+            )
+    elif isinstance(given, str):
         raise InvalidParameterError(
-            f"attack recipe: inversion_pool must be a list of ε or 'family', got {opts['inversion_pool']!r}."
+            f"attack recipe: inversion_pool must be a list of ε, 'family' or a mapping from privatizer label to a "
+            f"list of ε, got {given!r}."
         )
     opts = {k: (tuple(v) if k in ("taus", "lambda_rho", "inversion_pool") else v) for k, v in opts.items()}
     unknown_opts = sorted(set(opts) - set(AttackSettings.__dataclass_fields__) - {"attacker_seed"})
@@ -188,7 +205,7 @@ def run_attack_recipe(
         public = [public[i] for i in keep]
     utility = _Utility(raw.get("utility") or {}, private_texts, labels)
     for spec in recipe.privatizers:
-        settings = parsed.settings_for(spec.epsilons)
+        settings = parsed.settings_for(spec.name, spec.epsilons)
         for eps in spec.epsilons:
             out = folder / result_name(private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
             if resume and out.is_file():
