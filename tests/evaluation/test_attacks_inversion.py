@@ -190,6 +190,22 @@ def test_headline_is_never_below_identity(madlib_record: dict) -> None:
     assert groups["prior"]["all"]["top1"]["ci95"][1] < groups["identity"]["all"]["top1"]["value"]
 
 
+def test_recovery_table_cells(madlib_record: dict) -> None:
+    """Each attack's cell is its top-1 on the replaced tokens then on all tokens, as in the record; the headline
+    and the inversion model's final loss follow."""
+    from hf_textdp.evaluation.attacks.summary import recovery_table
+
+    rec = {k: v for k, v in madlib_record.items() if k != "_released"}
+    row = recovery_table([rec]).splitlines()[2].split(" | ")
+    inv = rec["groups"]["inversion"]
+    lo, hi = inv["replaced"]["top1"]["ci95"]
+    assert row[7].startswith(f"{100 * inv['replaced']['top1']['value']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]<br>")
+    assert f"<br>{100 * inv['all']['top1']['value']:.1f} [{100 * inv['all']['top1']['ci95'][0]:.1f}, " in row[7]
+    assert row[8] == f"{rec['headline']['replaced']['attack']} / {rec['headline']['all']['attack']}"
+    assert row[9] == f"{rec['inversion_model']['final_loss']:.3f} |"
+    assert recovery_table([{k: v for k, v in rec.items() if k != "groups"}]) == ""
+
+
 def test_inversion_pool_reuses_one_model(tiny_bert: str) -> None:
     settings = AttackSettings(
         **FAST, contextual=False, inversion_rows=100, inversion_epochs=1, inversion_pool=(100.0, 200.0)
