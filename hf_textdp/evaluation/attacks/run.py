@@ -64,7 +64,9 @@ class AttackSettings:
         content_top (`int`): replaced inputs outside this many most frequent public tokens are content tokens.
         inversion (`bool`): train and run the inversion attack (inversion.py).
         inversion_rows, inversion_epochs, inversion_max_length, inversion_lr, inversion_batch,
-        inversion_max_minutes, inversion_bf16: its budget (:class:`~.inversion.InversionBudget`).
+        inversion_max_minutes, inversion_bf16: its budget (:class:`~.inversion.InversionBudget`);
+        inversion_check_every, inversion_patience: its convergence rule (blocks of steps, blocks without a 1 %
+        gain before it stops).
         inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
             release's ε among them), ε given as an input; reused for every ε of the pool.
         inversion_cache (`bool`): keep each trained inversion model in the cache folder
@@ -97,6 +99,8 @@ class AttackSettings:
     inversion_batch: int = 32
     inversion_max_minutes: float | None = None
     inversion_bf16: bool = False
+    inversion_check_every: int = 25
+    inversion_patience: int = 3
     inversion_pool: tuple[float, ...] = ()
     inversion_cache: bool = True
     attacker_seed: int = 2**40 + 2222
@@ -126,6 +130,8 @@ class AttackSettings:
             batch_rows=self.inversion_batch,
             max_minutes=self.inversion_max_minutes,
             bf16=self.inversion_bf16,
+            check_every=self.inversion_check_every,
+            patience=self.inversion_patience,
         )
 
     def to_dict(self) -> dict[str, Any]:
