@@ -128,3 +128,36 @@ def test_accuracy_plot_large_grid_keeps_log_ticks(tmp_path):
         assert list(ax.get_xticks()) != grid  # matplotlib's log locator
     finally:
         _close(figures)
+
+
+def test_inversion_loss_curves_one_per_model(tmp_path):
+    """A model pooled over a family's ε serves several records: one curve per model, its points the record's."""
+    from hf_textdp.evaluation.attacks.plots import attack_figures
+
+    curve_a = [{"step": 25, "epoch": 1, "loss": 4.0, "s": 1.0}, {"step": 50, "epoch": 1, "loss": 2.5, "s": 2.0}]
+    curve_b = [{"step": 25, "epoch": 1, "loss": 3.0, "s": 1.0}]
+    src = json.loads((ROOT / "results" / "attacks" / "mr__madlib__eps80.json").read_text())
+    for label, eps, curve, pool in [
+        ("madlib", 40, curve_a, [40, 80]),
+        ("madlib", 80, curve_a, [40, 80]),
+        ("tem", 15, curve_b, []),
+    ]:
+        rec = dict(src, label=label, mechanism=label, epsilon=eps, inversion_model={"loss_curve": curve, "pool": pool})
+        (tmp_path / f"mr__{label}__eps{eps}.json").write_text(json.dumps(rec))
+    figures = attack_figures(tmp_path)
+    try:
+        ax = dict((p.name, f) for p, f in figures)["inversion_loss.png"].axes[0]
+        lines = {line.get_label(): line for line in ax.get_lines() if line.get_gid() == "inversion"}
+        assert set(lines) == {"madlib, ε ∈ {40, 80}", "tem, ε ∈ {15}"}
+        assert list(lines["madlib, ε ∈ {40, 80}"].get_ydata()) == [4.0, 2.5]
+    finally:
+        _close(figures)
+    for p in tmp_path.glob("*.json"):
+        rec = json.loads(p.read_text())
+        rec.pop("inversion_model")
+        p.write_text(json.dumps(rec))
+    figures = attack_figures(tmp_path)
+    try:
+        assert "inversion_loss.png" not in {p.name for p, _ in figures}
+    finally:
+        _close(figures)

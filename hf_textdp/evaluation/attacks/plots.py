@@ -1,4 +1,5 @@
-"""Plots of an attack results folder: recovery against ε per family, and the privacy/utility frontier."""
+"""Plots of an attack results folder: recovery against ε per family, the privacy/utility frontier, and the
+inversion models' training loss curves."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .records import read_records
 
 __all__ = ["plot_attacks", "attack_figures"]
 
-_STYLES = {"identity": ":", "bayes": "--", "contextual": "-"}
+_STYLES = {"identity": ":", "bayes": "--", "contextual": "-", "inversion": "-."}
 
 
 def _by_label(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -32,7 +33,8 @@ def _coincide(a: list[tuple[float, float]], b: list[tuple[float, float]], tol: f
 
 
 def plot_attacks(folder: str | Path) -> list[Path]:
-    """Draw ``recovery_vs_epsilon.png`` and ``frontier.png`` from the records in ``folder``."""
+    """Draw ``recovery_vs_epsilon.png``, ``frontier.png`` and (records with an inversion model)
+    ``inversion_loss.png`` from the records in ``folder``."""
     import matplotlib.pyplot as plt
 
     written = []
@@ -131,4 +133,32 @@ def attack_figures(folder: str | Path) -> list[tuple[Path, Any]]:
     ax.legend(fontsize=8, handlelength=3, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the points
     fig.tight_layout()
     figures.append((folder / "frontier.png", fig))
+    curves = _inversion_curves(read_records(folder))
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, curve in curves.items():
+            ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], marker=".", label=label, gid="inversion")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("training loss (mean of the block's steps)")
+        ax.set_yscale("log")
+        ax.set_title("Inversion models: training loss (cross-entropy over the candidates)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        figures.append((folder / "inversion_loss.png", fig))
     return figures
+
+
+def _inversion_curves(records: list[dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
+    """One loss curve per distinct inversion model (a model pooled over a family's ε serves several records)."""
+    out: dict[str, list[dict[str, float]]] = {}
+    seen: set[str] = set()
+    for r in sorted(records, key=lambda r: (r.get("label", r["mechanism"]), r["epsilon"])):
+        info = r.get("inversion_model") or {}
+        curve = info.get("loss_curve")
+        if not curve or repr(curve) in seen:
+            continue
+        seen.add(repr(curve))
+        pool = info.get("pool") or [r["epsilon"]]
+        out[f"{r.get('label', r['mechanism'])}, ε ∈ {{{', '.join(f'{e:g}' for e in pool)}}}"] = curve
+    return out

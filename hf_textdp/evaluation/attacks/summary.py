@@ -231,6 +231,11 @@ def write_attack_summary(folder: str | Path) -> Path:
             else ""
         )
         + "\n![recovery against ε](recovery_vs_epsilon.png)\n\n![privacy/utility frontier](frontier.png)\n"
+        + (
+            "\n![inversion models' training loss](inversion_loss.png)\n"
+            if any((r.get("inversion_model") or {}).get("loss_curve") for r in records)
+            else ""
+        )
     )
     detailed = [r for r in records if r.get("groups")]
     if detailed:
