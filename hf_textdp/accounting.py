@@ -324,9 +324,17 @@ def recovery_statement(entry: dict[str, Any]) -> str:
             parts.append(f"{name} {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]")
             best = max(best or (a["value"], name), (a["value"], name))
     strongest = f"; strongest: {best[1]}" if best else ""
+    replaced = ""
+    if entry.get("replaced"):  # the replaced tokens' recovery, by the attack strongest there
+        name, a = max(entry["replaced"].items(), key=lambda kv: kv[1]["value"])
+        lo, hi = a["ci95"]
+        replaced = (
+            f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered "
+            f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] (the strongest there)"
+        )
     return (
         f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
-        f"{strongest} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
+        f"{strongest}{replaced} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
         "docs/attacks.md); a stronger attack can recover more"
     )
 

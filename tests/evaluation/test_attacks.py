@@ -361,6 +361,14 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
         assert "a lower bound on leakage from the named attacks" in quoted and "strongest: bayes" in quoted
         assert "a stronger attack can recover more" in quoted
     assert "What an attacker recovers (a lower bound)" in card
+    assert "replaced" not in text  # an entry without the replaced tokens' figures says nothing of them
+    entry["replaced"] = {
+        "prior": {"value": 0.05, "ci95": [0.04, 0.06]},
+        "inversion": {"value": 0.152, "ci95": [0.14, 0.165]},
+        "identity": {"value": 0.0, "ci95": [0.0, 0.0]},
+    }
+    for quoted in (format_report(priv.privacy_report()), str(dataset_card(priv.privacy_report()))):
+        assert "of the 40.0 % replaced, inversion recovered 15.2 % [14.0, 16.5] (the strongest there)" in quoted
     other = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=100.0, model=tiny_bert), seed=2**40 + 1)
     assert "measured_recovery" not in other.privacy_report()
     assert "What an attacker recovers" not in str(dataset_card(other.privacy_report()))

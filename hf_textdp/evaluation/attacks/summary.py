@@ -117,6 +117,11 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
                 "public": [t.upper() for t in r["public_tasks"]],
                 "replacement_rate": r["replacement_rate"],
                 "attacks": {name: a["recovery_top1"] for name, a in r["attacks"].items()},
+                **(
+                    {"replaced": {name: g["replaced"]["top1"] for name, g in r["groups"].items() if "replaced" in g}}
+                    if r.get("groups")
+                    else {}
+                ),
                 "record": f"{folder}/{r['task']}__{r['label']}__eps{r['epsilon']:g}.json",
             }
         )
