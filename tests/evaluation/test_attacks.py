@@ -27,7 +27,7 @@ from hf_textdp.evaluation.attacks.fitted import FittedLaw
 from hf_textdp.evaluation.attacks.intervals import row_bootstrap
 from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
 from hf_textdp.evaluation.attacks.records import read_records
-from hf_textdp.evaluation.attacks.summary import record_candidates, table_entries
+from hf_textdp.evaluation.attacks.summary import identifier_entries, record_candidates, table_entries
 from hf_textdp.integrations.cards import dataset_card
 from hf_textdp.io import attack_table
 from hf_textdp.release import config_key
@@ -369,6 +369,17 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
     }
     for quoted in (format_report(priv.privacy_report()), str(dataset_card(priv.privacy_report()))):
         assert "of the 40.0 % replaced, inversion recovered 15.2 % [14.0, 16.5] (the strongest there)" in quoted
+    assert "identifiers recovered whole" not in format_report(priv.privacy_report())
+    entry["identifiers"] = {
+        "set": "395 identifiers injected in 200 MR rows (name, email)",
+        "attacks": {
+            "identity": {"value": 0.159, "ci95": [0.124, 0.195]},
+            "bayes": {"value": 0.165, "ci95": [0.13, 0.2]},
+        },
+        "record": "results/attacks_identifiers/mr__madlib__eps200.json",
+    }
+    for quoted in (format_report(priv.privacy_report()), str(dataset_card(priv.privacy_report()))):
+        assert "identifiers recovered whole (every token): 16.5 % [13.0, 20.0] by bayes (395 identifiers" in quoted
     other = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=100.0, model=tiny_bert), seed=2**40 + 1)
     assert "measured_recovery" not in other.privacy_report()
     assert "What an attacker recovers" not in str(dataset_card(other.privacy_report()))
@@ -376,7 +387,8 @@ def test_report_and_card_quote_a_measured_configuration(tiny_bert: str, monkeypa
 
 @pytest.mark.skipif(not RESULTS.is_dir(), reason="results/attacks not generated")
 def test_shipped_table_matches_the_records() -> None:
-    """hf_textdp/data/attack_table.json is the table of results/attacks and results/attacks_v2, keyed by the candidate
+    """hf_textdp/data/attack_table.json is the table of results/attacks and results/attacks_v2 (with the identifier
+    recovery of results/attacks_identifiers beside its configurations), keyed by the candidate
     set each record was measured on: results/attacks predates candidates in the model's language (every script),
     so only a config with every script finds it; the default config (the default model's English: Latin script)
     finds madlib's rerun in results/attacks_v2."""
@@ -384,6 +396,11 @@ def test_shipped_table_matches_the_records() -> None:
     current = read_records(RESULTS.parent / "attacks_v2")
     shipped = json.loads((Path(release.__file__).parent / "data" / attack_table.TABLE_FILE).read_text())
     expected = table_entries(records, "results/attacks") + table_entries(current, "results/attacks_v2")
+    marked = identifier_entries(read_records(RESULTS.parent / "attacks_identifiers"), "results/attacks_identifiers")
+    assert marked and set(marked) <= {e["key"] for e in expected}  # each beside its configuration's entry
+    for e in expected:
+        if e["key"] in marked:
+            e["identifiers"] = marked[e["key"]]
     assert shipped["entries"] == json.loads(json.dumps(expected))
     madlib = min((r for r in records if r["mechanism"] == "madlib"), key=lambda r: r["epsilon"])
     assert "candidates_resolved" not in madlib and madlib["candidates"] == "no_reserved"

@@ -15,7 +15,14 @@ from ...release import config_key
 from .records import read_records
 
 
-__all__ = ["attack_table", "recovery_table", "table_entries", "write_attack_summary", "write_package_table"]
+__all__ = [
+    "attack_table",
+    "identifier_entries",
+    "recovery_table",
+    "table_entries",
+    "write_attack_summary",
+    "write_package_table",
+]
 
 
 def _pct(entry: dict[str, Any] | None) -> str:
@@ -96,23 +103,26 @@ def record_candidates(record: dict[str, Any]) -> str | dict[str, Any]:
     return spec.to_value()
 
 
+def _config(r: dict[str, Any]) -> PrivatizerConfig:
+    return PrivatizerConfig(
+        mechanism=r["mechanism"],
+        epsilon=r["epsilon"],
+        delta=r.get("delta"),
+        options=r.get("options") or {},
+        model=r["model"],
+        postprocess=r["postprocess"],
+        candidates=record_candidates(r),
+    )
+
+
 def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, Any]]:
     """The package's attack-table entries (hf_textdp/io/attack_table.py, keyed by release.config_key) for these
     records."""
     out = []
     for r in sorted(records, key=lambda r: (r["label"], r["epsilon"])):
-        config = PrivatizerConfig(
-            mechanism=r["mechanism"],
-            epsilon=r["epsilon"],
-            delta=r.get("delta"),
-            options=r.get("options") or {},
-            model=r["model"],
-            postprocess=r["postprocess"],
-            candidates=record_candidates(r),
-        )
         out.append(
             {
-                "key": config_key(config),
+                "key": config_key(_config(r)),
                 "private": f"{r['task'].upper()}, {r['n_private_rows']:,} rows, {r['n_private_tokens']:,} tokens",
                 "public": [t.upper() for t in r["public_tasks"]],
                 "replacement_rate": r["replacement_rate"],
@@ -128,15 +138,45 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
     return out
 
 
-def write_package_table(folders: str | Path | Sequence[str | Path], target: str | Path) -> Path:
+def identifier_entries(records: list[dict[str, Any]], folder: str) -> dict[str, dict[str, Any]]:
+    """Per configuration key, the identifier recovery of an identifier-set record (records with ``spans``): the
+    share of injected identifiers whose every token each attack names first, and where it was measured."""
+    out = {}
+    for r in records:
+        if not (r.get("spans") or {}).get("attacks"):
+            continue
+        info = r.get("identifiers") or {}
+        out[config_key(_config(r))] = {
+            "set": f"{info.get('n_identifiers', 0):,} identifiers injected in {info.get('rows', 0):,} "
+            f"{r['task'].upper()} rows ({', '.join(info.get('kinds', []))})",
+            "attacks": {name: a["top1"] for name, a in r["spans"]["attacks"].items() if a.get("top1")},
+            "record": f"{folder}/{r['task']}__{r['label']}__eps{r['epsilon']:g}.json",
+        }
+    return out
+
+
+def write_package_table(
+    folders: str | Path | Sequence[str | Path], target: str | Path, identifiers: str | Path | None = None
+) -> Path:
     """Write ``target`` (the package's ``data/attack_table.json``) from the records in ``folders`` (one or more
-    results folders; a configuration measured in two of them is refused)."""
+    results folders; a configuration measured in two of them is refused), with the identifier recovery of the
+    records in ``identifiers`` (an identifier-set folder) beside the entry of the same configuration."""
     paths = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
     entries = [e for f in paths for e in table_entries(read_records(f), f"results/{f.name}")]
     keys = [e["key"] for e in entries]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise InvalidParameterError(f"attack table: configurations measured in more than one folder: {twice}.")
+    if identifiers is not None:
+        found = identifier_entries(read_records(identifiers), f"results/{Path(identifiers).name}")
+        missing = sorted(set(found) - set(keys))
+        if missing:
+            raise InvalidParameterError(
+                f"attack table: identifier records of configurations without a token-level entry: {missing}."
+            )
+        for e in entries:
+            if e["key"] in found:
+                e["identifiers"] = found[e["key"]]
     target = Path(target)
     target.write_text(
         json.dumps({"version": 1, "entries": entries}, indent=1, sort_keys=True) + "\n", encoding="utf-8"
