@@ -81,6 +81,29 @@ def test_private_rows_found_in_the_public_text_are_left_out() -> None:
 
 
 # --------------------------------------------------------------------------- inversion
+def test_public_rows_sharing_a_run_of_words_are_found() -> None:
+    """A private review that a public task holds cut into sentences and re-tokenized is missed by exact matching
+    and found by shared 8-word runs; unrelated rows and a run of 7 shared words are not flagged."""
+    from hf_textdp.evaluation.attacks.run import in_public, shares_ngram
+
+    private = [
+        "the film 's sharp script , strong cast and brisk pace make it the best comedy of the year . go see it",
+        "short one",
+    ]
+    public = [
+        "The film's sharp script, strong cast and brisk pace make it the best comedy",  # a cut of the first
+        "of the year.",  # the cut's other half: 3 words, shares no 8-word run
+        "a sharp script , strong cast and brisk pace : what a product",  # 7 shared words in a row, not 8
+        "Short one!",  # a short row equal to a short private row
+        "what is the capital of france ?",
+    ]
+    assert in_public(private, public).tolist() == [False, True]  # exact matching finds only the short row
+    assert shares_ngram(public, private, 8).tolist() == [True, False, False, True, False]
+    assert shares_ngram(public, private, 7).tolist() == [True, False, True, True, False]
+    with pytest.raises(InvalidParameterError, match="public_ngram"):
+        shares_ngram(public, private, 0)
+
+
 def test_inversion_recovers_an_identity_release(tiny_bert: str) -> None:
     """ε = ∞ (test mode): nothing is replaced, and the inversion attack names ≥ 99 % of the tokens."""
     config = PrivatizerConfig(mechanism="madlib", epsilon=float("inf"), model=tiny_bert, options={"test_mode": True})

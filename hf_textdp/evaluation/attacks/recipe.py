@@ -11,6 +11,12 @@ identifier-bearing set (identifier_rows.py): the records then hold ``identifiers
 ``spans`` (whole-identifier recovery per attack and per kind) and ``selection`` (``"uniform"``: every candidate
 token privatized; a selective release is a privatizer option, recorded there when it exists).
 
+``private_split`` (a fraction): the private task's rows are split with the seed; that share stays private (the
+pool ``max_private_rows`` and the identifier rows are drawn from), the rest joins the public text, so the adversary
+holds in-domain text that is not the private text. ``public_ngram`` (a number of words): public rows that share a
+run of that many words with a row of the private pool are dropped (``shares_ngram``: SST-5 holds MR's reviews cut
+into sentences, which exact matching misses).
+
 ``attack: {inversion_pool: family}`` trains one inversion model per privatizer entry, on pairs pooled over that
 entry's ε list; a mapping from privatizer label to ε list (``{madlib: [40, 60, 80, 120]}``) names each entry's
 pool (the release's ε among them; another recipe that pooled the same way reads the cached model back); a list
@@ -36,7 +42,7 @@ from ..protocol import ClassifierConfig, run_protocol, summarize
 from ..tasks import load_task
 from .identifier_rows import IdentifierRows, identifier_rows
 from .plots import plot_attacks
-from .run import AttackSettings, in_public, run_attack
+from .run import AttackSettings, in_public, run_attack, shares_ngram
 from .summary import write_attack_summary
 
 
@@ -56,6 +62,8 @@ _KEYS = {
     "max_private_rows",
     "max_public_rows",
     "identifiers",
+    "private_split",
+    "public_ngram",
 }
 
 
@@ -181,11 +189,37 @@ def run_attack_recipe(
     folder = folder_inside(output, str(raw.get("results_folder") or recipe.name), key)
     folder.mkdir(parents=True, exist_ok=True)
     root = recipe.root
-    priv_task = load_task(private_task, data_dir=data_dir, root=root, max_rows=raw.get("max_private_rows"), seed=seed)
+    split = raw.get("private_split")
+    max_private = raw.get("max_private_rows")
+    priv_task = load_task(
+        private_task, data_dir=data_dir, root=root, max_rows=None if split else max_private, seed=seed
+    )
     private_texts, labels = priv_task.texts["all"], priv_task.labels["all"]
     public: list[str] = []
     for name in public_tasks:
         public.extend(_texts(load_task(name, data_dir=data_dir, root=root)))
+    filtered: dict[str, Any] = {}
+    if split:
+        if not 0 < float(split) < 1:
+            raise InvalidParameterError(f"attack recipe: private_split must be a fraction in (0, 1), got {split!r}.")
+        order = np.random.default_rng(seed).permutation(len(private_texts))
+        k = int(round(float(split) * len(private_texts)))
+        keep, give = np.sort(order[:k]), np.sort(order[k:])
+        public.extend(private_texts[i] for i in give)
+        private_texts, labels = [private_texts[i] for i in keep], labels[keep]
+        filtered.update(
+            private_split=float(split), private_pool_rows=len(private_texts), public_from_private=len(give)
+        )
+        progress(f"{private_task}: {len(private_texts)} rows private, {len(give)} given to the public text")
+    if raw.get("public_ngram"):
+        n = int(raw["public_ngram"])
+        drop = shares_ngram(public, private_texts, n)
+        public = [t for t, d in zip(public, drop, strict=True) if not d]
+        filtered.update(public_ngram=n, public_rows_dropped=int(drop.sum()))
+        progress(f"{int(drop.sum())} public rows share a run of {n} words with a private row: left out")
+    if split and max_private and not raw.get("identifiers") and len(private_texts) > int(max_private):
+        pick = np.sort(np.random.default_rng(seed + 1).permutation(len(private_texts))[: int(max_private)])
+        private_texts, labels = [private_texts[i] for i in pick], labels[pick]
     marked: IdentifierRows | None = None
     if raw.get("identifiers"):
         marked = identifier_rows(dict(raw["identifiers"]), private_texts, labels, public)
@@ -231,6 +265,7 @@ def run_attack_recipe(
             record["utility"] = utility(released.texts, spec.model)
             record["timing_s"]["utility"] = time.perf_counter() - t_util
             record.update(
+                public_filter=filtered,
                 n_private_rows_in_public=int(shared.sum()),
                 task=private_task,
                 public_tasks=public_tasks,

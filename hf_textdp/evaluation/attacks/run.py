@@ -32,7 +32,7 @@ from .inversion import InversionAttack, InversionBudget, load_encoder
 from .scoring import frequent_mask, score_groups, span_recovery, token_groups, word_hits
 
 
-__all__ = ["AttackSettings", "run_attack", "ATTACKS"]
+__all__ = ["AttackSettings", "run_attack", "shares_ngram", "ATTACKS"]
 
 ATTACKS = ("identity", "prior", "bayes", "contextual", "inversion")
 
@@ -167,6 +167,27 @@ def in_public(private: Sequence[str], public: Sequence[str]) -> npt.NDArray[np.b
     """Whether each private row also occurs in the public text (case, spacing and punctuation ignored)."""
     seen = {_key(t) for t in public}
     return np.fromiter((_key(t) in seen for t in private), dtype=bool, count=len(private))
+
+
+def shares_ngram(public: Sequence[str], private: Sequence[str], n: int = 8) -> npt.NDArray[np.bool_]:
+    """Whether each public row shares a run of ``n`` words (letters and digits, lower-cased) with a private row.
+
+    Exact matching (:func:`in_public`) misses a review that another task holds cut or re-tokenized (SST-5 splits
+    MR's snippets into sentences): of the 1,583 MR rows no public row matches exactly, 86 % have half their
+    words or more in 8-word runs found in CR, MPQA, SST-5 or TREC-6."""
+    if n < 1:
+        raise InvalidParameterError(f"public_ngram must be a positive number of words, got {n}.")
+
+    def grams(text: str) -> set[tuple[str, ...]]:
+        words = [w for w in _NOT_ALNUM.split(text.lower()) if w]
+        if len(words) < n:  # a short row is its own (only) run
+            return {tuple(words)} if words else set()
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+    seen: set[tuple[str, ...]] = set()
+    for t in private:
+        seen |= grams(t)
+    return np.fromiter((not grams(t).isdisjoint(seen) for t in public), dtype=bool, count=len(public))
 
 
 def split_overlap(private: Sequence[str], public: Sequence[str]) -> tuple[list[str], int]:
