@@ -27,8 +27,9 @@ hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
 hf-textdp evaluate recipes/finetune_full.yaml --output results/
 # Whole-model fine-tuning on the full TREC-6 training set until the cap of 3 epochs (plateau rule: < 2 %), with a
 # loss-threshold membership attack on every model (issue 43, results/finetune_converged): 26 models (2 clean, 4
-# private cells x 3 noise x 2 training seeds), about 600 s each on 2 threads on the 2 shared cores (2026-11-28, the
-# lead's jobs in the foreground); run cut at 08:53 UTC, see results/finetune_converged/README.md for what ran
+# private cells x 3 noise x 2 training seeds), 592-1,670 s each on 2 threads on the 2 shared, loaded cores
+# (2026-11-28, the lead's jobs in the foreground), 273 s on a quiet machine; 6 of 26 ran (cut at 08:53 UTC after 5,
+# the 6th at 09:53-09:59 UTC, then stopped again), see results/finetune_converged/README.md for what ran
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged.yaml --output results/
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
