@@ -446,3 +446,15 @@ def test_attack_recipe_errors_name_the_key(tmp_path: Path, change: dict, match: 
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(InvalidParameterError, match=match):
         load_attack_recipe(path)
+
+
+def test_table_entry_names_the_private_tasks_public_share() -> None:
+    """A record made with ``private_split`` names the private task's other share among the public text."""
+    rec = json.loads((RESULTS / "mr__madlib__eps80.json").read_text()) if RESULTS.is_dir() else None
+    if rec is None:
+        pytest.skip("results/attacks not generated")
+    assert table_entries([rec], "results/attacks")[0]["public"] == ["CR", "MPQA", "SST5", "TREC"]
+    half = dict(rec, public_filter={"private_split": 0.5, "public_ngram": 8})
+    assert table_entries([half], "r")[0]["public"] == ["CR", "MPQA", "SST5", "TREC", "MR (the other half)"]
+    third = dict(rec, public_filter={"private_split": 0.7})
+    assert table_entries([third], "r")[0]["public"][-1] == "MR (the other 30%)"

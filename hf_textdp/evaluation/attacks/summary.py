@@ -115,6 +115,15 @@ def _config(r: dict[str, Any]) -> PrivatizerConfig:
     )
 
 
+def _split_public(r: dict[str, Any]) -> list[str]:
+    """The private task's share that joined the public text (a recipe's ``private_split``), as the table names it."""
+    split = (r.get("public_filter") or {}).get("private_split")
+    if not split:
+        return []
+    rest = 1 - float(split)
+    return [f"{r['task'].upper()} (the other half)" if rest == 0.5 else f"{r['task'].upper()} (the other {rest:.0%})"]
+
+
 def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, Any]]:
     """The package's attack-table entries (hf_textdp/io/attack_table.py, keyed by release.config_key) for these
     records."""
@@ -124,7 +133,7 @@ def table_entries(records: list[dict[str, Any]], folder: str) -> list[dict[str, 
             {
                 "key": config_key(_config(r)),
                 "private": f"{r['task'].upper()}, {r['n_private_rows']:,} rows, {r['n_private_tokens']:,} tokens",
-                "public": [t.upper() for t in r["public_tasks"]],
+                "public": [t.upper() for t in r["public_tasks"]] + _split_public(r),
                 "replacement_rate": r["replacement_rate"],
                 "attacks": {name: a["recovery_top1"] for name, a in r["attacks"].items()},
                 **(
