@@ -34,10 +34,11 @@ OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converge
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
-# The attacks on the default candidate set (the model's language), MR rows in none of the public tasks
-# (results/attacks_v2, issue 40): 1,583 rows; madlib, tem and privemb at 4 ε each with an inversion model per family
-# (pooled over its ε, kept in the cache), then the six other families without inversion, then identifier recovery
-# (reads the three inversion models back); run times in results/attacks_v2/README.md and docs/attacks.md
+# The attacks on the default candidate set (the model's language), MR split in halves (1,987 private rows; the other
+# half public, public rows sharing 8 words in a row with the private half dropped; results/attacks_v2, issue 40):
+# madlib, tem and privemb at 4 ε each with an inversion model per family (pooled over its ε, kept in the cache):
+# 58 minutes on 2 CPU cores with bf16, nothing else running (2026-11-28); then the six other families without
+# inversion (about 27 minutes); then identifier recovery, which reads the three inversion models back (3 minutes)
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_mr_v2.yaml --output results/
 hf-textdp attack --recipe recipes/attacks_mr_v2_other.yaml --output results/
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_identifiers_mr.yaml --output results/
