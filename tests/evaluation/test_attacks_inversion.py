@@ -216,7 +216,7 @@ def test_headline_is_never_below_identity(madlib_record: dict) -> None:
 def test_recovery_table_cells(madlib_record: dict) -> None:
     """Each attack's cell is its top-1 on the replaced tokens then on all tokens, as in the record; the headline
     and the inversion model's final loss follow."""
-    from hf_textdp.evaluation.attacks.summary import recovery_table
+    from hf_textdp.evaluation.attacks.summary import final_loss, recovery_table
 
     rec = {k: v for k, v in madlib_record.items() if k != "_released"}
     row = recovery_table([rec]).splitlines()[2].split(" | ")
@@ -225,7 +225,13 @@ def test_recovery_table_cells(madlib_record: dict) -> None:
     assert row[7].startswith(f"{100 * inv['replaced']['top1']['value']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]<br>")
     assert f"<br>{100 * inv['all']['top1']['value']:.1f} [{100 * inv['all']['top1']['ci95'][0]:.1f}, " in row[7]
     assert row[8] == f"{rec['headline']['replaced']['attack']} / {rec['headline']['all']['attack']}"
-    assert row[9] == f"{rec['inversion_model']['final_loss']:.3f} |"
+    assert row[9] == f"{final_loss(rec['inversion_model'])[0]:.3f} |"
+    info = {"budget": {"check_every": 100}, "final_loss": 0.4, "loss_curve": [{"step": 100, "loss": 0.9}]}
+    assert final_loss(info) == (0.9, 100)
+    info["loss_curve"] += [{"step": 200, "loss": 0.55}, {"step": 204, "loss": 0.4}]  # a 4-step tail
+    assert final_loss(info) == (0.55, 100)
+    info["loss_curve"][-1]["step"] = 300  # a full last block
+    assert final_loss(info) == (0.4, 100)
     assert recovery_table([{k: v for k, v in rec.items() if k != "groups"}]) == ""
 
 

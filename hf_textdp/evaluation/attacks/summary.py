@@ -17,6 +17,7 @@ from .records import read_records
 
 __all__ = [
     "attack_table",
+    "final_loss",
     "identifier_entries",
     "recovery_table",
     "table_entries",
@@ -82,7 +83,7 @@ def recovery_table(records: list[dict[str, Any]]) -> str:
         head = r.get("headline") or {}
         lead = " / ".join((head.get(k) or {}).get("attack", "–") for k in ("replaced", "all"))
         inv = r.get("inversion_model") or {}
-        loss = f"{inv['final_loss']:.3f}" if inv.get("final_loss") is not None else "–"
+        loss = f"{final_loss(inv)[0]:.3f}" if inv.get("final_loss") is not None else "–"
         out.append(
             f"| {r.get('label', r['mechanism'])} | {r['epsilon']:g} | {100 * r['replacement_rate']:.1f} | "
             + " | ".join(cells)
@@ -222,6 +223,19 @@ def group_table(record: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def final_loss(info: dict[str, Any]) -> tuple[float, int]:
+    """The inversion model's final training loss as the summaries quote it: the last full block's mean and its
+    length in steps (a tail of fewer than ``check_every`` steps after it is too short to read alone)."""
+    curve = info.get("loss_curve") or []
+    every = int((info.get("budget") or {}).get("check_every", 25))
+    if len(curve) >= 2 and curve[-1]["step"] - curve[-2]["step"] < every:
+        return float(curve[-2]["loss"]), every
+    if curve:
+        prev = curve[-2]["step"] if len(curve) >= 2 else 0
+        return float(curve[-1]["loss"]), int(curve[-1]["step"] - prev)
+    return float(info["final_loss"]), 0
+
+
 def inversion_summary(record: dict[str, Any]) -> str:
     """The inversion model's budget, stop and loss curve (one record)."""
     info = record.get("inversion_model")
@@ -236,7 +250,8 @@ def inversion_summary(record: dict[str, Any]) -> str:
         f"length {b['max_length']}, lr {b['lr']:g} (head {b['head_lr']:g}), {b['batch_rows']} windows a step"
         + (f", at most {b['max_minutes']:g} minutes" if b.get("max_minutes") else "")
         + f"; ran {info['steps']} steps ({info['epochs_run']} epoch(s), {info['train_s'] / 60:.1f} min), stopped by "
-        f"{info['stopped']}; final training loss {info['final_loss']:.3f}.\n\nLoss curve (step: mean loss of the "
+        f"{info['stopped']}; final training loss {final_loss(info)[0]:.3f} (mean of the last {final_loss(info)[1]} "
+        f"steps).\n\nLoss curve (step: mean loss of the "
         f"last {b['check_every']} steps): {pts}.\n"
     )
 
