@@ -312,6 +312,12 @@ def _num(x: float | None) -> float | None:
     return float(x)
 
 
+def _recovery(a: dict[str, Any]) -> str:
+    """``62.6 % [62.1, 63.0]``: a measured recovery with its 95 % interval."""
+    lo, hi = a["ci95"]
+    return f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
 def recovery_statement(entry: dict[str, Any]) -> str:
     """One sentence: what each named attack recovered, with 95 % intervals, where it was measured, and that this is
     a lower bound on leakage (a stronger attack can recover more; docs/attacks.md §8)."""
@@ -320,29 +326,24 @@ def recovery_statement(entry: dict[str, Any]) -> str:
     for name in ("identity", "bayes", "contextual", "inversion"):
         a = entry["attacks"].get(name)
         if a:
-            lo, hi = a["ci95"]
-            parts.append(f"{name} {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]")
+            parts.append(f"{name} {_recovery(a)}")
             best = max(best or (a["value"], name), (a["value"], name))
-    strongest = f"; strongest: {best[1]}" if best else ""
-    replaced = ""
+    extra = [f"; strongest: {best[1]}"] if best else []
     if entry.get("replaced"):  # the replaced tokens' recovery, by the attack strongest there
         name, a = max(entry["replaced"].items(), key=lambda kv: kv[1]["value"])
-        lo, hi = a["ci95"]
-        replaced = (
-            f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered "
-            f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] (the strongest there)"
+        extra.append(
+            f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered {_recovery(a)} "
+            "(the strongest there)"
         )
     ids = entry.get("identifiers")
     if ids and ids.get("attacks"):  # identifiers kept whole, by the attack strongest on them
         name, a = max(ids["attacks"].items(), key=lambda kv: kv[1]["value"])
-        lo, hi = a["ci95"]
-        replaced += (
-            f"; identifiers recovered whole (every token): {100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] "
-            f"by {name} ({ids['set']}; {ids['record']})"
+        extra.append(
+            f"; identifiers recovered whole (every token): {_recovery(a)} by {name} ({ids['set']}; {ids['record']})"
         )
     return (
         f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
-        f"{strongest}{replaced} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
+        f"{''.join(extra)} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
         "docs/attacks.md); a stronger attack can recover more"
     )
 

@@ -315,6 +315,14 @@ def test_recipe_family_pool(tmp_path: Path) -> None:
     path.write_text(body % "families")
     with pytest.raises(InvalidParameterError, match="inversion_pool must be a list of ε, 'family' or a mapping"):
         load_attack_recipe(path)
+    for bad, match in [
+        ("private_split: 1.5", "private_split must be a fraction in"),
+        ("private_split: half", "private_split must be a fraction in"),
+        ("public_ngram: 0", "public_ngram must be a positive number of words"),
+    ]:  # refused on loading, before any task is read
+        path.write_text(body % "family" + bad + "\n")
+        with pytest.raises(InvalidParameterError, match=match):
+            load_attack_recipe(path)
 
 
 def test_cli_attack_inversion(tmp_path: Path, tiny_bert: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks import TASKS, chance_accuracy
-from .records import read_records
+from .records import inversion_model_id, inversion_pool, read_records
 
 
 __all__ = ["plot_attacks", "attack_figures"]
@@ -154,11 +154,9 @@ def _inversion_curves(records: list[dict[str, Any]]) -> dict[str, list[dict[str,
     out: dict[str, list[dict[str, float]]] = {}
     seen: set[str] = set()
     for r in sorted(records, key=lambda r: (r.get("label", r["mechanism"]), r["epsilon"])):
-        info = r.get("inversion_model") or {}
-        curve = info.get("loss_curve")
-        if not curve or repr(curve) in seen:
+        model = inversion_model_id(r)
+        if model is None or model in seen:
             continue
-        seen.add(repr(curve))
-        pool = info.get("pool") or [r["epsilon"]]
-        out[f"{r.get('label', r['mechanism'])}, ε ∈ {{{', '.join(f'{e:g}' for e in pool)}}}"] = curve
+        seen.add(model)
+        out[f"{r.get('label', r['mechanism'])}, ε ∈ {{{inversion_pool(r)}}}"] = r["inversion_model"]["loss_curve"]
     return out

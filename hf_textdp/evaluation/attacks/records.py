@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 
-__all__ = ["read_records"]
+__all__ = ["inversion_model_id", "inversion_pool", "read_records"]
 
 
 def read_records(folder: str | Path) -> list[dict[str, Any]]:
@@ -18,3 +18,16 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict) and "attacks" in rec and "recovery_top1" in rec:
             out.append(rec)
     return out
+
+
+def inversion_model_id(record: dict[str, Any]) -> str | None:
+    """Which trained inversion model a record used (one pooled over a family's ε serves several records): its
+    loss curve, serialised; ``None`` for a record without one."""
+    curve = (record.get("inversion_model") or {}).get("loss_curve")
+    return json.dumps(curve, sort_keys=True) if curve else None
+
+
+def inversion_pool(record: dict[str, Any]) -> str:
+    """The ε the record's inversion model was trained on, as the summaries print them (``40, 60, 80, 120``)."""
+    info = record.get("inversion_model") or {}
+    return ", ".join(f"{e:g}" for e in (info.get("pool") or [record["epsilon"]]))

@@ -528,15 +528,16 @@ _POOLED: dict[str, InversionAttack] = {}
 def _inversion_key(
     config: PrivatizerConfig, settings: AttackSettings, victim: Privatizer, train_texts: Sequence[str]
 ) -> str:
-    """What a trained inversion model depends on, hashed: the configuration less ε, the pool, the budget, the
-    attacker's key, the space and the public rows (never a private row or the victim's key), and the versions."""
+    """What a trained inversion model depends on, hashed: the configuration (less ε for a model pooled over several),
+    the pool, the budget, the attacker's key, the space and the public rows (never a private row or the victim's
+    key), and the versions."""
     import transformers
 
     from ...version import __version__
 
     h = hashlib.sha256(b"hf_textdp/attacks/inversion/v1\x00")
     parts = (
-        repr(replace(config, epsilon=1.0)),
+        repr(replace(config, epsilon=1.0) if settings.inversion_pool else config),
         repr(settings.inversion_pool),
         repr(settings.budget()),
         str(settings.attacker_seed),
@@ -562,7 +563,7 @@ def _inversion(
     a model kept in the cache (``settings.inversion_cache``) is read back instead of trained again."""
     budget = settings.budget()
     pool = settings.inversion_pool
-    key = _inversion_key(config, settings, victim, train_texts if pool else [f"ε={config.epsilon!r}", *train_texts])
+    key = _inversion_key(config, settings, victim, train_texts)
     if pool and key in _POOLED:
         say(f"inversion: the model pooled over ε ∈ {list(pool)} is reused")
         return _POOLED[key]

@@ -12,7 +12,7 @@ from ...candidates import ALL_SCRIPTS, parse_candidates
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...release import config_key
-from .records import read_records
+from .records import inversion_model_id, inversion_pool, read_records
 
 
 __all__ = [
@@ -242,6 +242,7 @@ def inversion_summary(record: dict[str, Any]) -> str:
     if not info:
         return ""
     b = info["budget"]
+    loss, steps = final_loss(info)
     curve = info.get("loss_curve") or []
     pts = ", ".join(f"{c['step']}: {c['loss']:.2f}" for c in curve)
     return (
@@ -250,7 +251,7 @@ def inversion_summary(record: dict[str, Any]) -> str:
         f"length {b['max_length']}, lr {b['lr']:g} (head {b['head_lr']:g}), {b['batch_rows']} windows a step"
         + (f", at most {b['max_minutes']:g} minutes" if b.get("max_minutes") else "")
         + f"; ran {info['steps']} steps ({info['epochs_run']} epoch(s), {info['train_s'] / 60:.1f} min), stopped by "
-        f"{info['stopped']}; final training loss {final_loss(info)[0]:.3f} (mean of the last {final_loss(info)[1]} "
+        f"{info['stopped']}; final training loss {loss:.3f} (mean of the last {steps} "
         f"steps).\n\nLoss curve (step: mean loss of the "
         f"last {b['check_every']} steps): {pts}.\n"
     )
@@ -317,12 +318,11 @@ def write_attack_summary(folder: str | Path) -> Path:
         )
         models: dict[str, str] = {}  # one pooled inversion model serves several records: described once
         for r in sorted(detailed, key=lambda r: (r.get("label", ""), r["epsilon"])):
-            about = inversion_summary(r)
-            same = json.dumps((r.get("inversion_model") or {}).get("step_losses"))
-            if about and same in models:
-                about = f"Inversion model: the one pooled over ε ∈ {models[same]} (described above).\n"
-            elif about:
-                models[same] = ", ".join(f"{e:g}" for e in (r["inversion_model"].get("pool") or [r["epsilon"]]))
+            about, model = inversion_summary(r), inversion_model_id(r)
+            if model is not None and model in models:
+                about = f"Inversion model: the one pooled over ε ∈ {models[model]} (described above).\n"
+            elif model is not None:
+                models[model] = inversion_pool(r)
             text += group_table(r) + "\n" + about + "\n"
             if r.get("command"):
                 text += f"Command: `{r['command']}`; wall time {r.get('wall_s', 0) / 60:.1f} min.\n\n"
