@@ -255,6 +255,40 @@ def test_inversion_pool_reuses_one_model(tiny_bert: str) -> None:
         run_attack(bad, corpus(10, seed=1), corpus(100, seed=2), settings=settings)
 
 
+def test_pooled_run_releases_only_the_rows_bayes_reads(tiny_bert: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooled inversion model releases its own rows per ε, so the single-ε training split releases only the
+    ``train_rows`` that Bayes and the contextual model read; rows are keyed by index, so those rows are the first
+    rows of the longer release (a release keyed by batch position would fail the equality below)."""
+    from hf_textdp import Privatizer
+    from hf_textdp.evaluation.attacks import run as run_module
+    from hf_textdp.evaluation.attacks.run import first_rows
+
+    config = PrivatizerConfig(mechanism="madlib", epsilon=100.0, model=tiny_bert)
+    texts = corpus(60, seed=3)
+    priv = Privatizer(config, seed=2**40 + 9, split="s", allow_weak_seed=True)
+    whole = first_rows(run_module.release_corpus(priv, texts, batch_rows=7, keep_rows=True), 25)
+    part = run_module.release_corpus(priv, texts[:25], batch_rows=1000, keep_rows=True)
+    assert np.array_equal(whole.inputs, part.inputs) and np.array_equal(whole.released, part.released)
+    assert np.array_equal(whole.row_sizes, part.row_sizes)
+
+    sizes: list[int] = []
+    real = run_module.release_corpus
+
+    def spy(p: Privatizer, rows: list[str], **kw: object) -> ReleasedCorpus:
+        sizes.append(len(rows))
+        return real(p, rows, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_module, "release_corpus", spy)
+    settings = AttackSettings(
+        **{**FAST, "train_rows": 50}, contextual=False, inversion_rows=120, inversion_epochs=1, inversion_pool=(100.0,)
+    )
+    run_attack(config, corpus(20, seed=1), corpus(400, seed=2), settings=settings)
+    assert sizes[:3] == [20, 200, 50]  # private, statistics, training split: train_rows of the 100 training rows
+    sizes.clear()
+    run_attack(config, corpus(20, seed=1), corpus(400, seed=2), settings=replace(settings, inversion_pool=()))
+    assert sizes[:3] == [20, 200, 100]  # a single-ε model reads every training row
+
+
 def test_inversion_model_is_kept_in_the_cache(tiny_bert: str, private_textdp_cache: Path) -> None:
     """A second run with the same public rows and budget reads the trained model back (same predictions, no
     training); another budget, or the cache switched off, trains anew."""

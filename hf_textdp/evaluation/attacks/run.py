@@ -331,8 +331,13 @@ def run_attack(
     logp = log_prior(counts, settings.prior_alpha)
     frequent = frequent_mask(counts, settings.content_top)
     prior_top = np.argsort(-counts, kind="stable")[:5]
+    # Bayes tuning and the contextual model read the first train_rows; a single-ε inversion model reads them all (a
+    # pooled one releases its own). Rows are keyed by index, so the first rows are the same either way.
+    n_released = len(train_texts) if settings.inversion and not settings.inversion_pool else settings.train_rows
     train_all = (
-        release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts, keep_rows=True) if train_texts else None
+        release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts[:n_released], keep_rows=True)
+        if train_texts
+        else None
     )
     train = first_rows(train_all, settings.train_rows) if train_all is not None else None
     hold = (
