@@ -37,10 +37,10 @@ hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
 # The attacks on the default candidate set (the model's language), MR split in halves (1,987 private rows; the other
 # half public, public rows sharing 8 words in a row with the private half dropped; results/attacks_v2, issue 40):
 # madlib, tem and privemb at 4 ε each with an inversion model per family (pooled over its ε, kept in the cache):
-# 58 minutes on 2 CPU cores with bf16, nothing else running (2026-11-28); then the six other families without
-# inversion (about 27 minutes); then identifier recovery, which reads the three inversion models back (3 minutes)
+# 58 minutes on 2 CPU cores with bf16, nothing else running (2026-11-28); then the six other families with theirs
+# (110 minutes); then identifier recovery, which reads the three inversion models back (3 minutes)
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_mr_v2.yaml --output results/
-hf-textdp attack --recipe recipes/attacks_mr_v2_other.yaml --output results/
+OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_mr_v2_other.yaml --output results/
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp attack --recipe recipes/attacks_identifiers_mr.yaml --output results/
 # the table privacy reports and cards quote (hf_textdp/io/attack_table.py), from those records
 python -c "from hf_textdp.evaluation.attacks.summary import write_package_table as w; w(['results/attacks', 'results/attacks_v2'], 'hf_textdp/data/attack_table.json', 'results/attacks_identifiers')"
