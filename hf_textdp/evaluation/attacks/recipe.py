@@ -9,7 +9,7 @@ summary table and the plots are drawn from all the records there.
 An ``identifiers`` block (``rows``, ``seed``, optional ``kinds``, ``per_row``) makes the private set the
 identifier-bearing set (identifier_rows.py): the records then hold ``identifiers`` (the set, no text) and
 ``spans`` (whole-identifier recovery per attack and per kind) and ``selection`` (``"uniform"``: every candidate
-token privatized; a selective release is a privatizer option, recorded there when it exists).
+token privatized; a privatizer entry has no ``sensitive`` setting yet, so no recipe releases selectively).
 
 ``private_split`` (a fraction): the private task's rows are split with the seed; that share stays private (the
 pool ``max_private_rows`` and the identifier rows are drawn from), the rest joins the public text, so the adversary
