@@ -235,6 +235,22 @@ def test_recovery_table_cells(madlib_record: dict) -> None:
     assert recovery_table([{k: v for k, v in rec.items() if k != "groups"}]) == ""
 
 
+def test_inversion_model_id_keeps_families_apart() -> None:
+    """Records of one pooled model share an id; two families whose models trained alike (same curve, wall times
+    included) do not, so the summaries describe and draw each family's model."""
+    from hf_textdp.evaluation.attacks.records import inversion_model_id
+
+    curve = [{"step": 100, "loss": 0.9, "s": 50.0}]
+    model = {"loss_curve": curve, "pool": [150.0, 200.0]}
+    laplace = [
+        {"label": "laplace", "mechanism": "laplace", "epsilon": e, "inversion_model": model} for e in (150.0, 200.0)
+    ]
+    twin = dict(laplace[0], label="truncated_laplace", mechanism="truncated_laplace")
+    assert inversion_model_id(laplace[0]) == inversion_model_id(laplace[1]) is not None
+    assert inversion_model_id(twin) != inversion_model_id(laplace[0])
+    assert inversion_model_id({"label": "x", "mechanism": "x", "epsilon": 1.0}) is None
+
+
 def test_inversion_pool_reuses_one_model(tiny_bert: str) -> None:
     settings = AttackSettings(
         **FAST, contextual=False, inversion_rows=100, inversion_epochs=1, inversion_pool=(100.0, 200.0)

@@ -21,10 +21,15 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def inversion_model_id(record: dict[str, Any]) -> str | None:
-    """Which trained inversion model a record used (one pooled over a family's ε serves several records): its
-    loss curve, serialised; ``None`` for a record without one."""
-    curve = (record.get("inversion_model") or {}).get("loss_curve")
-    return json.dumps(curve, sort_keys=True) if curve else None
+    """Which trained inversion model a record used (one pooled over a family's ε serves several records): the
+    record's privatizer label, the model's pool and its loss curve, serialised; ``None`` for a record without one.
+    The label keeps two families apart whose models trained alike (laplace and truncated_laplace release the same
+    tokens at ε = 150–350, and training is deterministic: only the curves' wall times would tell them apart)."""
+    info = record.get("inversion_model") or {}
+    curve = info.get("loss_curve")
+    if not curve:
+        return None
+    return json.dumps([record.get("label", record["mechanism"]), inversion_pool(record), curve], sort_keys=True)
 
 
 def inversion_pool(record: dict[str, Any]) -> str:
