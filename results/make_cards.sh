@@ -2,11 +2,14 @@
 # Render the results cards (model-index) of every results folder into model_cards/, and the summary table.
 set -eu
 export HF_HUB_OFFLINE=1
-for d in results/*/; do
-  name=$(basename "$d")
-  # only folders of `hf-textdp evaluate` results have a results card (results/attacks has its own README)
-  python -c "import sys; from hf_textdp.cards import is_results_folder; sys.exit(not is_results_folder(sys.argv[1]))" "$d" \
-    || continue
-  hf-textdp card "$d" --output "model_cards/results_${name}.md" --overwrite
+# the folders of `hf-textdp evaluate` results, one per line (results/attacks and the like have their own README);
+# an import error stops the script here instead of skipping every folder
+folders=$(python -c "
+import glob
+from hf_textdp.integrations.cards import is_results_folder
+print('\n'.join(d for d in sorted(glob.glob('results/*/')) if is_results_folder(d)))
+")
+for d in $folders; do
+  hf-textdp card "$d" --output "model_cards/results_$(basename "$d").md" --overwrite
 done
 python -c "from hf_textdp.evaluation.summary import write_summary; print(write_summary('results'))"
