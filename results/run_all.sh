@@ -17,6 +17,9 @@ done
 # The full SentEval protocol, one recipe per mechanism family, all units of the seven recipes spread
 # over 2 worker processes (results/full); about 80 minutes on 2 shared cores
 hf-textdp evaluate recipes/full_*.yaml --output results/ --jobs 2
+# The headline units of results/full rerun on today's code (issue 43, results/v2_full): madlib eps 40-120,
+# madlib+rank 80, tem 15, privemb 50 on the five tasks; 14 minutes on one core (2026-11-28)
+hf-textdp evaluate recipes/v2_full.yaml --output results/ --jobs 2
 # seed 001: the noise variance itself (laplace.md §8.6), about 1 minute
 python -m hf_textdp.evaluation.noise --epsilons 0.05,0.1,1,10 --deltas 1e-5,1e-6 --n-tokens 4000 \
   --output results/seed_claims/noise_variance.json
@@ -27,10 +30,12 @@ hf-textdp evaluate recipes/madlib_seeds.yaml --output results/ --jobs 2
 hf-textdp evaluate recipes/finetune_full.yaml --output results/
 # Whole-model fine-tuning on the full TREC-6 training set until the cap of 3 epochs (plateau rule: < 2 %), with a
 # loss-threshold membership attack on every model (issue 43, results/finetune_converged): 26 models (2 clean, 4
-# private cells x 3 noise x 2 training seeds), 592-1,670 s each on 2 threads on the 2 shared, loaded cores
-# (2026-11-28, the lead's jobs in the foreground), 273 s on a quiet machine; 6 of 26 ran (cut at 08:53 UTC after 5,
-# the 6th at 09:53-09:59 UTC, then stopped again), see results/finetune_converged/README.md for what ran
+# private cells x 3 noise x 2 training seeds), 11,985 s of model time in all (2026-11-28): 141-150 s a model on 2
+# threads of a quiet machine, 239-267 s on one thread with another job on the other core
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged.yaml --output results/
+# The same on MR with a fixed 90/10 split (results/finetune_converged_mr): 26 models, about 13 minutes each on one
+# thread with another job on the other core (MR rows are twice as long and 1.8 times as many); 2 clean and 5 of the 6 madlib eps=80 models ran (2026-11-28), the run was stopped there
+OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged_mr.yaml --output results/
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
