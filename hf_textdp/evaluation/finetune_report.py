@@ -77,11 +77,13 @@ def converged_table(results: list[dict[str, Any]], below: str = "†") -> list[s
             f"| {sum(float(m['wall_s']) for m in models):.0f} |"
         )
     chance = {r["task"]: r["chance"] for r in results}
+    classes = {t: TASKS[t].num_labels for t in chance}
+    uniform = ", ".join(f"ln {k} = {math.log(k):.2f} for {t}" for t, k in sorted(classes.items()))
     rows += [
         "",
         "Mean ± sample std over the models of a cell (noise × training seeds; clean: training seeds). "
-        "final loss: the mean training loss of the last epoch, ln K in brackets (ln 6 = 1.79 for TREC-6, a uniform "
-        "guess). epochs (plateau): epochs run (models that stopped on the plateau rule / models). MIA: loss-threshold "
+        f"final loss: the mean training loss of the last epoch, ln K in brackets ({uniform}, a uniform guess). "
+        "epochs (plateau): epochs run (models that stopped on the plateau rule / models). MIA: loss-threshold "
         "attack, members = a fixed draw of training rows, non-members = as many test rows; original = both scored on "
         "their clean text, privatized = members on the private text the model was trained on, non-members on the "
         "privatized test text; brackets = the mean over models of the 95 % bootstrap bounds. unit s: wall time of "
