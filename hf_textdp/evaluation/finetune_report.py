@@ -1,11 +1,15 @@
-"""The table of converged fine-tunes (finetune_full.py records with ``epoch_losses`` and ``membership``):
-accuracy, final training loss beside ln(classes), epochs run and the loss-threshold membership attack,
-mean ± sample std over the models (noise × training seeds) of each cell."""
+"""The tables of converged fine-tunes (finetune_full.py records with ``epoch_losses`` and ``membership``):
+accuracy, final training loss beside ln(classes), epochs run and the loss-threshold membership attack, as
+mean ± sample std over the models (noise × training seeds) of each cell (:func:`converged_table`) and one row
+per model (:func:`per_model_table`); :func:`folder_tables` renders both for a results folder."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +17,7 @@ import numpy as np
 from .tasks import TASKS
 
 
-__all__ = ["converged_table"]
+__all__ = ["converged_table", "folder_tables", "per_model_table"]
 
 
 def _ms(values: list[float], digits: int = 1) -> str:
@@ -91,3 +95,65 @@ def converged_table(results: list[dict[str, Any]], below: str = "†") -> list[s
         "of the scored test rows): " + ", ".join(f"{t} {c:.1f} %" for t, c in sorted(chance.items())) + ".",
     ]
     return rows
+
+
+def _one(run: dict[str, Any] | None, key: str, ci: str, scale: float) -> str:
+    """One model's attack figure with its 95 % bootstrap interval."""
+    if not run:
+        return "–"
+    digits = 3 if scale == 1 else 1
+    lo, hi = (float(v) * scale for v in run[ci])
+    return f"{float(run[key]) * scale:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def per_model_table(results: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows, one per trained model: its two accuracies, epoch losses, the attack with its own
+    bootstrap intervals and its wall time. A model is keyed by (task, cell, ε, path, noise seed, training
+    seed); its ``train_only`` (or ``clean``) record carries the training and attack figures. A task column
+    is added when the records span more than one task."""
+    models: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in results:
+        key = (r["task"], r["label"], r["epsilon"], r["path"], r.get("noise_seed"), r.get("train_seed"))
+        models[key][r["setting"]] = r
+    keys = sorted(
+        models,
+        key=lambda k: (k[0], k[1] != "clean", k[1], -1.0 if k[2] is None else k[2], str(k[3]), k[4] or 0, k[5] or 0),
+    )
+    tasks = len({k[0] for k in keys}) > 1
+    head = (
+        "| mechanism | ε | noise seed | training seed | train_only | train_and_test | epoch losses "
+        "| AUC original [95 %] | TPR@1%FPR % original [95 %] | AUC privatized [95 %] "
+        "| TPR@1%FPR % privatized [95 %] | wall s |"
+    )
+    rule = "|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|"
+    rows = ["| task " + head, "|---" + rule] if tasks else [head, rule]
+    for key in keys:
+        task, label, eps, _, noise, train = key
+        m = models[key]
+        main = m.get("clean") or m.get("train_only") or next(iter(m.values()))
+        other = m.get("train_and_test")
+        mia = main.get("membership") or {}
+        losses = " → ".join(f"{float(v):.3f}" for v in main.get("epoch_losses", [])) or "–"
+        second = "–" if other is None else f"{float(other['accuracy']):.1f}"
+        rows.append(
+            ("| " + task + " " if tasks else "")
+            + f"| {label} | {'–' if eps is None else f'{eps:g}'} | {'–' if noise is None else noise} "
+            f"| {'–' if train is None else train} | {float(main['accuracy']):.1f} "
+            f"| {second} | {losses} "
+            f"| {_one(mia.get('original'), 'auc', 'auc_ci', 1)} "
+            f"| {_one(mia.get('original'), 'tpr_at_fpr', 'tpr_ci', 100)} "
+            f"| {_one(mia.get('privatized'), 'auc', 'auc_ci', 1)} "
+            f"| {_one(mia.get('privatized'), 'tpr_at_fpr', 'tpr_ci', 100)} "
+            f"| {float(main['wall_s']):.0f} |"
+        )
+    return rows
+
+
+def folder_tables(folder: str | os.PathLike[str], below: str = "†") -> str:
+    """The cell table and the per-model table of the converged fine-tune records (``*.json``) in ``folder``,
+    as the Markdown its README carries."""
+    results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("*.json"))]
+    results = [r for r in results if "membership" in r]
+    if not results:
+        raise FileNotFoundError(f"no converged fine-tune records (*.json with 'membership') in {str(folder)!r}")
+    return "\n".join([*converged_table(results, below), "", "### Per model", "", *per_model_table(results)]) + "\n"

@@ -10,6 +10,7 @@ import pytest
 
 from hf_textdp.evaluation.convergence import LossLog, plateaued
 from hf_textdp.evaluation.finetune_full import full_table, parse_full, run_full_finetune
+from hf_textdp.evaluation.finetune_report import folder_tables, per_model_table
 from hf_textdp.evaluation.membership import loss_threshold_attack
 from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV
 
@@ -110,3 +111,43 @@ def test_converged_tiny_end_to_end(tiny_bert, shared_dir, tmp_path, monkeypatch)
     table = "\n".join(full_table(list(recs.values())))
     assert "MIA AUC" in table and "| trec | madlib | 50 | once | 2 |" in table and "ln 6 = 1.79" in table
     assert (tmp_path / "ft_conv" / "loss_curves.png").is_file()
+    # the folder's README tables: the cell table, then one row per model with that model's own figures
+    cells, per = folder_tables(tmp_path / "ft_conv").split("### Per model")
+    assert "| trec | madlib | 50 | once | 2 |" in cells
+    rows = [line for line in per.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 4  # 2 clean models, 2 madlib models (their two settings are one model)
+    t_and_t = recs["trec__madlib__eps50__once__seed1111__train0__train_and_test.json"]
+    auc = a["membership"]["original"]["auc"]
+    assert any(
+        row.startswith("| madlib | 50 | 1111 | 0 | ")
+        and f"| {a['accuracy']:.1f} | {t_and_t['accuracy']:.1f} | " in row
+        and f"| {auc:.3f} [" in row
+        for row in rows
+    )
+
+
+def _model(task: str, label: str, setting: str, acc: float, train: int) -> dict:
+    """A converged-fine-tune record with just the fields the tables read."""
+    mia = {"auc": 0.6, "auc_ci": [0.55, 0.65], "tpr_at_fpr": 0.02, "tpr_ci": [0.0, 0.05]}
+    return {
+        "task": task, "label": label, "epsilon": None if label == "clean" else 80.0,
+        "path": None if label == "clean" else "once", "noise_seed": None if label == "clean" else 1111,
+        "train_seed": train, "setting": setting, "accuracy": acc, "epoch_losses": [0.7, 0.5],
+        "membership": {"original": mia}, "wall_s": 10.0,
+    }  # fmt: skip
+
+
+def test_per_model_table_orders_models_and_names_tasks(tmp_path):
+    recs = [
+        _model("trec", "madlib", "train_and_test", 70.0, 1),
+        _model("trec", "madlib", "train_only", 90.0, 1),
+        _model("mr", "clean", "clean", 80.0, 0),
+    ]
+    rows = per_model_table(recs)
+    # two tasks: a task column; clean first within mr, then trec's one madlib model with both accuracies
+    assert rows[0].startswith("| task | mechanism |") and len(rows) == 4
+    assert rows[2].startswith("| mr | clean | – | – | 0 | 80.0 | – | 0.700 → 0.500 | 0.600 [0.550, 0.650] | 2.0 [")
+    assert rows[3].startswith("| trec | madlib | 80 | 1111 | 1 | 90.0 | 70.0 |")
+    assert not per_model_table(recs[2:])[0].startswith("| task")
+    with pytest.raises(FileNotFoundError, match="no converged fine-tune records"):
+        folder_tables(tmp_path)
