@@ -31,7 +31,12 @@ class EvaluateCommand:
         p.add_argument(
             "--jobs", type=int, default=1, help="worker processes sharing the units of all the recipes (default 1)"
         )
-        p.add_argument("--device", default="cpu", help="where the privatizers run: cpu, cuda or cuda:N (default cpu)")
+        p.add_argument(
+            "--device",
+            default="cpu",
+            help="where the privatizers run; for whole-model fine-tune recipes, where the model trains and is "
+            "scored (their privatizers stay on the CPU): cpu, cuda or cuda:N (default cpu)",
+        )
         p.set_defaults(command=EvaluateCommand)
 
     @staticmethod

@@ -146,9 +146,17 @@ def _predict(model: torch.nn.Module, X: npt.NDArray[np.float32]) -> npt.NDArray[
 
 
 def run_finetune(
-    raw: dict[str, Any], output_dir: str | os.PathLike[str], *, recipe_path: Path | None = None, progress: Any = None
+    raw: dict[str, Any],
+    output_dir: str | os.PathLike[str],
+    *,
+    recipe_path: Path | None = None,
+    progress: Any = None,
+    resume: bool = True,
 ) -> list[Path]:
-    """Run a ``finetune`` recipe (see the module docstring); one JSON per (privatizer, ε, setting)."""
+    """Run a ``finetune`` recipe (see the module docstring); one JSON per (privatizer, ε, setting).
+
+    With ``resume`` the results that exist are kept; without it every one is recomputed.
+    """
     say = progress or (lambda msg: None)
     ft = dict(raw["finetune"])
     head_cfg = dict(ft.get("head") or {})
@@ -196,7 +204,7 @@ def run_finetune(
     say(f"finetune: clean features in {time.perf_counter() - t0:.0f} s")
     written = []
     clean_path = out_dir / result_name(data.spec.name, None, None, "clean")
-    if not clean_path.exists():
+    if not (resume and clean_path.exists()):
         head = train_head(clean["train"], y_tr, num_labels=n_labels, seed=seed, **head_cfg)
         a = acc(head, clean["test"], y_te)
         mean, std, kind = summarize([a], y_te.size, False)
@@ -223,7 +231,7 @@ def run_finetune(
             paths = {
                 s: out_dir / result_name(data.spec.name, spec.name, eps, s) for s in ("train_only", "train_and_test")
             }
-            if all(p.exists() for p in paths.values()):
+            if resume and all(p.exists() for p in paths.values()):
                 written.extend(paths.values())
                 continue
             cfg = PrivatizerConfig(

@@ -13,8 +13,10 @@ training noise). The training text takes one of two paths:
 Each unit is (task, privatizer, ε, noise seed, path), or (task, training seed) for clean; it writes one
 JSON per setting (``{task}__{label}__eps{ε}__{path}__seed{s}__{setting}.json``) and is skipped when
 they exist, so a killed run resumes. Records hold accuracy, the measured replacement rate (share of
-privatized positions whose id changed, after truncation), the budget and the wall time; never text,
-ids or a private seed (the noise seeds are public benchmark seeds, ``allow_weak_seed=True``).
+privatized positions whose id changed, after truncation), the budget, the device and the wall time; never
+text, ids or a private seed (the noise seeds are public benchmark seeds, ``allow_weak_seed=True``).
+``device`` (``hf-textdp evaluate --device``) is where the model trains and is scored; the privatizers run
+on the CPU, so a unit's private text is the same on every device.
 
 Recipe layout (``recipes/finetune_full.yaml``)::
 
@@ -35,6 +37,7 @@ MR, CR and MPQA have no test split: a stratified held-out split of ``test_rows``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -49,7 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import PrivatizerConfig
+from ..config import PrivatizerConfig, parse_device_name
+from ..errors import InvalidParameterError
 from ..io.models import resolve_model
 from ..space import DEFAULT_MODEL
 from .common import provenance, recipe_from_dict, recipe_root, save_result, versions
@@ -291,6 +295,7 @@ def _logits(model: Any, ids: list[list[int]], pad_id: int, batch_size: int) -> t
     """``[rows, classes]`` logits of ``model`` on token-id rows, in row order (batched by similar length)."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = torch.zeros((len(ids), int(model.config.num_labels)), dtype=torch.float32)
+    where = next(model.parameters()).device
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
@@ -302,7 +307,7 @@ def _logits(model: Any, ids: list[list[int]], pad_id: int, batch_size: int) -> t
             for k, r in enumerate(rows):
                 x[k, : len(r)] = torch.tensor(r)
                 mask[k, : len(r)] = 1
-            out[chunk] = model(input_ids=x, attention_mask=mask).logits.float()
+            out[chunk] = model(input_ids=x.to(where), attention_mask=mask.to(where)).logits.float().cpu()
     return out
 
 
@@ -333,6 +338,7 @@ def _train(
     seed: int,
     num_labels: int,
     callbacks: list[Any] | None = None,
+    device: str = "cpu",
     **extra: Any,
 ) -> tuple[Any, float, dict[str, Any]]:
     """Fine-tune every layer and a new head with ``Trainer``; (model, mean training loss, loss record).
@@ -360,7 +366,7 @@ def _train(
             warmup_steps=budget.warmup_ratio,
             lr_scheduler_type="linear",
             seed=seed,
-            use_cpu=True,
+            use_cpu=device == "cpu",
             save_strategy="no",
             logging_strategy="no",
             report_to=[],
@@ -391,7 +397,13 @@ def _train(
 
 
 def _run_unit(
-    unit: Unit, splits: dict[str, _Split], rec: FullRecipe, model_dir: str, tokenizer: Any, num_labels: int
+    unit: Unit,
+    splits: dict[str, _Split],
+    rec: FullRecipe,
+    model_dir: str,
+    tokenizer: Any,
+    num_labels: int,
+    device: str = "cpu",
 ) -> dict[str, dict[str, Any]]:
     """Train one model and score it; the records by setting."""
     from datasets import Dataset
@@ -440,7 +452,9 @@ def _run_unit(
             extra = {"remove_unused_columns": False, "callbacks": [PrivacyAccountingCallback(inner)]}
     callbacks = extra.pop("callbacks", None)
     seconds_privatize = time.perf_counter() - t0
-    model, loss, curve = _train(model_dir, dataset, collator, b, unit.train_seed, num_labels, callbacks, **extra)
+    model, loss, curve = _train(
+        model_dir, dataset, collator, b, unit.train_seed, num_labels, callbacks, device=device, **extra
+    )
     if unit.path == "on_the_fly":
         changed, total = collator.changed, collator.total
         training = collator.inner.privacy_report()["training"]
@@ -473,6 +487,7 @@ def _run_unit(
         "chance": _chance(unit.task, len(test.ids)),
         "budget": asdict(b),
         "model": rec.model,
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "training_loss": loss,
         **curve,
         "wall_s": round(wall, 1),
@@ -542,10 +557,19 @@ def run_full_finetune(
     recipe_path: Path | None = None,
     progress: Callable[[str], None] | None = None,
     only: Callable[[Unit], bool] | None = None,
+    device: str = "cpu",
+    resume: bool = True,
 ) -> list[Path]:
-    """Run a full fine-tuning recipe (module docstring); resumable. Returns the result files that exist."""
+    """Run a full fine-tuning recipe (module docstring). Returns the result files that exist.
+
+    ``device``: where the model trains and is scored (``cpu``, ``cuda`` or ``cuda:N``). With ``resume`` the
+    units whose files exist are skipped; without it every unit is recomputed.
+    """
     from transformers import AutoTokenizer
 
+    parse_device_name(device)
+    if device != "cpu" and not torch.cuda.is_available():
+        raise InvalidParameterError(f"device={device!r}, but torch sees no CUDA device here; use device='cpu'.")
     say = progress or (lambda msg: None)
     rec = parse_full(raw)
     out_dir = Path(output_dir)
@@ -559,13 +583,17 @@ def run_full_finetune(
     todo = [u for u in rec.units if only is None or only(u)]
     for n, unit in enumerate(todo, 1):
         paths = [out_dir / f for f in unit.files()]
-        if all(p.exists() for p in paths):
+        if resume and all(p.exists() for p in paths):
             written += paths
             continue
         task = next(t for t in rec.tasks if t["name"] == unit.task)
         if unit.task not in splits:
             splits[unit.task] = _load_splits(rec, task, tokenizer, root)
-        records = _run_unit(unit, splits[unit.task], rec, model_dir, tokenizer, TASKS[unit.task].num_labels)
+        on = torch.cuda.device(torch.device(device)) if device != "cpu" else contextlib.nullcontext()
+        with on:
+            records = _run_unit(
+                unit, splits[unit.task], rec, model_dir, tokenizer, TASKS[unit.task].num_labels, device
+            )
         for setting, record in records.items():
             path = out_dir / unit.file(setting)
             save_result(path, {**record, "recipe": recipe_info, "versions": versions(), "command": command})

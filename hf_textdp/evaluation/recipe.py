@@ -520,7 +520,7 @@ def run_recipes(
         results.append((folder, _result_files(recipe, folder)))
         _plot(folder)
     for p in finetunes:
-        results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, summary=False))
+        results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, device=device, summary=False))
     write_summary(Path(output_root))
     if failures:
         raise RuntimeError(f"{len(failures)} recipe unit(s) failed:\n" + "\n".join(failures))
@@ -567,9 +567,14 @@ def run_recipe_file(
         key = "results_folder" if raw.get("results_folder") else "name"
         folder = folder_inside(output_root, str(raw.get(key) or p.stem), key)
         if (raw["finetune"] or {}).get("mode") == "full":  # the whole model, Trainer (finetune_full.py)
-            written = run_full_finetune(raw, folder, recipe_path=p, progress=progress)
+            written = run_full_finetune(raw, folder, recipe_path=p, progress=progress, device=device, resume=resume)
         else:
-            written = run_finetune(raw, folder, recipe_path=p, progress=progress)
+            if device != "cpu":
+                raise InvalidParameterError(
+                    f"device={device!r}: a frozen-encoder finetune recipe ({p}) runs on the CPU only; "
+                    "use device='cpu' (whole-model recipes, finetune: {mode: full}, take a CUDA device)."
+                )
+            written = run_finetune(raw, folder, recipe_path=p, progress=progress, resume=resume)
             _plot(folder)
     else:
         recipe = load_recipe(p)
