@@ -36,6 +36,10 @@ OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converge
 # The same on MR with a fixed 90/10 split (results/finetune_converged_mr): 26 models, about 13 minutes each on one
 # thread with another job on the other core (MR rows are twice as long and 1.8 times as many); 2 clean and 5 of the 6 madlib eps=80 models ran (2026-11-28), the run was stopped there
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged_mr.yaml --output results/
+# MR with a cap of 10 epochs (results/finetune_converged_mr_long): 4 models, 59-68 s each on one NVIDIA H200
+# (2026-11-28; 4 min 36 s in all); it runs on the CPU where there is no CUDA device (about 45 minutes a model)
+device=$(python -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')
+hf-textdp evaluate recipes/finetune_converged_mr_long.yaml --output results/ --device "$device"
 # What an attacker recovers (results/attacks, docs/attacks.md): every family on 4,000 MR rows with the
 # other SentEval tasks as public text; about 60 minutes on 2 shared cores
 hf-textdp attack --recipe recipes/attacks_mr.yaml --output results/
