@@ -34,7 +34,8 @@ hf-textdp evaluate recipes/finetune_full.yaml --output results/
 # threads of a quiet machine, 239-267 s on one thread with another job on the other core
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged.yaml --output results/
 # The same on MR with a fixed 90/10 split (results/finetune_converged_mr): 26 models, about 13 minutes each on one
-# thread with another job on the other core (MR rows are twice as long and 1.8 times as many); 2 clean and 5 of the 6 madlib eps=80 models ran (2026-11-28), the run was stopped there
+# thread with another job on the other core (MR rows are twice as long and 1.8 times as many): 765-862 s a model,
+# 20,808 s of model time in all (2026-11-28)
 OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 hf-textdp evaluate recipes/finetune_converged_mr.yaml --output results/
 # MR with a cap of 10 epochs (results/finetune_converged_mr_long): 4 models, 59-68 s each on one NVIDIA H200
 # (2026-11-28; 4 min 36 s in all); it runs on the CPU where there is no CUDA device (about 45 minutes a model)
