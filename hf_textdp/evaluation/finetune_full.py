@@ -52,10 +52,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import PrivatizerConfig, parse_device_name
-from ..errors import InvalidParameterError
+from ..config import PrivatizerConfig
 from ..io.models import resolve_model
-from ..space import DEFAULT_MODEL
+from ..space import DEFAULT_MODEL, parse_device
 from .common import provenance, recipe_from_dict, recipe_root, save_result, versions
 from .plots import plot_loss_curves
 from .tasks import TASKS, _stratified_subsample, chance_accuracy, load_task
@@ -567,9 +566,7 @@ def run_full_finetune(
     """
     from transformers import AutoTokenizer
 
-    parse_device_name(device)
-    if device != "cpu" and not torch.cuda.is_available():
-        raise InvalidParameterError(f"device={device!r}, but torch sees no CUDA device here; use device='cpu'.")
+    where = parse_device(device)  # the name, and CUDA's presence for a cuda device
     say = progress or (lambda msg: None)
     rec = parse_full(raw)
     out_dir = Path(output_dir)
@@ -589,7 +586,7 @@ def run_full_finetune(
         task = next(t for t in rec.tasks if t["name"] == unit.task)
         if unit.task not in splits:
             splits[unit.task] = _load_splits(rec, task, tokenizer, root)
-        on = torch.cuda.device(torch.device(device)) if device != "cpu" else contextlib.nullcontext()
+        on = torch.cuda.device(where) if where.type == "cuda" else contextlib.nullcontext()
         with on:
             records = _run_unit(
                 unit, splits[unit.task], rec, model_dir, tokenizer, TASKS[unit.task].num_labels, device

@@ -5,15 +5,14 @@ per model (:func:`per_model_table`); :func:`folder_tables` renders both for a re
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..io.results import load_results
 from .tasks import TASKS
 
 
@@ -152,8 +151,7 @@ def per_model_table(results: list[dict[str, Any]]) -> list[str]:
 def folder_tables(folder: str | os.PathLike[str], below: str = "†") -> str:
     """The cell table and the per-model table of the converged fine-tune records (``*.json``) in ``folder``,
     as the Markdown its README carries."""
-    results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("*.json"))]
-    results = [r for r in results if "membership" in r]
+    results = [r for r in load_results(os.fspath(folder)) if "membership" in r]
     if not results:
         raise FileNotFoundError(f"no converged fine-tune records (*.json with 'membership') in {str(folder)!r}")
     return "\n".join([*converged_table(results, below), "", "### Per model", "", *per_model_table(results)]) + "\n"

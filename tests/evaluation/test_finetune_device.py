@@ -56,7 +56,7 @@ def test_device_errors_name_the_parameter(tiny_bert: str, tmp_path: Path, monkey
     with pytest.raises(InvalidParameterError, match="device must be"):
         finetune_full.run_full_finetune(_raw(tiny_bert), tmp_path, device="gpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(InvalidParameterError, match="torch sees no CUDA device"):
+    with pytest.raises(InvalidParameterError, match="CUDA is not available"):
         finetune_full.run_full_finetune(_raw(tiny_bert), tmp_path, device="cuda")
 
 
