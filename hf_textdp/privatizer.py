@@ -19,21 +19,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, selective_rows
+from .accounting import Totals, selective_rows
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
 from .io.models import model_identity
-from .mechanisms.base import Mechanism
 from .mechanisms.context import RowContext
 from .release import ReleaseEngine
-from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
+from .rng import STREAM_VERSION, validate_secret_seed, validate_split, validate_stream
 from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
-from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
+from .space import CANDIDATE, STRUCTURAL
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger
-from .validation import row_id_fault
+from .validation import check_row_ids
 
 
 __all__ = ["Privatizer"]
@@ -148,57 +147,10 @@ class Privatizer:
             f"model={self.config.model!r}, text_column={self.text_column!r}, {seeded})"
         )
 
-    # ---------------------------------------------------------------- the engine's, for callers of a Privatizer
+    # ---------------------------------------------------------------- the tokens of the engine's space
     def _ensure(self) -> None:
         if self._tokens is None:
             self._tokens = make_tokens(self.engine.space, self.config.passthrough)
-
-    @property
-    def space(self) -> EmbeddingSpace:
-        return self.engine.space
-
-    @property
-    def mechanism(self) -> Mechanism:
-        return self.engine.mechanism
-
-    @property
-    def claim(self) -> Claim:
-        return self.engine.claim
-
-    @property
-    def classes(self) -> list[ClassPart]:
-        """The piece classes released separately (:attr:`ReleaseEngine.classes`)."""
-        return self.engine.classes
-
-    @property
-    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
-        """Each released class with its mechanism (:attr:`ReleaseEngine.class_mechanisms`)."""
-        return self.engine.class_mechanisms
-
-    def class_report(self) -> list[dict[str, Any]] | None:
-        return self.engine.class_report()
-
-    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The privacy report of ``totals`` released with this configuration (:meth:`ReleaseEngine.build_report`)."""
-        return self.engine.build_report(totals, training)
-
-    def release_positions(
-        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
-    ) -> list[torch.Tensor]:
-        """:meth:`ReleaseEngine.release_positions`: already-classified tokens, each row's candidate positions."""
-        return self.engine.release_positions(positions, row_ids, stream=stream)
-
-    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """:meth:`ReleaseEngine.release_keyed` (the GPU release service's handler)."""
-        return self.engine.release_keyed(keys, sizes, positions)
-
-    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
-        """:meth:`ReleaseEngine.release_streams`: the device part of a batch."""
-        return self.engine.release_streams(positions, streams)
-
-    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
-        """:meth:`ReleaseEngine.row_keys`: each row's Philox key."""
-        return self.engine.row_keys(row_ids, stream)
 
     # ---------------------------------------------------------------- public API
     def privatize(
@@ -260,8 +212,7 @@ class Privatizer:
             raw_ids = batch[self.id_column]
             raw_ids = [raw_ids] if single else raw_ids
             at = [indices] if isinstance(indices, int) else indices  # the map's indices name a bad row
-            row_ids = [self._check_id(v, i, at) for i, v in enumerate(raw_ids)]
-            self._check_unique(row_ids, at)
+            row_ids = check_row_ids(raw_ids, self.id_column, column=True, indices=at)
         elif indices is not None:
             row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
         elif self.seed is not None:
@@ -297,28 +248,9 @@ class Privatizer:
                 "For the totals of a whole dataset, save it with privatize_dataset(..., output_dir=...) and read "
                 "privacy_report(output_dir).",
             )
-        return self.build_report(self.totals)
+        return self.engine.build_report(self.totals)
 
     # ---------------------------------------------------------------- the work
-    def _check_id(self, value: Any, i: int, at: Sequence[int] | None) -> int:
-        fault = row_id_fault(value)
-        if fault is not None:
-            raise InvalidRowError(
-                f"{_row_name(i, at)}: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
-            )
-        return int(value)
-
-    def _check_unique(self, row_ids: list[int], at: Sequence[int] | None) -> None:
-        """Refuse a repeated id: two rows with one id share their noise, and comparing their outputs shows where
-        their texts differ (threat_model.md)."""
-        if len(set(row_ids)) < len(row_ids):
-            seen: dict[int, int] = {}
-            for i, r in enumerate(row_ids):
-                if r in seen:
-                    assert self.id_column is not None
-                    raise repeated_id_error(f"{_row_name(seen[r], at)} and {_row_name(i, at)}", self.id_column, r)
-                seen[r] = i
-
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
         for t, r in zip(texts, row_ids, strict=False):
             if not isinstance(t, str):
@@ -493,16 +425,3 @@ class Privatizer:
         # the original text is not released in this mode: the text column becomes empty strings
         result[self.text_column] = ["" for _ in range(n)]
         return result
-
-
-def _row_name(i: int, indices: Sequence[int] | None) -> str:
-    """Row ``i`` of a batch, named by its dataset index where the map passes the indices."""
-    return f"row {i} of the batch" if indices is None else f"row {int(indices[i])}"
-
-
-def repeated_id_error(rows: str, id_column: str, value: int) -> InvalidRowError:
-    """The error for an id that two ``rows`` hold (named, e.g. ``"rows 2 and 6"``): they would share their noise."""
-    return InvalidRowError(
-        f"{rows}: id_column={id_column!r} holds the id {value} twice; ids must be unique (two rows with one id "
-        "would share their noise)."
-    )

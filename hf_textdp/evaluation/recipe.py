@@ -106,7 +106,7 @@ def _privatize_task(
         # public benchmark data with the recipe's public seed (e.g. 1111): not a privacy key, so a small
         # seed is allowed here; never reuse it on private data
         priv = Privatizer(config, seed=seed, split=f"senteval/{data.spec.name}/{split}", allow_weak_seed=True)
-        space = priv.space
+        space = priv.engine.space
         tokens = make_tokens(space)
         out_texts: list[str] = []
         for start in range(0, len(split_texts), recipe.batch_rows):
@@ -136,7 +136,7 @@ def _privatize_task(
     )
     rng = np.random.default_rng(recipe.seed)
     sample = rng.choice(ref.size, size=min(recipe.rank_sample, ref.size), replace=False) if ref.size else ref
-    ranks = rank_of_outputs(priv.space.E, ref[sample], out_ids[sample])
+    ranks = rank_of_outputs(priv.engine.space.E, ref[sample], out_ids[sample])
     diag["rank_histogram"] = rank_histogram(ranks)
     diag["tokens_per_second"] = float(ref.size / seconds) if seconds > 0 else None
     return _Privatized(texts=texts, report=report, diagnostics=diag, seconds=seconds)

@@ -39,7 +39,9 @@ from ..accounting import Totals
 from ..config import PrivatizerConfig
 from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
 from ..utils.logging import get_logger, warn_once
-from .tokenizer import EncodedBatch, PrivateEncoder, PrivateTokenizer, check_row_id
+from ..validation import check_row_ids
+from .encoder import EncodedBatch, PrivateEncoder
+from .tokenizer import PrivateTokenizer
 
 
 __all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
@@ -240,10 +242,12 @@ class DataCollatorWithPrivatization:
 
     @property
     def config(self) -> PrivatizerConfig:
+        """The privatizer configuration (mechanism, ε, model, post-processing)."""
         return self._encoder.config
 
     @property
     def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer that tokenizes the features (the model's, or the one given)."""
         return self._encoder.tokenizer
 
     # ---------------------------------------------------------------- epochs
@@ -362,7 +366,7 @@ class DataCollatorWithPrivatization:
         texts = [f[self.text_column] for f in features]
         pairs = [f[self.text_pair_column] for f in features] if self.text_pair_column is not None else None
         key_col = self._key_column(first)
-        keys = None if key_col is None else [check_row_id(f[key_col], key_col) for f in features]
+        keys = None if key_col is None else check_row_ids([f[key_col] for f in features], key_col)
         if keys is None:
             if self._encoder.seed is not None:
                 raise ColumnNotFoundError(
@@ -429,7 +433,7 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
         if self.return_tensors != "pt":
             raise InvalidParameterError(f"return_tensors must be 'pt' for inputs_embeds, got {self.return_tensors!r}.")
         self._encoder.check()
-        space = self._encoder.space
+        space = self._encoder.engine.space
         assert space.E_full is not None
         d = int(space.E_full.shape[1])
         k = self._encoder.vector_width()
@@ -442,8 +446,7 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         enc, extra = self._privatize(features)
-        space = self._encoder.space
-        full = space.E_full
+        full = self._encoder.engine.space.E_full
         assert full is not None and enc.vectors is not None
         ids = torch.tensor(enc.data["input_ids"], dtype=torch.int64)
         n_rows, length = ids.shape

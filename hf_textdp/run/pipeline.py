@@ -42,10 +42,10 @@ from ..io.outputs import check_not_input, input_paths, output_errors, refuse_exi
 from ..io.paths import FILE_FORMATS, output_path
 from ..io.sources import load_source
 from ..io.workdir import DEFAULT_SHARD_SIZE
-from ..privatizer import Privatizer, repeated_id_error
+from ..privatizer import Privatizer
 from ..rng import validate_secret_seed
 from ..utils.logging import get_logger
-from ..validation import check_bool, check_int
+from ..validation import check_bool, check_int, repeated_id_error
 from .sharded import ShardedRun
 from .streaming import save_streaming
 from .workers import spawned_workers, uses_gpu_workers
@@ -190,7 +190,7 @@ def privatize_dataset(
         # the workers tokenize and decode; this process releases on the GPU (every split's privatizer has
         # the same configuration, and a release depends only on the keys the workers derive)
         first = next(iter(privatizers.values()))
-        first.space  # noqa: B018 - loaded here, on the GPU, before the workers start
+        first.engine.load()  # loaded here, on the GPU, before the workers start
         release = first.engine.release_keyed
 
     if output is None or iterable:
@@ -217,7 +217,7 @@ def privatize_dataset(
         return out
 
     for priv in privatizers.values():
-        priv.space  # noqa: B018 - load the model now: a bad model fails before anything is written
+        priv.engine.load()  # load the model now: a bad model fails before anything is written
     run = ShardedRun(
         parts,
         privatizers,

@@ -85,7 +85,7 @@ class _PrivatizeBatches:
             state = {**state, "config": dataclasses.replace(config, device="cuda").to_dict()}
         priv = Privatizer.__new__(Privatizer)
         priv.__setstate__(state)
-        priv.space  # noqa: B018 - load the matrix now, once per actor, not on the first batch
+        priv.engine.load()  # load the matrix now, once per actor, not on the first batch
         self.priv = priv
 
     def __call__(self, table: pa.Table) -> pa.Table:

@@ -200,7 +200,7 @@ def test_tiny_bert_batch_invariance_and_classes(tiny_bert):
             runs.append(out)
         assert runs[0] == runs[1] == runs[2]
         assert all(n > 0 for n in runs[0]["dp_sensitive_tokens"])
-        assert len(Privatizer(cfg, SEED).classes) == 2
+        assert len(Privatizer(cfg, SEED).engine.classes) == 2
 
 
 def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):

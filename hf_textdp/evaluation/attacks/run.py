@@ -317,7 +317,7 @@ def run_attack(
     private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
     timing["release_private"] = time.perf_counter() - t
     bar.update(1)
-    V = int(victim.space.V)
+    V = int(victim.engine.space.V)
     say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
 
     t = time.perf_counter()
@@ -366,7 +366,7 @@ def run_attack(
         full = with_identity(lists, tau * logp[lists.released] + law.self_log_lik(lists.released, lam))
         bigram = BigramModel.fit(stats.inputs, stats.row_sizes, V)
         attack = ContextualAttack(
-            E=victim.space.E.float().cpu(),
+            E=victim.engine.space.E.float().cpu(),
             logp=logp,
             bigram=bigram,
             window=settings.window,
@@ -546,7 +546,7 @@ def _inversion_key(
         repr(settings.inversion_pool),
         repr(settings.budget()),
         str(settings.attacker_seed),
-        victim.space.space_hash,
+        victim.engine.space.space_hash,
         __version__,
         torch.__version__,
         transformers.__version__,
@@ -572,7 +572,7 @@ def _inversion(
     if pool and key in _POOLED:
         say(f"inversion: the model pooled over ε ∈ {list(pool)} is reused")
         return _POOLED[key]
-    space = victim.space
+    space = victim.engine.space
     pad = getattr(space.tokenizer, "pad_token_id", None) if space.tokenizer is not None else None
     inv = InversionAttack(
         encoder=load_encoder(config.model),
