@@ -62,7 +62,9 @@ class PrivatizerConfig:
         sensitive (`dict`, *optional*): selective privatization (docs/mechanisms/selective.md):
             ``{"epsilon": ε_s, "detectors": [...], "column": name, "others": "privatize" | "keep"}``; detected or
             given positions are released by the same mechanism at ``ε_s``, the others at ``epsilon`` (or unchanged
-            with ``"others": "keep"``).
+            with ``"others": "keep"``). Parsed once at construction: the field holds the
+            :class:`~hf_textdp.sensitive.SensitiveSpec` (a spec is accepted too), and :meth:`to_dict` writes its
+            JSON form back.
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -88,7 +90,7 @@ class PrivatizerConfig:
     keep_original: bool = False
     candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
     passthrough: str = "placeholder"
-    sensitive: dict[str, Any] | None = None
+    sensitive: SensitiveSpec | None = None  # a dict is accepted and parsed in __post_init__
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -110,7 +112,7 @@ class PrivatizerConfig:
         check_choice(self.passthrough, "passthrough", PASSTHROUGH_MODES)
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         if self.sensitive is not None:
-            object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive).to_value())
+            object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive))
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
@@ -121,14 +123,14 @@ class PrivatizerConfig:
 
     @property
     def sensitive_spec(self) -> SensitiveSpec | None:
-        """The validated ``sensitive`` setting (``None``: every candidate position at ``epsilon``)."""
-        return None if self.sensitive is None else parse_sensitive(self.sensitive)
+        """The parsed ``sensitive`` setting: the field itself (``None``: every candidate position at ``epsilon``),
+        under the name callers written before the field held it parsed use."""
+        return self.sensitive
 
     def sensitive_config(self) -> PrivatizerConfig:
         """The configuration sensitive positions are released with: this one at ``sensitive["epsilon"]``."""
-        spec = self.sensitive_spec
-        assert spec is not None
-        return dataclasses.replace(self, epsilon=spec.epsilon, sensitive=None)
+        assert self.sensitive is not None
+        return dataclasses.replace(self, epsilon=self.sensitive.epsilon, sensitive=None)
 
     def split_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """Route ``options`` to (mechanism options, post-processing options); raise on unknown keys."""
@@ -183,8 +185,11 @@ class PrivatizerConfig:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (JSON-ready; holds no seed)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Plain dict of the fields (JSON-ready; holds no seed; ``sensitive`` in its JSON form)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.sensitive is not None:
+            out["sensitive"] = self.sensitive.to_value()
+        return out
 
     def to_json_string(self) -> str:
         return dumps_json(self.to_dict())

@@ -96,7 +96,7 @@ class Privatizer:
         #: the release of this configuration under this privatizer's key (built lazily, never pickled)
         self.engine = ReleaseEngine(self.config, self.seed, self.split, self.stream)
         self._tokens: HFTokens | WordTokens | None = None
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         self._detectors: list[Detector] = [] if spec is None else build_detectors(spec)
         self.totals = Totals()
 
@@ -122,7 +122,7 @@ class Privatizer:
         except HfTextDPError:  # the map reports it when it loads the model
             model = f"unresolved {self.config.model}"
         paths: list[Any] = [self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus")]
-        spec = self.config.sensitive_spec  # a spaCy pipeline folder read by a detector
+        spec = self.config.sensitive  # a spaCy pipeline folder read by a detector
         pipelines = [
             d[len("spacy:") :] for d in (spec.detectors if spec is not None else ()) if d.startswith("spacy:")
         ]
@@ -170,7 +170,7 @@ class Privatizer:
         ids = list(range(len(texts))) if row_ids is None else list(row_ids)
         if len(ids) != len(texts):
             raise InvalidParameterError(f"row_ids has {len(ids)} entries but texts has {len(texts)}.")
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         if spec is not None and spec.column is not None:
             if spans is None:
                 raise InvalidParameterError(
@@ -222,7 +222,7 @@ class Privatizer:
             )
         else:
             row_ids = [0] * len(texts)  # unused: unseeded rows draw fresh entropy
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         span_values = None
         if spec is not None and spec.column is not None:
             if spec.column not in batch:
@@ -272,7 +272,7 @@ class Privatizer:
     ) -> np.ndarray:
         """Each position's sensitivity (selective.md §4): the detectors' and the span column's character spans,
         mapped to the positions they overlap, whole words."""
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         assert spec is not None
         found = sensitive_spans(self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids)
         if isinstance(rows, WordLayout):
@@ -367,7 +367,7 @@ class Privatizer:
             sens_claim = self.engine.sensitive_claim
             assert sens_claim is not None and self.config.sensitive is not None
             n_sens = np.bincount(row_of[sens], minlength=n)
-            keep = self.config.sensitive["others"] == "keep"
+            keep = self.config.sensitive.others == "keep"
             kept = sizes - n_sens if keep else np.zeros(n, dtype=np.int64)
             eps, deltas = selective_rows(n_sens, sizes - n_sens - kept, sens_claim, None if keep else claim)
             has_delta = sens_claim.delta_token > 0 or (not keep and claim.delta_token > 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +110,7 @@ class PrivatizeCommand:
                 f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
             )
             return 0
-        privatize_dataset(
+        _, report = privatize_dataset(
             args.input,
             config,
             text_column=args.text_column,
@@ -126,8 +125,8 @@ class PrivatizeCommand:
             overwrite=args.overwrite,
             batch_size=args.batch_size,
             shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
+            return_report=True,
         )
-        report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
         totals = report["totals"]
         eps_row = totals["max_row_dp_epsilon"]
         print(

@@ -40,7 +40,7 @@ from ..config import PrivatizerConfig
 from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
 from ..utils.logging import get_logger, warn_once
 from ..validation import check_row_ids
-from .encoder import EncodedBatch, PrivateEncoder
+from .encoder import EncodedBatch, EncoderFacade, PrivateEncoder
 from .tokenizer import PrivateTokenizer
 
 
@@ -138,7 +138,7 @@ def _remove_spool(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class DataCollatorWithPrivatization:
+class DataCollatorWithPrivatization(EncoderFacade):
     """Privatize text as it is collated, with fresh noise each epoch, and pad it for the model.
 
     Each feature (a dataset row) holds the text (``text_column``, and ``text_pair_column`` for pairs),
@@ -239,16 +239,6 @@ class DataCollatorWithPrivatization:
             f"{type(self).__name__}(mechanism={cfg.mechanism!r}, epsilon={cfg.epsilon!r}, model={cfg.model!r}, "
             f"epoch={self.epoch}, {seeded})"
         )
-
-    @property
-    def config(self) -> PrivatizerConfig:
-        """The privatizer configuration (mechanism, ε, model, post-processing)."""
-        return self._encoder.config
-
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer that tokenizes the features (the model's, or the one given)."""
-        return self._encoder.tokenizer
 
     # ---------------------------------------------------------------- epochs
     def _in_owner(self) -> bool:

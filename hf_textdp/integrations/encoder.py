@@ -33,7 +33,7 @@ from ..tokens import text_fault
 from ..validation import check_row_ids
 
 
-__all__ = ["PrivateEncoder", "EncodedBatch", "load_tokenizer"]
+__all__ = ["PrivateEncoder", "EncoderFacade", "EncodedBatch", "load_tokenizer"]
 
 # call arguments that shape the output; the whole (reference) encoding drops them
 _SHAPING = (
@@ -421,6 +421,23 @@ class PrivateEncoder:
             example_dp_tokens=rel.example_dp_tokens,
             example_counts=[(c[0], c[1], c[2]) for c in counts],
         )
+
+
+class EncoderFacade:
+    """What :class:`~hf_textdp.PrivateTokenizer` and the collators show of the :class:`PrivateEncoder` they hold:
+    the configuration and the tokenizer a user reads; everything else is the encoder's own."""
+
+    _encoder: PrivateEncoder
+
+    @property
+    def config(self) -> PrivatizerConfig:
+        """The privatizer configuration (mechanism, ε, model, post-processing)."""
+        return self._encoder.config
+
+    @property
+    def tokenizer(self) -> Any:
+        """The wrapped Hugging Face tokenizer (the model's, or the one given)."""
+        return self._encoder.tokenizer
 
 
 def align(whole: Any, row: Any, j: int) -> tuple[np.ndarray, np.ndarray]:

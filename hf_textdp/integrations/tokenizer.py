@@ -30,13 +30,13 @@ from transformers import BatchEncoding
 from ..accounting import Totals
 from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError
-from .encoder import PrivateEncoder
+from .encoder import EncoderFacade, PrivateEncoder
 
 
 __all__ = ["PrivateTokenizer"]
 
 
-class PrivateTokenizer:
+class PrivateTokenizer(EncoderFacade):
     """A Hugging Face tokenizer whose ``input_ids`` are privatized token by token.
 
     Calling it takes the wrapped tokenizer's arguments (``text``, ``text_pair``, ``padding``,
@@ -139,16 +139,6 @@ class PrivateTokenizer:
             )
 
     # ---------------------------------------------------------------- the wrapped tokenizer
-    @property
-    def config(self) -> PrivatizerConfig:
-        """The privatizer configuration (mechanism, ε, model, post-processing)."""
-        return self._encoder.config
-
-    @property
-    def tokenizer(self) -> Any:
-        """The wrapped Hugging Face tokenizer."""
-        return self._encoder.tokenizer
-
     def decode(self, token_ids: Any, **kwargs: Any) -> str:
         result: str = self.tokenizer.decode(token_ids, **kwargs)
         return result

@@ -93,7 +93,7 @@ class _PrivatizeBatches:
         batch: dict[str, list[Any]] = {priv.text_column: table.column(priv.text_column).to_pylist()}
         if priv.id_column is not None:
             batch[priv.id_column] = table.column(priv.id_column).to_pylist()
-        span_column = (priv.config.sensitive or {}).get("column")
+        span_column = None if priv.config.sensitive is None else priv.config.sensitive.column
         if span_column is not None and span_column in table.schema.names:  # selective privatization's spans
             batch[span_column] = table.column(span_column).to_pylist()
         out = priv(batch)
@@ -200,7 +200,7 @@ def privatize_ray(
     )
     schema = ds.schema(fetch_if_missing=False)
     names = list(schema.names) if schema is not None else []
-    span_column = ("sensitive['column']", (config.sensitive or {}).get("column"))
+    span_column = ("sensitive['column']", None if config.sensitive is None else config.sensitive.column)
     for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
         if names and column is not None and column not in names:
             raise ColumnNotFoundError(

@@ -173,7 +173,7 @@ def test_private_tokenizer_refuses_sensitive(t1d):
 
 def test_config_round_trip_and_bad_values(tmp_path, t1d):
     cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1, "detectors": ["card"]})
-    assert cfg.sensitive == {"epsilon": 1.0, "detectors": ["card"], "others": "privatize"}
+    assert cfg.to_dict()["sensitive"] == {"epsilon": 1.0, "detectors": ["card"], "others": "privatize"}
     cfg.save_pretrained(tmp_path)
     assert PrivatizerConfig.from_pretrained(tmp_path) == cfg
     with pytest.raises(InvalidParameterError, match='sensitive\\["epsilon"\\]'):
