@@ -128,6 +128,40 @@ def _check_concurrency(concurrency: Any) -> None:
     )
 
 
+def _check_ray_arguments(
+    ds: Any,
+    config: PrivatizerConfig,
+    text_column: str,
+    id_column: str | None,
+    seed: int | None,
+    batch_size: int,
+    concurrency: int | tuple[int, int] | None,
+) -> None:
+    """The arguments of :func:`privatize_ray` and the columns its dataset's schema names (when Ray knows it)."""
+    ray = _import_ray()
+    if not isinstance(config, PrivatizerConfig):
+        raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+    if not isinstance(ds, ray.data.Dataset):
+        raise ParameterTypeError(f"ds must be a ray.data.Dataset, got {type(ds).__name__}.")
+    if seed is not None and id_column is None:
+        raise InvalidParameterError(
+            "id_column is required with a seed: Ray blocks have no global row index. Add an int column holding "
+            "each row's index in the source before any repartitioning (e.g. hf_ds.add_column('id', "
+            "range(len(hf_ds))) before ray.data.from_huggingface, or an id column in the parquet files) and pass "
+            "id_column=."
+        )
+    check_int(batch_size, "batch_size", minimum=1)
+    _check_concurrency(concurrency)
+    schema = ds.schema(fetch_if_missing=False)
+    names = list(schema.names) if schema is not None else []
+    span_column = ("sensitive['column']", None if config.sensitive is None else config.sensitive.column)
+    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
+        if names and column is not None and column not in names:
+            raise ColumnNotFoundError(
+                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
+            )
+
+
 def privatize_ray(
     ds: Any,
     config: PrivatizerConfig,
@@ -181,31 +215,10 @@ def privatize_ray(
     ...                    id_column="id", seed=seed, concurrency=8)              # doctest: +SKIP
     >>> ds.write_parquet("s3://bucket/imdb-private/")                             # doctest: +SKIP
     """
-    ray = _import_ray()
-    if not isinstance(config, PrivatizerConfig):
-        raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
-    if not isinstance(ds, ray.data.Dataset):
-        raise ParameterTypeError(f"ds must be a ray.data.Dataset, got {type(ds).__name__}.")
-    if seed is not None and id_column is None:
-        raise InvalidParameterError(
-            "id_column is required with a seed: Ray blocks have no global row index. Add an int column holding "
-            "each row's index in the source before any repartitioning (e.g. hf_ds.add_column('id', "
-            "range(len(hf_ds))) before ray.data.from_huggingface, or an id column in the parquet files) and pass "
-            "id_column=."
-        )
-    check_int(batch_size, "batch_size", minimum=1)
-    _check_concurrency(concurrency)
+    _check_ray_arguments(ds, config, text_column, id_column, seed, batch_size, concurrency)
     priv = Privatizer(
         config, seed=seed, text_column=text_column, id_column=id_column, split=split, allow_weak_seed=allow_weak_seed
     )
-    schema = ds.schema(fetch_if_missing=False)
-    names = list(schema.names) if schema is not None else []
-    span_column = ("sensitive['column']", None if config.sensitive is None else config.sensitive.column)
-    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
-        if names and column is not None and column not in names:
-            raise ColumnNotFoundError(
-                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
-            )
     if num_gpus is None and config.device.startswith("cuda"):
         num_gpus = 1
     resources = {name: n for name, n in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if n is not None}

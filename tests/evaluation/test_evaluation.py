@@ -346,7 +346,9 @@ def test_cli_evaluate_writes_summary(tiny_bert, shared_dir, tmp_path, monkeypatc
     recipe.write_text(yaml.safe_dump(raw))
     assert main(["evaluate", str(recipe), "--output", str(tmp_path / "results")]) == 0
     summary = (tmp_path / "results" / "README.md").read_text()
-    assert "| clean | – |" in summary and "trec" in summary and "madlib" in summary
+    assert "[`tiny`](tiny/README.md)" in summary  # the index links the recipe folder's README, which has the table
+    table = (tmp_path / "results" / "tiny" / "README.md").read_text()
+    assert "| clean | – |" in table and "trec" in table and "madlib" in table
     assert main(["evaluate", str(tmp_path / "missing.yaml")]) == 2
 
 
