@@ -342,7 +342,10 @@ class Privatizer:
         mapped to the positions they overlap, whole words."""
         spec = self.config.sensitive_spec
         assert spec is not None
-        found = sensitive_spans(self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids)
+        normalize = self._tokens.normalize if isinstance(self._tokens, HFTokens) else None
+        found = sensitive_spans(
+            self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids, normalize=normalize
+        )
         if isinstance(rows, WordLayout):
             assert rows.offsets is not None
             return sensitive_mask(rows.offsets, lengths, found, (rows.starts, rows.stops))

@@ -118,6 +118,8 @@ class HFTokens:
         self._decoder = tok  # decoding reads none of the settings above
         self._spacing_in_tokens = _whitespace_in_tokens(tok)
         self._pre_tokenizer = tok.pre_tokenizer
+        #: the normaliser's ``str -> str`` (``None``: the tokenizer has none); the detectors read what it leaves
+        self.normalize: Callable[[str], str] | None = None if tok.normalizer is None else tok.normalizer.normalize_str
         self._pairs: dict[str, bool] = {}  # two characters -> whether the pre-tokenizer makes them one word
         # decoding "a" + a word's ids and cutting "a" off gives the word as it reads after earlier text
         # (a WordPiece "##" piece glued, a "▁"/"Ġ" piece with its space) instead of as a text start

@@ -14,6 +14,7 @@ from .builtin import builtin_detector
 from .models import PresidioDetector, SpacyDetector
 from .spans import RowSpans, column_spans, union
 from .spec import BUILTIN_DETECTORS, SensitiveSpec
+from .view import Normalize, detection_view
 
 
 __all__ = ["Detector", "build_detectors", "sensitive_spans", "detector_reads", "selection_info", "SELECTION_STATEMENT"]
@@ -49,8 +50,12 @@ def sensitive_spans(
     column: str | None = None,
     column_values: Sequence[Any] | None = None,
     row_ids: Sequence[int] | None = None,
+    normalize: Normalize | None = None,
 ) -> RowSpans:
     """The union of every detector's spans and the user's spans (``column_values``, one entry per text).
+
+    Detectors read each text as the tokenizer sees it (:func:`~hf_textdp.sensitive.view.detection_view`, decision
+    D14) and their spans are mapped back to the original characters; the user's spans are the original's.
 
     Args:
         detectors (`list`): from :func:`build_detectors`.
@@ -58,8 +63,12 @@ def sensitive_spans(
         column (`str`, *optional*): the span column's name (for errors).
         column_values (`list`, *optional*): that column's entries for the batch.
         row_ids (`list[int]`, *optional*): the rows' ids, named in errors (default: 0, 1, …).
+        normalize (`callable`, *optional*): the tokenizer's normaliser (``str -> str``), if it has one.
     """
-    parts = [d.detect(texts) for d in detectors]
+    parts: list[RowSpans] = []
+    if detectors:
+        view = detection_view(texts, normalize)
+        parts = [view.to_original(d.detect(view.texts)) for d in detectors]
     if column_values is not None:
         ids = list(range(len(texts))) if row_ids is None else row_ids
         parts.append(column_spans(column_values, texts, column or "?", ids))
