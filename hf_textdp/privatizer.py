@@ -125,7 +125,7 @@ class Privatizer:
         paths: list[Any] = [self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus")]
         spec = self.config.sensitive_spec  # a spaCy pipeline folder read by a detector
         pipelines = [
-            d[len("spacy:") :] for d in (spec.detectors if spec is not None else ()) if d.startswith("spacy:")
+            d[len("spacy:") :] for d in (spec.named() if spec is not None else ()) if d.startswith("spacy:")
         ]
         paths += [p for p in pipelines if os.path.isdir(p)]
         files = [stat_identity(p) for p in paths if isinstance(p, (str, os.PathLike))]

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .builtin import builtin_detector
-from .models import PresidioDetector, SpacyDetector
+from .defaults import KINDS, covered_kinds, default_left_out, resolve_detectors
+from .models import PresidioDetector, SpacyDetector, presidio_pipeline
+from .rare import RareDetector
 from .spans import RowSpans, column_spans, union
 from .spec import BUILTIN_DETECTORS, SensitiveSpec
 from .view import Normalize, detection_view
@@ -31,13 +33,16 @@ class Detector(Protocol):
 
 
 def build_detectors(spec: SensitiveSpec) -> list[Detector]:
-    """The spec's detectors, in order; optional ones import their library only when they first detect."""
+    """The spec's detectors (the default set resolved), in order; optional ones import their library only when
+    they first detect."""
     out: list[Detector] = []
-    for name in spec.detectors:
+    for name in resolve_detectors(spec):
         if name in BUILTIN_DETECTORS:
             out.append(builtin_detector(name))
         elif name.startswith("spacy:"):
             out.append(SpacyDetector(name, spec.labels))
+        elif name == "rare" or name.startswith("rare:"):
+            out.append(RareDetector(name))
         else:
             out.append(PresidioDetector())
     return out
@@ -76,9 +81,12 @@ def sensitive_spans(
 
 
 def detector_reads(name: str) -> str:
-    """``"context"`` for detectors that read the whole text (spaCy, Presidio), ``"match"`` for those that read only
-    the characters they match and their two neighbours (the built-in ones)."""
-    return "match" if name in BUILTIN_DETECTORS else "context"
+    """``"context"`` for detectors that read words beside what they select (spaCy, Presidio, the ``context``
+    rule's cue words), ``"match"`` for those that read only the characters they match and their two neighbours
+    (the other built-in rules, ``rare``)."""
+    if name == "context" or name.startswith("spacy:") or name == "presidio":
+        return "context"
+    return "match"
 
 
 SELECTION_STATEMENT = (
@@ -86,15 +94,32 @@ SELECTION_STATEMENT = (
     "over separate classes, so the output shows each position's class. A 'match' detector decides from the "
     "characters of the string it matches alone; a 'context' detector (spaCy, Presidio) also reads the words "
     "around it, so a position's class can depend on other words of the row. User spans (the span column) are "
-    "visible the same way."
+    "visible the same way. An identifier that no detector finds (and no span covers) is released like any other "
+    "word: at the others' epsilon, or unchanged with others='keep'."
 )
 
 
+def _detector_info(name: str, labels: tuple[str, ...]) -> dict[str, Any]:
+    info: dict[str, Any] = {"name": name, "reads": detector_reads(name), "covers": list(covered_kinds(name, labels))}
+    if name == "presidio":
+        info["pipeline"] = presidio_pipeline()
+    return info
+
+
 def selection_info(spec: SensitiveSpec) -> dict[str, Any]:
-    """What the selection reveals, as data for the report: each detector and what it reads, the span column."""
+    """What the selection reveals and covers, as data for the report: each detector that ran (the default set
+    resolved), what it reads and the kinds it finds, the kinds none of them finds, the default set's detectors left
+    out here, the span column."""
+    names = resolve_detectors(spec)
+    detectors = [_detector_info(d, spec.labels) for d in names]
+    covered = {k for d in detectors for k in d["covers"]}
     return {
-        "detectors": [{"name": d, "reads": detector_reads(d)} for d in spec.detectors],
+        "detectors": detectors,
+        "default_set": spec.is_default,
+        "left_out": default_left_out(spec),
+        "cannot_find": [k for k in KINDS if k not in covered],
         "column": spec.column,
-        "labels": list(spec.labels) if any(d.startswith("spacy:") for d in spec.detectors) else None,
+        "labels": list(spec.labels) if any(d.startswith("spacy:") for d in names) else None,
+        "render": spec.render,
         "statement": SELECTION_STATEMENT,
     }

@@ -24,8 +24,15 @@ VALUES = {
     "number": ("48213907", "2"),
     "id": ("AB1234567", "1"),
     "ipv6": ("2001:db8::8a2e:370:7334", ":"),
+    "iban": ("GB82 WEST 1234 5698 7654 32", " "),
+    "handle": ("@zq_ann_1987", "_"),
+    "username": ("xX_maria_Xx", "_"),
+    "address": ("221b Baker Street", " "),
+    "postcode": ("SW1A 2AA", " "),
+    "date": ("12th of March 1987", " "),
+    "context": ("MRN: QWXYZK", " "),  # the value beside the cue is selected, not the cue
 }
-DETECTOR_OF = {"ipv6": "ip"}
+DETECTOR_OF = {"ipv6": "ip", "username": "handle", "postcode": "address"}
 
 
 def _mid(v: str, c: str) -> str:
@@ -66,15 +73,18 @@ VARIANTS = {
 NORMALIZERS = {"bert": normalizers.BertNormalizer(lowercase=True).normalize_str, "none": None}
 
 
-def _visible_range(text: str, start: int, end: int) -> tuple[int, int]:
-    """The first and one past the last character of ``text[start:end]`` that the view keeps."""
-    kept = [i for i in range(start, end) if view_char(text[i])]
-    return kept[0], kept[-1] + 1
+def _visible_range(text: str, start: int, end: int, kind: str) -> tuple[int, int]:
+    """The first and one past the last character of ``text[start:end]`` that the view keeps (for ``context``:
+    of the value beside the cue)."""
+    kept = [
+        i for i in range(start, end) if view_char(text[i]) and (kind != "context" or view_char(text[i]) in "QWXYZK")
+    ]
+    return min(kept), max(kept) + 1
 
 
 def _found_whole(kind: str, value: str, normalize) -> bool:
     text = f"please note {value} today"
-    a, b = _visible_range(text, len("please note "), len("please note ") + len(value))
+    a, b = _visible_range(text, len("please note "), len("please note ") + len(value), kind)
     det = build_detectors(parse_sensitive({"epsilon": 1.0, "detectors": [DETECTOR_OF.get(kind, kind)]}))
     spans = sensitive_spans(det, [text], normalize=normalize).to_lists()[0]
     return any(s <= a and b <= e for s, e in spans)
