@@ -79,6 +79,7 @@ def privatize_dataset(
     overwrite: bool = False,
     batch_size: int = 1000,
     shard_size: int = DEFAULT_SHARD_SIZE,
+    keep_spans: bool = False,
 ) -> Any:
     """Privatize the ``text_column`` of a dataset; optionally save it with its privacy report.
 
@@ -109,6 +110,8 @@ def privatize_dataset(
         batch_size (`int`, defaults to `1000`): rows per ``map`` batch (outputs do not depend on it).
         shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume``
             (outputs do not depend on it).
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in the output
+            (it gives each identifier's character positions in the original text; dropped by default).
 
     Returns:
         The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
@@ -183,6 +186,7 @@ def privatize_dataset(
             id_column=id_column,
             split=name,
             allow_weak_seed=allow_weak_seed,
+            keep_spans=keep_spans,
         )
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
     release = None
@@ -197,6 +201,8 @@ def privatize_dataset(
         results: dict[str, Any] = {}
         for name, part in parts.items():
             kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
+            if privatizers[name].drop_columns:  # the span column (selective.md §3), unless keep_spans=True
+                kwargs["remove_columns"] = privatizers[name].drop_columns
             if isinstance(part, datasets.Dataset):
                 kwargs["num_proc"] = num_proc
                 kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"

@@ -42,7 +42,7 @@ class RareDetector:
             from wordfreq import zipf_frequency
         except ImportError as err:
             raise MissingExtraError(
-                f"sensitive[\"detectors\"]: {self.name!r} reads wordfreq's English frequencies, which are not "
+                f'sensitive["detectors"]: {self.name!r} reads wordfreq\'s English frequencies, which are not '
                 "installed: pip install 'hf-textdp[ner]'."
             ) from err
         lookup: Callable[[str, str], float] = zipf_frequency

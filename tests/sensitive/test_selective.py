@@ -225,14 +225,61 @@ def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):
     report = json.loads((tmp_path / "out.jsonl.privacy_report.json").read_text(encoding="utf-8"))
     assert report["totals"]["sensitive_tokens"] == 1  # x0 (the email is a passthrough word of this file)
     assert [(d["name"], d["reads"]) for d in report["sensitive"]["detectors"]] == [("email", "match")]
+    assert report["sensitive"]["others_epsilon"] == 2.0
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "sensitive:   1 tokens at ε 0.5, ε_tok 1.5; others at ε 2, ε_tok 6; selected by email (match)" in text
-    assert "span column 'spans'" in text and "Which positions are sensitive is visible" in text
+    assert "sensitive:   1 tokens at ε_s 0.5 per token, ε_tok 1.5; others: 4 tokens at ε 2, ε_tok 6" in text
+    assert "detectors:   email (match), span column 'spans'; kinds none of them finds: URL, phone number" in text
+    assert "Which positions are sensitive is visible" in text
     card = str(render_card(out))
     assert "sensitive positions (selective) | 1 tokens at ε = 0.5, ε_token 1.5" in card
     assert "other positions | 4 tokens at ε = 2, ε_token 6" in card
+    assert "| ε per token | sensitive 0.5; others 2 |" in card
+    assert "sensitive positions at ε_s = 0.5 per token, other positions at ε = 2 per token" in card
+    assert "| detectors (reads: kinds found) | email (match: email address) |" in card
     assert "Which positions are sensitive is visible" in card
+    yaml_block = card.split("---")[1]
+    for line in ("epsilon: 0.5", "others: privatize", "others_epsilon: 2.0", "- email", "span_column: spans"):
+        assert line in yaml_block, line
+    # the span column (each identifier's character positions in the original) is not in the output
+    assert all("spans" not in json.loads(line) for line in out.read_text(encoding="utf-8").splitlines())
+
+
+def test_keep_mode_never_names_the_config_epsilon_and_counts_kept_tokens_unprotected(tmp_path, t1d, capsys):
+    """Issue 54 item 5: with others='keep' no token is privatized at --epsilon; the summary line, report and card
+    give the sensitive class's ε_s, call the others unprotected and count them so; --keep-spans keeps the spans."""
+    from hf_textdp.cli import main
+    from hf_textdp.integrations.cards import render_card
+
+    src = tmp_path / "in.jsonl"
+    rows = [{"text": "x0 x1 x2 x1", "spans": [[0, 2]]}, {"text": "x2 x2", "spans": []}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    seed = tmp_path / "seed"
+    seed.write_text(str(SEED), encoding="ascii")
+    base = ["privatize", str(src), "", "--model", t1d, "--epsilon", "90", "--seed-file", str(seed)]
+    base += ["--sensitive-epsilon", "1", "--sensitive-detectors", "none", "--sensitive-column", "spans"]
+    out = tmp_path / "out.jsonl"
+    base[2] = str(out)
+    assert main([*base, "--others", "keep"]) == 0
+    line = capsys.readouterr().out
+    assert "epsilon=90" not in line and "90" not in line.split("report:")[0]
+    assert "sensitive: 1 tokens at epsilon_s=1 per token; others: 5 tokens released unchanged, no protection" in line
+    assert "detectors span column 'spans'; none finds: email address" in line
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "guarantee:   sensitive positions only (see sensitive); the other positions are released unchanged" in text
+    assert "others: 5 tokens released unchanged, no protection" in text
+    assert "tokens:      1 privatized, 5 unprotected (5 released unchanged by others='keep', 0 passed through)" in text
+    assert "ε 90" not in text
+    card = str(render_card(out))
+    assert "| ε per token | sensitive 1; others released unchanged, no protection |" in card
+    assert "ε = 90" not in card and "others: keep" in card.split("---")[1]
+    assert all("spans" not in json.loads(r) for r in out.read_text(encoding="utf-8").splitlines())
+    kept = tmp_path / "kept.jsonl"
+    base[2] = str(kept)
+    assert main([*base, "--keep-spans"]) == 0
+    capsys.readouterr()
+    assert [json.loads(r)["spans"] for r in kept.read_text(encoding="utf-8").splitlines()] == [[[0, 2]], []]
 
 
 def test_saved_totals_of_keep_count_kept_and_passthrough_apart(tmp_path, t1d):
