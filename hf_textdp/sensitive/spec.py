@@ -44,7 +44,7 @@ BUILTIN_DETECTORS = (
     "date",
     "context",
 )
-DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "NORP", "FAC", "DATE")
+DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "FAC")  # dates: the date rule; NORP: see selective.md
 OTHERS = ("privatize", "keep")
 RENDER = ("token", "placeholder")
 SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "render")
@@ -127,7 +127,7 @@ def _detector(name: str) -> str:
         if not 0.0 < zipf < 8.0:
             raise InvalidParameterError(
                 f'{_name("detectors")}: {name!r}: write "rare:ZIPF" with a Zipf frequency threshold in (0, 8), '
-                'such as "rare:2.5" (words rarer than 10**(ZIPF - 9) of running English text are selected).'
+                'such as "rare:2" (words rarer than 10**(ZIPF - 9) of running English text are selected).'
             )
         return name
     if name.startswith("spacy:"):
