@@ -21,7 +21,8 @@ def test_default_set_is_every_rule_plus_ner_and_rare_where_installed(monkeypatch
     monkeypatch.setattr(defaults, "_wordfreq", lambda: True)
     assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "rare")
     info = selection_info(spec)
-    assert info["default_set"] and info["left_out"] == [] and info["cannot_find"] == []
+    assert info["default_set"] and info["left_out"] == []
+    assert info["cannot_find"] == ["nationality or group"]  # NORP is not among the default labels
     # a list still overrides
     assert resolve_detectors(parse_sensitive({"epsilon": 1.0, "detectors": ["email"]})) == ("email",)
 
