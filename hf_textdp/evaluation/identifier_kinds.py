@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..sensitive import luhn_valid
+
 
 __all__ = ["REAL_KINDS", "PHRASINGS", "CARRIERS", "real_value", "make_faker"]
 
@@ -133,11 +135,9 @@ def _phone(rng: np.random.Generator) -> str:
 
 
 def _card(rng: np.random.Generator) -> str:
-    from .identifiers import _luhn_digit  # the generator's own check digit
-
     body = ("4" if rng.random() < 0.5 else str(int(rng.integers(51, 56)))) + _digits(rng, 13)
     body = body[:15]
-    number = body + _luhn_digit(body)
+    number = next(body + d for d in "0123456789" if luhn_valid(body + d))  # the check digit
     return _pick(rng, ("", " ", "-")).join(number[i : i + 4] for i in range(0, 16, 4))
 
 
