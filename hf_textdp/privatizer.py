@@ -28,6 +28,7 @@ from .mechanisms.context import RowContext
 from .release import ReleaseEngine
 from .rng import STREAM_VERSION, validate_secret_seed, validate_split, validate_stream
 from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
+from .sensitive.render import placeholder_words
 from .space import CANDIDATE, STRUCTURAL
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .utils.gc_pause import gc_paused
@@ -57,6 +58,8 @@ class Privatizer:
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32, for public benchmark data
             only (anyone can search such a seed from the output). Not pickled: an unpickled privatizer is
             not checked again, and the ``datasets`` fingerprint does not depend on it.
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in saved outputs
+            (:attr:`drop_columns`; it gives each identifier's character positions in the original text).
 
     Raises:
         InvalidParameterError: a seed out of [0, 2**64), or below 2**32 without ``allow_weak_seed=True``.
@@ -72,6 +75,7 @@ class Privatizer:
         *,
         stream: int = 0,
         allow_weak_seed: bool = False,
+        keep_spans: bool = False,
     ) -> None:
         if not isinstance(config, PrivatizerConfig):
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
@@ -87,6 +91,7 @@ class Privatizer:
         self.id_column = id_column
         self.split = split
         self.stream = stream
+        self.keep_spans = bool(keep_spans)
         # A fresh nonce makes every unseeded Privatizer hash differently, so `datasets` never serves a
         # cached (already released) result for it: each unseeded map is a new release.
         self._nonce = secrets.token_hex(16) if self.seed is None else None
@@ -110,6 +115,7 @@ class Privatizer:
             "id_column": self.id_column,
             "split": self.split,
             "stream": self.stream,
+            "keep_spans": self.keep_spans,
             "inputs": self._inputs(),
         }
 
@@ -123,9 +129,7 @@ class Privatizer:
             model = f"unresolved {self.config.model}"
         paths: list[Any] = [self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus")]
         spec = self.config.sensitive  # a spaCy pipeline folder read by a detector
-        pipelines = [
-            d[len("spacy:") :] for d in (spec.detectors if spec is not None else ()) if d.startswith("spacy:")
-        ]
+        pipelines = [d[len("spacy:") :] for d in (spec.named() if spec is not None else ()) if d.startswith("spacy:")]
         paths += [p for p in pipelines if os.path.isdir(p)]
         files = [stat_identity(p) for p in paths if isinstance(p, (str, os.PathLike))]
         return "\n".join([f"stream v{STREAM_VERSION}", model, *files])
@@ -138,7 +142,15 @@ class Privatizer:
         self.id_column = state["id_column"]
         self.split = state["split"]
         self.stream = state["stream"]
+        self.keep_spans = state.get("keep_spans", False)
         self._init_runtime()
+
+    @property
+    def drop_columns(self) -> list[str]:
+        """Input columns a saved output leaves out: the span column of ``sensitive["column"]`` (it gives each
+        identifier's character positions in the original text) unless ``keep_spans=True``."""
+        column = None if self.config.sensitive is None else self.config.sensitive.column
+        return [] if column is None or self.keep_spans else [column]
 
     def __repr__(self) -> str:  # never shows the seed
         seeded = "seeded" if self.seed is not None else "unseeded"
@@ -274,7 +286,10 @@ class Privatizer:
         mapped to the positions they overlap, whole words."""
         spec = self.config.sensitive
         assert spec is not None
-        found = sensitive_spans(self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids)
+        normalize = self._tokens.normalize if isinstance(self._tokens, HFTokens) else None
+        found = sensitive_spans(
+            self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids, normalize=normalize
+        )
         if isinstance(rows, WordLayout):
             assert rows.offsets is not None
             return sensitive_mask(rows.offsets, lengths, found, (rows.starts, rows.stops))
@@ -319,12 +334,16 @@ class Privatizer:
         out = flat.copy()
         if released.numel():
             out[cand] = space.candidate_ids.numpy()[released.numpy()]
+        replace, spec = None, self.config.sensitive
+        if marked is not None and spec is not None and spec.render == "placeholder":  # selective.md: one per word
+            hf = isinstance(rows, WordLayout) and isinstance(tokens, HFTokens)
+            replace = placeholder_words(out, marked, rows if hf else None, space.unk_id, tokens if hf else None, texts)
         b = bounds.tolist()
         result: dict[str, list[Any]] = {}
         structural = cls == STRUCTURAL
         if isinstance(tokens, HFTokens):
             assert isinstance(rows, WordLayout)
-            result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
+            result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows, replace)
         else:
             assert isinstance(rows, list) and space.words is not None
             assert isinstance(tokens, WordTokens)

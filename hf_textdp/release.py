@@ -278,6 +278,7 @@ class ReleaseEngine:
             "delta_token": claim.delta_token if claim.epsilon_token is not None else None,
             "certified": claim.certified,
             "others": spec.others,
+            "others_epsilon": self.config.epsilon if spec.others == "privatize" else None,
             "others_epsilon_token": self._claim.epsilon_token if spec.others == "privatize" and self._claim else None,
             "per_class": per_class,
             **selection_info(spec),

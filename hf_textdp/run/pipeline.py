@@ -82,6 +82,7 @@ def privatize_dataset(
     batch_size: int = 1000,
     shard_size: int = DEFAULT_SHARD_SIZE,
     return_report: bool = False,
+    keep_spans: bool = False,
 ) -> Any:
     """Privatize the ``text_column`` of a dataset; optionally save it with its privacy report.
 
@@ -113,6 +114,8 @@ def privatize_dataset(
             (outputs do not depend on it).
         return_report (`bool`, defaults to `False`): return ``(dataset, report)``: the report saved with the output
             (less its ``output_sha256``).
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in the output
+            (it gives each identifier's character positions in the original text; dropped by default).
 
     Returns:
         The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
@@ -140,7 +143,7 @@ def privatize_dataset(
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before loading anything
     ds, parts = _load_checked(source, split, job)
     privatizers = {
-        name: _privatizer(part, name, config, text_column, id_column, seed, allow_weak_seed)
+        name: _privatizer(part, name, config, text_column, id_column, seed, allow_weak_seed, keep_spans)
         for name, part in parts.items()
     }
     result, report = _privatize(ds, parts, privatizers, job)
@@ -292,6 +295,7 @@ def _privatizer(
     id_column: str | None,
     seed: int | None,
     allow_weak_seed: bool,
+    keep_spans: bool,
 ) -> Privatizer:
     """The privatizer of split ``name`` once its columns are checked (and its ids, for a ``Dataset``)."""
     cols = _columns(part)
@@ -311,7 +315,13 @@ def _privatizer(
     if id_column is not None and isinstance(part, datasets.Dataset):
         _check_unique_ids(part, id_column, name)
     return Privatizer(
-        config, seed=seed, text_column=text_column, id_column=id_column, split=name, allow_weak_seed=allow_weak_seed
+        config,
+        seed=seed,
+        text_column=text_column,
+        id_column=id_column,
+        split=name,
+        allow_weak_seed=allow_weak_seed,
+        keep_spans=keep_spans,
     )
 
 
@@ -329,6 +339,8 @@ def _map(
     results: dict[str, Any] = {}
     for name, part in parts.items():
         kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
+        if privatizers[name].drop_columns:  # the span column (selective.md §3), unless keep_spans=True
+            kwargs["remove_columns"] = privatizers[name].drop_columns
         if isinstance(part, datasets.Dataset):
             kwargs["num_proc"] = num_proc
             kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"

@@ -101,7 +101,8 @@ class _PrivatizeBatches:
             column = pa.array(values, type=_COLUMN_TYPES.get(name, pa.string()))
             index = table.schema.get_field_index(name)
             table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
-        return table
+        drop = [c for c in priv.drop_columns if c in table.schema.names]  # the span column unless keep_spans
+        return table.drop_columns(drop) if drop else table
 
 
 def _compute(concurrency: int | tuple[int, int] | None) -> Any:
@@ -175,6 +176,7 @@ def privatize_ray(
     concurrency: int | tuple[int, int] | None = None,
     num_cpus: float | None = None,
     num_gpus: float | None = None,
+    keep_spans: bool = False,
 ) -> Any:
     """Privatize the ``text_column`` of a ``ray.data.Dataset`` with an actor pool (lazy, like all of Ray Data).
 
@@ -217,7 +219,13 @@ def privatize_ray(
     """
     _check_ray_arguments(ds, config, text_column, id_column, seed, batch_size, concurrency)
     priv = Privatizer(
-        config, seed=seed, text_column=text_column, id_column=id_column, split=split, allow_weak_seed=allow_weak_seed
+        config,
+        seed=seed,
+        text_column=text_column,
+        id_column=id_column,
+        split=split,
+        allow_weak_seed=allow_weak_seed,
+        keep_spans=keep_spans,
     )
     if num_gpus is None and config.device.startswith("cuda"):
         num_gpus = 1
@@ -323,6 +331,7 @@ def privatize_ray_files(
     batch_size: int = 1000,
     concurrency: int | tuple[int, int] | None = None,
     overwrite: bool = False,
+    keep_spans: bool = False,
 ) -> dict[str, Any]:
     """Read a file or folder with Ray Data, privatize it, write parquet and the report (``--engine ray``).
 
@@ -363,6 +372,7 @@ def privatize_ray_files(
             split=split,
             batch_size=batch_size,
             concurrency=(1, concurrency) if isinstance(concurrency, int) else concurrency,
+            keep_spans=keep_spans,
         )
         is_file = out.suffix.lower() == ".parquet"
         with atomic_path(out, is_dir=not is_file) as tmp:

@@ -69,6 +69,7 @@ def _privatized_table(
         keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
         load_from_cache_file=False,
         desc=desc,
+        remove_columns=priv.drop_columns or None,  # the span column unless keep_spans=True
     )
     if len(res) != len(data):  # pragma: no cover - an invariant of Dataset.map
         raise RuntimeError(f"rows {offset}-: {len(res)} rows out for {len(data)} in.")
