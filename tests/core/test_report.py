@@ -68,6 +68,7 @@ def test_a_report_of_no_rows_warns(t5_vocab, caplog):
     priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t5_vocab), seed=2**40 + 3)
     with caplog.at_level(logging.WARNING, logger="hf_textdp"):
         assert privacy_report(priv)["totals"]["rows"] == 0
+        assert privacy_report(priv)["totals"]["rows"] == 0  # warned once, not on every call (issue 57 item 10)
         priv({"text": ["w0 w1"]}, [0])
         assert privacy_report(priv)["totals"]["rows"] == 1
     [record] = [r for r in caplog.records if "privatized no rows in this process" in r.getMessage()]
