@@ -104,12 +104,7 @@ class PrivatizeCommand:
                 concurrency=args.num_proc,
                 overwrite=args.overwrite,
             )
-            totals = report["totals"]
-            print(
-                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']})"
-                f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
-            )
+            print(summary(report, args.output, " with Ray"))
             return 0
         privatize_dataset(
             args.input,
@@ -128,15 +123,26 @@ class PrivatizeCommand:
             shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
         )
         report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
-        totals = report["totals"]
-        eps_row = totals["max_row_dp_epsilon"]
-        print(
-            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-            f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
-            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}){_selective(totals, report)}; "
-            f"report: {report_path_for(Path(args.output))}"
-        )
+        print(summary(report, args.output))
         return 0
+
+
+_GUARANTEES = {"metric_dp": "metric DP", "dp": "DP", "umldp": "UMLDP", "none": "NO guarantee"}
+
+
+def summary(report: dict[str, Any], output: str, engine: str = "") -> str:
+    """What ``privatize`` prints: the counts, the three ε each labelled (the same lines as ``hf-textdp report``:
+    :func:`~hf_textdp.integrations.report_text.epsilon_table`), and where the report is."""
+    from ..integrations.report_text import epsilon_table
+
+    totals = report["totals"]
+    guarantee = _GUARANTEES.get(report["guarantee"], report["guarantee"])
+    head = (
+        f"wrote {output}{engine}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens"
+        f"{_selective(totals, report)} ({report['mechanism']}, {guarantee})"
+    )
+    tail = f"report: {report_path_for(Path(output))} (in words: hf-textdp report {output})"
+    return "\n".join([head, *epsilon_table(report), tail])
 
 
 def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:

@@ -16,22 +16,19 @@ Example:
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from ..accounting import recovery_statement
 from ..errors import InvalidParameterError
+from ..io.columns import ORIGINAL_SUFFIX, original_columns
 from ..io.reports import load_bound_report
 from ..io.results import load_results
 from ..version import __version__
 from .card_selective import sensitive_rows
+from .report_text import READING, epsilon_lines, recovery_statement
 
 
 __all__ = [
@@ -45,8 +42,6 @@ __all__ = [
 ]
 
 _REPORT_NAME = "privacy_report.json"
-ORIGINAL_SUFFIX = "_original"  # keep_original=True stores the input text in {text_column}_original
-_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 _DATASET_TEMPLATE = """---
 {{ card_data }}
@@ -57,23 +52,23 @@ _DATASET_TEMPLATE = """---
 {{ not_private_banner }}
 {% endif %}
 Text privatized token by token with hf-textdp
-(mechanism `{{ mechanism }}`, ε = {{ epsilon }} per token{% if delta %}, δ = {{ delta }}{% endif %}).
+(mechanism `{{ mechanism }}`, ε = {{ epsilon }}{% if delta %}, δ = {{ delta }}{% endif %}).
 Every privatized subword of `{{ model_id }}` was replaced by the output of the mechanism; special tokens
 pass through unchanged.
 
 ## Privacy
 
+{% for e in epsilon_lines %}- `{{ e.symbol }} {{ e.value }}`: {{ e.label }}{% if e.how %} = {{ e.how }}{% endif %}
+{% endfor %}
+{{ reading }}
+
 | item | value |
 |---|---|
 | mechanism | `{{ mechanism }}` ({{ kind_line }}) |
 | guarantee | `{{ guarantee }}`{% if certified %} (certified){% else %} (**not certified**){% endif %} |
-| ε per token | {{ epsilon }} |
-| δ per token | {{ delta_line }} |
-| ε_token (pure-DP reading, ε·diam) | {{ epsilon_token }} |
-| ε · median ρ₁ (scale) | {{ epsilon_median_rho1 }} |
 | post-processing | `{{ postprocess }}` |
 | rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
-| largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
+| scale: ε · median ρ₁ (ε times the median distance to a nearest neighbour) | {{ epsilon_median_rho1 }} |
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 {% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
 | other positions | {{ sensitive.others }} |
@@ -87,7 +82,7 @@ this exact configuration by the attacks named, so a stronger attack can recover 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
-indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
+indistinguishable up to e^(ε·d(w, w')) ≤ e^ε_tok (metric DP) or e^ε_tok (DP). A row's bound is ε_tok
 times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
 {% if warnings %}
 **Warnings**
@@ -271,15 +266,14 @@ def dataset_card(
         kind_line=kind_line,
         epsilon=_fmt(report.get("epsilon")),
         delta=report.get("delta"),
-        delta_line=_fmt(report.get("delta_token") if report.get("delta_token") else report.get("delta")),
         guarantee=guarantee,
         certified=bool(report.get("certified")),
-        epsilon_token=_fmt(report.get("epsilon_token")),
+        epsilon_lines=epsilon_lines(report),
+        reading=READING,
         epsilon_median_rho1=_fmt(scale.get("epsilon_median_rho1")),
         postprocess=report.get("postprocess"),
         rows=_fmt(totals.get("rows")),
         dp_tokens=_fmt(totals.get("dp_tokens")),
-        max_row_dp_epsilon=_fmt(totals.get("max_row_dp_epsilon")),
         candidate_size=_fmt(cand.get("size")),
         candidate_setting=candidate_setting(cand),
         candidate_sha=cand.get("sha256"),
@@ -475,65 +469,3 @@ def render_card(path: str | os.PathLike[str], *, repo_id: str = "USER/DATASET") 
         )
     report = load_bound_report(p, report_path)  # refuses an output changed since it was privatized
     return dataset_card(report, repo_id=repo_id, original_columns=original_columns(p))
-
-
-def original_columns(path: str | os.PathLike[str]) -> list[str]:
-    """The ``*_original`` columns (the input text kept by ``keep_original=True``) of a saved output.
-
-    Reads only column names: a .jsonl/.json file's keys (every line), a .csv header, a .parquet schema,
-    or a ``save_to_disk`` folder's ``dataset_info.json`` features (each split's, for a ``DatasetDict``),
-    falling back to the schema of its Arrow files.
-    """
-    return sorted(c for c in _column_names(Path(path)) if c.endswith(ORIGINAL_SUFFIX))
-
-
-def _column_names(p: Path) -> set[str]:
-    names: set[str] = set()
-    if p.is_dir():
-        infos = sorted(p.rglob("dataset_info.json"))
-        for info in infos:
-            try:
-                features = json.loads(info.read_text(encoding="utf-8")).get("features") or {}
-            except (OSError, ValueError):
-                features = {}
-            names.update(features)
-        if not infos:
-            for f in sorted(p.rglob("*")):
-                if f.is_file() and f.suffix in (".arrow", *_FILE_SUFFIXES) and not f.name.startswith("."):
-                    names |= _column_names(f)
-        return names
-    suffix = p.suffix.lower()
-    if suffix == ".json":
-        try:
-            whole = json.loads(p.read_text(encoding="utf-8", errors="replace"))
-        except ValueError:
-            whole = None  # JSON Lines under a .json name: read line by line below
-        if isinstance(whole, dict):
-            return set(whole)  # a dict of columns
-        if isinstance(whole, list):
-            return {k for r in whole if isinstance(r, dict) for k in r}
-    if suffix in (".jsonl", ".json"):
-        with p.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    names.update(row)
-    elif suffix == ".csv":
-        with p.open(encoding="utf-8", errors="replace", newline="") as fh:
-            names.update(next(csv.reader(fh), []))
-    elif suffix in (".parquet", ".arrow"):
-        try:
-            if suffix == ".parquet":
-                names.update(pq.read_schema(p).names)
-            else:
-                with pa.memory_map(str(p)) as src:
-                    names.update(pa.ipc.open_stream(src).schema.names)
-        except Exception:  # noqa: BLE001 - not a readable table: no column names to check
-            pass
-    return names

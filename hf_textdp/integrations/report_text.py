@@ -1,0 +1,294 @@
+"""The privacy report in words: the three ε of a release, the per-token guarantee, what attacks recovered, and the
+summary ``hf-textdp report`` prints (accounting.md §4; the numbers come from :mod:`hf_textdp.accounting`).
+
+**One ε story, in the same words everywhere** (the ``privatize`` summary, ``hf-textdp report``, the dataset card,
+README and getting_started): :func:`epsilon_lines` gives
+
+- ``ε``: **your setting**, the ``epsilon`` you chose (per unit of embedding distance for metric DP);
+- ``ε_tok``: the **per-token bound**, ε times the factor the mechanism's space gives it (``ε × diameter`` for
+  madlib): two tokens' releases differ in probability by at most ``exp(ε_tok)``;
+- ``dp_epsilon``: the **row bound**, ``dp_tokens × ε_tok`` (basic composition), the largest row's.
+
+Each is a labelled :class:`EpsilonLine`, so a release with more classes (selective privatization) adds a line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+__all__ = [
+    "EPSILON_LABELS",
+    "EpsilonLine",
+    "epsilon_lines",
+    "epsilon_table",
+    "format_report",
+    "guarantee_statement",
+    "recovery_statement",
+    "READING",
+]
+
+#: the label of each ε, the same in every place that shows it
+EPSILON_LABELS = {"ε": "your setting", "ε_tok": "per-token bound", "dp_epsilon": "row bound"}
+
+#: how to read the three numbers, for whoever knows ε from DP-SGD (opacus: ε ≈ 1-10 per training run)
+READING = (
+    "ε_tok is what protects one token; the row bound adds up every token of a row changing at once, so it runs to "
+    "thousands for real sentences and is not comparable to DP-SGD's ε. Choose ε by what it replaces and what an "
+    "attacker recovers (hf-textdp calibrate; docs/attacks.md), not by these numbers alone."
+)
+
+
+def _g(x: Any) -> str:
+    return "null" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+@dataclass(frozen=True)
+class EpsilonLine:
+    """One labelled ε of a release: ``symbol`` (``ε``, ``ε_tok``, ``dp_epsilon``), its ``relation`` and value
+    (``= 234``, ``≤ 1.17e+04``), its ``label`` (:data:`EPSILON_LABELS`) and how it follows (``how``)."""
+
+    symbol: str
+    value: str
+    label: str
+    how: str = ""
+
+    def text(self, width: int = 0) -> str:
+        """``ε_tok = 234   per-token bound = ε × diameter 2.34`` (``width`` aligns the labels)."""
+        head = f"{self.symbol} {self.value}"
+        return f"{head.ljust(width)}  {self.label}" + (f" = {self.how}" if self.how else "")
+
+
+def _token_factor(report: dict[str, Any]) -> str:
+    """How ε_tok follows from ε for the report's mechanism (read from the report, never re-derived)."""
+    eps, tok = report.get("epsilon"), report.get("epsilon_token")
+    guarantee, mech = report.get("guarantee"), report.get("mechanism")
+    details, scale = report.get("details") or {}, report.get("scale") or {}
+    if guarantee == "dp":
+        return "ε (the noise is calibrated to one token)"
+    if guarantee == "umldp":
+        return f"ε × diameter {_g(scale.get('diam'))} + ln(1/p) {_g(details.get('epsilon0'))}, sensitive tokens only"
+    factor = _g(tok / eps) if isinstance(eps, float) and isinstance(tok, float) and eps and math.isfinite(eps) else "?"
+    classes = len((report.get("candidate_set") or {}).get("per_class") or [])
+    widest = f", the widest of {classes} piece classes" if classes > 1 else ""
+    if report.get("metric") == "mahalanobis":
+        return f"ε × Mahalanobis diameter {factor}{widest}"
+    if mech == "tem":
+        return f"ε × min(diameter, γ) = ε × {factor}{widest}"
+    if mech == "privemb":
+        return f"ε × projected diameter / s = ε × {factor}{widest}"
+    return f"ε × diameter {factor}{widest}"
+
+
+def _row_line(report: dict[str, Any]) -> EpsilonLine:
+    totals = report.get("totals") or {}
+    label = EPSILON_LABELS["dp_epsilon"]
+    if report.get("epsilon_token") is None or (totals.get("rows") and totals.get("max_row_dp_epsilon") is None):
+        return EpsilonLine(
+            "dp_epsilon",
+            "null",
+            label,
+            "none: the per-token numbers do not bound a row (uncertified calibration, or tokens released with no "
+            "finite ε)",
+        )
+    if not totals.get("rows"):
+        return EpsilonLine("dp_epsilon", "–", label, "dp_tokens × ε_tok (no rows released yet)")
+    tokens = totals.get("max_row_dp_tokens")
+    delta = totals.get("max_row_dp_delta")
+    how = f"{tokens} tokens × ε_tok, the largest row (basic composition)" + (
+        f" (dp_delta ≤ {_g(delta)})" if delta else ""
+    )
+    return EpsilonLine("dp_epsilon", f"≤ {_g(totals.get('max_row_dp_epsilon'))}", label, how)
+
+
+def epsilon_lines(report: dict[str, Any]) -> list[EpsilonLine]:
+    """The ε story of a report: your setting, the per-token bound with its factor, the row bound (module doc)."""
+    lines = [EpsilonLine("ε", f"= {_g(report.get('epsilon'))}", EPSILON_LABELS["ε"])]
+    if report.get("guarantee") == "none" or report.get("epsilon_token") is None:
+        lines.append(EpsilonLine("ε_tok", "none", EPSILON_LABELS["ε_tok"], "this release proves no bound"))
+    else:
+        delta_tok = report.get("delta_token")
+        value = f"= {_g(report.get('epsilon_token'))}" + (f", δ_tok = {_g(delta_tok)}" if delta_tok else "")
+        lines.append(EpsilonLine("ε_tok", value, EPSILON_LABELS["ε_tok"], _token_factor(report)))
+    lines.append(_row_line(report))
+    return lines
+
+
+def epsilon_table(report: dict[str, Any], indent: str = "  ") -> list[str]:
+    """:func:`epsilon_lines` as aligned text lines (the ``privatize`` summary and ``hf-textdp report``)."""
+    lines = epsilon_lines(report)
+    width = max(len(f"{x.symbol} {x.value}") for x in lines)
+    return [indent + x.text(width) for x in lines]
+
+
+def _recovery(a: dict[str, Any]) -> str:
+    """``62.6 % [62.1, 63.0]``: a measured recovery with its 95 % interval."""
+    lo, hi = a["ci95"]
+    return f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def recovery_statement(entry: dict[str, Any]) -> str:
+    """One sentence: what each named attack recovered, with 95 % intervals, where it was measured, and that this is
+    a lower bound on leakage (a stronger attack can recover more; docs/attacks.md §8)."""
+    parts = []
+    best: tuple[float, str] | None = None
+    for name in ("identity", "bayes", "contextual", "inversion"):
+        a = entry["attacks"].get(name)
+        if a:
+            parts.append(f"{name} {_recovery(a)}")
+            best = max(best or (a["value"], name), (a["value"], name))
+    extra = [f"; strongest: {best[1]}"] if best else []
+    if entry.get("replaced"):  # the replaced tokens' recovery, by the attack strongest there
+        name, a = max(entry["replaced"].items(), key=lambda kv: kv[1]["value"])
+        extra.append(
+            f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered {_recovery(a)} "
+            "(the strongest there)"
+        )
+    ids = entry.get("identifiers")
+    if ids and ids.get("attacks"):  # identifiers kept whole, by the attack strongest on them
+        name, a = max(ids["attacks"].items(), key=lambda kv: kv[1]["value"])
+        extra.append(
+            f"; identifiers recovered whole (every token): {_recovery(a)} by {name} ({ids['set']}; {ids['record']})"
+        )
+    return (
+        f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
+        f"{''.join(extra)} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
+        "docs/attacks.md); a stronger attack can recover more"
+    )
+
+
+def guarantee_statement(report: dict[str, Any]) -> str:
+    """One sentence saying what the report's mechanism proves per token, in its own terms (accounting.md §1).
+
+    Read from the report (the claim the mechanism computed), never re-derived: metric DP names its
+    metric, TEM its truncation γ, santext_plus the tokens it does not protect, and an uncertified or
+    ``none`` guarantee says so. The numbers themselves are :func:`epsilon_lines`'.
+    """
+    guarantee, metric = report.get("guarantee"), report.get("metric")
+    details = report.get("details") or {}
+    if guarantee == "none":
+        return "none: this output carries no privacy guarantee (see warnings)."
+    if guarantee == "umldp":
+        return (
+            "UMLDP (santext_plus): sensitive tokens get ε·d(w, w') + ln(1/p) metric DP in the Euclidean distance "
+            f"(ln(1/p) = {_g(details.get('epsilon0'))}); non-sensitive tokens are released unchanged with "
+            "probability 1 - p and have NO finite ε. ε_tok bounds the sensitive tokens only."
+        )
+    if guarantee == "metric_dp":
+        if metric == "mahalanobis":
+            return (
+                "metric DP in the Mahalanobis distance d_M(w, w') = ||M^(-1/2)(E_w - E_w')|| (not the Euclidean one): "
+                "P[M(w) in S] <= exp(ε·d_M(w, w'))·P[M(w') in S], so at most exp(ε_tok) for any two tokens."
+            )
+        per_class = " within its piece class" if (report.get("candidate_set") or {}).get("per_class") else ""
+        return (
+            "metric DP in the Euclidean distance between embedding rows: P[M(w) in S] <= exp(ε·d(w, w'))·P[M(w') in S]"
+            f" for any two candidate tokens w, w'{per_class}, so at most exp(ε_tok)."
+        )
+    what = "(ε, δ)-DP per token" if report.get("delta_token") else "ε-DP per token"
+    return f"{what}: P[M(w) in S] <= exp(ε_tok)·P[M(w') in S] (+ δ_tok) for any two candidate tokens."
+
+
+def _class_list(report: dict[str, Any]) -> str:
+    """``word_initial ε_tok 187 (diam 2.34, …), continuation …`` from ``candidate_set.per_class``."""
+    return ", ".join(
+        f"{c['name']} ε_tok {_g(c.get('epsilon_token'))} (diam {_g(c.get('diam'))}, {c.get('size')} tokens)"
+        for c in (report.get("candidate_set") or {}).get("per_class") or []
+    )
+
+
+def _candidate_lines(report: dict[str, Any]) -> list[str]:
+    model = report.get("model") or {}
+    cands = report.get("candidate_set") or {}
+    lines = [
+        f"  mechanism:   {report.get('mechanism')} + {report.get('postprocess')}, model {model.get('id')} "
+        f"(d = {model.get('d')}, {cands.get('size')} candidate tokens)"
+    ]
+    outside = int(cands.get("inputs_outside") or 0)
+    lines.append(
+        f"  candidates:  {cands.get('setting') or 'all'}"
+        + (f", scripts {'+'.join(cands['scripts'])}" if cands.get("scripts") else "")
+        + (", all scripts" if cands.get("scripts_from") and not cands.get("scripts") else "")
+        + (f" ({cands['scripts_from']})" if cands.get("scripts_from") not in (None, "given") else "")
+        + (
+            f"; {outside} vocabulary tokens outside the set are privatized, where they occur, as their nearest "
+            "candidate (ε_tok bounds them; the metric bound ε·d holds between candidates)"
+            if outside
+            else ""
+        )
+    )
+    if cands.get("per_class"):
+        lines.append(
+            f"  classes:     replacement stays inside the input's piece class, each its own metric space: "
+            f"{_class_list(report)}"
+        )
+    return lines
+
+
+def _sensitive_lines(report: dict[str, Any]) -> list[str]:
+    sens = report.get("sensitive")
+    if not sens:
+        return []
+    totals = report.get("totals") or {}
+    others = (
+        f"others at ε {_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
+        if sens.get("others") == "privatize"
+        else f"others kept unchanged (no ε), {totals.get('kept_other_tokens', 0)} tokens"
+    )
+    found = ", ".join(f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or [])
+    return [
+        f"  sensitive:   {totals.get('sensitive_tokens', 0)} tokens at ε {_g(sens.get('epsilon'))}, ε_tok "
+        f"{_g(sens.get('epsilon_token'))}; {others}; selected by {found or 'none'}"
+        + (f", span column {sens['column']!r}" if sens.get("column") else ""),
+        f"  selection:   {sens.get('statement')}",
+    ]
+
+
+def _release_lines(report: dict[str, Any]) -> list[str]:
+    """Certification, token counts, measured recovery and the kept share."""
+    totals = report.get("totals") or {}
+    rows, dp_tokens = int(totals.get("rows") or 0), int(totals.get("dp_tokens") or 0)
+    lines = [
+        "  certified:   "
+        + (
+            "yes"
+            if report.get("certified")
+            else "NO: the stated ε/δ are not proven for this configuration (see warnings)"
+        ),
+        f"  tokens:      {dp_tokens} privatized ({dp_tokens / rows if rows else 0.0:.1f} per row on average), "
+        f"{totals.get('passthrough_tokens', 0)} passed through unprotected, {totals.get('special_tokens', 0)} special",
+    ]
+    if report.get("measured_recovery"):
+        lines.append(f"  attacks:     {recovery_statement(report['measured_recovery'])}")
+    kept = totals.get("kept_tokens")
+    if kept is not None and dp_tokens:
+        lines.append(
+            f"  kept:        {kept / dp_tokens:.1%} of privatized tokens kept, {1 - kept / dp_tokens:.1%} replaced"
+        )
+    else:
+        lines.append(
+            "  kept:        not recorded (the report holds nothing computed from the original text); expected "
+            f"rate from the public matrix: hf-textdp calibrate --mechanism {report.get('mechanism')} --epsilons "
+            f"{_g(report.get('epsilon'))}"
+        )
+    return lines
+
+
+def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
+    """A readable summary of a privacy report: the three ε (:func:`epsilon_lines`), the per-token guarantee, what
+    is not covered, and the kept/replaced share where the report knows it. ``hf-textdp report`` prints it."""
+    lines = [f"Privacy report{f' for {source}' if source else ''}", *_candidate_lines(report)]
+    lines.append("  epsilon:")
+    lines.extend(epsilon_table(report, indent="    "))
+    lines.append(f"  guarantee:   {guarantee_statement(report)}")
+    lines.append(f"  reading:     {READING}")
+    lines.extend(_sensitive_lines(report))
+    lines.extend(_release_lines(report))
+    for warning in report.get("warnings") or []:
+        lines.append(f"  WARNING:     {warning}")
+    lines.append("  not covered:")
+    lines.extend(f"    - {item}" for item in report.get("not_covered") or [])
+    lines.append("  (raw report: --json)")
+    return "\n".join(lines) + "\n"
