@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def report(name: str, loss: float, model: Any, privacy: str) -> None:
             acc = held_out_accuracy(model, model_dir, test_rows)
-            print(f"{name:>13}: held-out accuracy {acc:.3f}  loss {loss:.4f}  {privacy}")
+            print(f"{name:>13}: held-out accuracy {acc:.3f}, loss {loss:.3f}; {privacy}")
 
         if "clean" in paths:  # 0. no privacy: the plain tokenizer's ids
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             spent = max(private["dp_epsilon"])
             private = private.remove_columns(["dp_tokens", "dp_epsilon", "idx"])
             loss, model = train(model_dir, private, DataCollatorWithPadding(ptok.tokenizer), args, "preprocessed")
-            report("preprocessed", loss, model, f"row bound dp_epsilon ≤ {spent:.4g}, spent once")
+            report("preprocessed", loss, model, f"dp_epsilon ≤ {spent:.4g} (row bound, spent once)")
 
         collators = []
         if "collator" in paths:
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             callbacks = [PrivacyAccountingCallback(collator)]  # set_epoch each epoch: fresh noise
             loss, model = train(model_dir, train_ds, collator, args, name, callbacks, remove_unused_columns=False)
             training = privacy_report(collator)["training"]
-            spent = f"row bound dp_epsilon ≤ {training['max_example_epsilon']:.4g} over {training['epochs']} epoch(s)"
+            spent = f"dp_epsilon ≤ {training['max_example_epsilon']:.4g} (row bound, {training['epochs']} epochs)"
             report(name, loss, model, spent)
     print(f"done in {time.perf_counter() - start:.0f} s")
 
