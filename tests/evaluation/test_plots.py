@@ -120,12 +120,18 @@ def test_accuracy_plot_small_grid_has_plain_epsilon_ticks_and_a_chance_line(tmp_
 def test_accuracy_plot_large_grid_keeps_log_ticks(tmp_path):
     from hf_textdp.evaluation.plots import PLAIN_TICKS_UP_TO, recipe_figures
 
-    grid = [float(2**k) for k in range(PLAIN_TICKS_UP_TO + 1)]
+    grid = [float(2**k) for k in range(PLAIN_TICKS_UP_TO + 1)] + [40.0]
     _write_results(tmp_path, grid)
     figures = recipe_figures(tmp_path)
     try:
-        ax = dict((p.name, f) for p, f in figures)["accuracy_vs_epsilon.png"].axes[0]
+        fig = dict((p.name, f) for p, f in figures)["accuracy_vs_epsilon.png"]
+        fig.canvas.draw()
+        ax = fig.axes[0]
         assert list(ax.get_xticks()) != grid  # matplotlib's log locator
+        # issue 57 item 10: ticks in plain numbers (ε = 40 read 4×10^1), at 1, 2, 5 × 10^k, none unlabelled
+        shown = [t.get_text() for t in ax.get_xticklabels() if 1 <= t.get_position()[0] <= 256]
+        assert shown == ["1", "2", "5", "10", "20", "50", "100", "200"]
+        assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
     finally:
         _close(figures)
 
@@ -161,3 +167,35 @@ def test_inversion_loss_curves_one_per_model(tmp_path):
         assert "inversion_loss.png" not in {p.name for p, _ in figures}
     finally:
         _close(figures)
+
+
+def test_selective_frontier_has_error_bars_and_no_two_markers_on_one_spot():
+    """Issue 57 item 10: results/selective/frontier.png drew madlib's and privemb's selective_keep releases on one
+    spot (both 0 % surviving, 63.4 %), with no error bars; the folds' std is in every record."""
+    import runpy
+
+    import numpy as np
+
+    script = runpy.run_path(str(ROOT / "scripts" / "identifier_evidence.py"), run_name="evidence")
+    records = json.loads((ROOT / "results" / "selective" / "summary.json").read_text(encoding="utf-8"))["records"]
+    fig = script["frontier_figure"](records)
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        released = [r for r in records if r["mechanism"] != "none"]
+        spots, bars = [], 0
+        for container in ax.containers:  # one errorbar container per release
+            (line, _caps, (segments,)) = container
+            x, y = line.get_xdata()[0], line.get_ydata()[0]
+            spots.append(tuple(np.round(line.get_transform().transform((x, y)), 1)))
+            bars += len(segments.get_segments())
+        assert len(spots) == len(released) == bars
+        assert len(set(spots)) == len(spots)  # every marker on its own spot
+        lo, hi = ax.get_ylim()
+        assert all(
+            lo < r["accuracy_pct"] - r["accuracy_sd"] and r["accuracy_pct"] + r["accuracy_sd"] < hi for r in released
+        )
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
