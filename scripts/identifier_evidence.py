@@ -220,23 +220,11 @@ def _readme(meta, records) -> str:
     )
 
 
-#: horizontal dodge of each mechanism's markers, in points: releases of several mechanisms that land on one
-#: spot (every selective release at 0 % surviving) stay apart, their x unchanged (issue 57 item 10)
-_DODGE = {"madlib": -7.0, "tem": 0.0, "privemb": 7.0}
-
-
 def _plot(records, path: Path) -> None:
-    """Accuracy (± its std over folds) against identifiers surviving, one marker per release."""
-    fig = frontier_figure(records)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-
-
-def frontier_figure(records):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.transforms import offset_copy
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     markers = {"madlib": "o", "tem": "s", "privemb": "^"}
@@ -245,36 +233,20 @@ def frontier_figure(records):
         if r["mechanism"] == "none":
             ax.axhline(r["accuracy_pct"], color="gray", ls="--", lw=1, label="no privatization")
             continue
-        ax.errorbar(
+        ax.scatter(
             r["survival_pct"],
             r["accuracy_pct"],
-            yerr=r["accuracy_sd"],
             marker=markers[r["mechanism"]],
             color=colors[r["setting"]],
-            ms=7,
-            capsize=3,
-            elinewidth=1,
-            linestyle="none",
-            transform=offset_copy(ax.transData, fig=fig, x=_DODGE[r["mechanism"]], y=0, units="points"),
+            s=60,
             label=f"{r['mechanism']} {r['setting']}",
         )
-    released = [r for r in records if r["mechanism"] != "none"]  # offset artists do not autoscale: set limits
-    ax.set_xlim(-3, max(r["survival_pct"] for r in released) + 3)
-    low = min(r["accuracy_pct"] - r["accuracy_sd"] for r in records if r["mechanism"] != "none")
-    high = max(r["accuracy_pct"] + (r["accuracy_sd"] or 0) for r in records)
-    ax.set_ylim(low - 1, high + 1)
     ax.set_xlabel("injected identifiers surviving as strings (%)")
-    ax.set_ylabel("accuracy on the released text (%, ± std over folds)")
+    ax.set_ylabel("accuracy on the released text (%)")
     ax.set_title("MR with injected identifiers: uniform vs selective (ε_s = 1)")
-    ax.legend(
-        fontsize=7,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        title="markers dodged sideways\nby mechanism",
-        title_fontsize=7,
-    )
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    return fig
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":
