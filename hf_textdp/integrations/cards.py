@@ -332,85 +332,102 @@ def _run_labels(r: dict[str, Any]) -> list[str]:
     return labels
 
 
+_SETTING_ORDER = {"clean": 0, "train_only": 1, "train_and_test": 2}
+_ROW_KEYS = ("task", "label", "epsilon", "setting", "accuracy", "rate")
+_PRIVACY_KEYS = ("label", "epsilon", "guarantee", "certified", "epsilon_token", "epsilon_median_rho1", "n_w", "s_w")
+
+
+def _result_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        r["task"],
+        r["label"] != "clean",
+        r["label"],
+        r["epsilon"] or 0,
+        _SETTING_ORDER[r["setting"]],
+        str(r.get("path") or ""),
+        r.get("noise_seed") or 0,
+        r.get("train_seed") or 0,
+    )
+
+
+def _eval_result(r: dict[str, Any], run: list[str]) -> Any:
+    """The ``model-index`` entry of one result record."""
+    task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
+    eps = r.get("epsilon")
+    config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
+    if run:
+        config += "-" + "-".join(v.replace(" ", "") for v in run)
+    return EvalResult(
+        task_type=task_type,
+        task_name=task_name,
+        dataset_type=str(r.get("hub_id") or r["task"]),
+        dataset_name=str(r.get("task_title") or r["task"]),
+        dataset_config=config,
+        dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
+        metric_type="accuracy",
+        metric_name=f"accuracy ({', '.join([r['setting'], *run])})",
+        metric_value=round(float(r["accuracy"]), 2),
+        metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]}
+        | {k: r[k] for k in ("path", "noise_seed", "train_seed") if r.get(k) is not None},
+    )
+
+
+def _result_row(r: dict[str, Any], run: list[str], diag: dict[str, Any]) -> dict[str, str]:
+    """The accuracy table's row of one result record (its replacement rate where the record has one)."""
+    rate = diag.get("replacement_rate")
+    if rate is None and isinstance(r.get("replacement_rate"), dict):  # finetune_full: % of the training text
+        train_rate = r["replacement_rate"].get("train")
+        rate = None if train_rate is None else train_rate / 100.0
+    return {
+        "task": r["task"],
+        "label": r["label"],
+        "epsilon": _fmt(r.get("epsilon")),
+        "setting": ", ".join([r["setting"], *run]),
+        "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
+        "rate": "–" if rate is None else f"{100 * rate:.1f} %",
+    }
+
+
+def _privacy_row(r: dict[str, Any], diag: dict[str, Any]) -> dict[str, str]:
+    """The privacy table's row of one privatizer (its report's guarantee and scale, and N_w, S_w)."""
+    p = r["privacy"]
+    return {
+        "label": r["label"],
+        "epsilon": _fmt(r.get("epsilon")),
+        "guarantee": p.get("guarantee"),
+        "certified": _fmt(p.get("certified")),
+        "epsilon_token": _fmt(p.get("epsilon_token")),
+        "epsilon_median_rho1": _fmt((p.get("scale") or {}).get("epsilon_median_rho1")),
+        "n_w": _fmt(diag.get("n_w_mean"), 3),
+        "s_w": _fmt(diag.get("s_w_mean"), 3),
+    }
+
+
+def _table(rows: Any, keys: tuple[str, ...]) -> list[str]:
+    return ["| " + " | ".join(str(row[k]) for k in keys) + " |" for row in rows]
+
+
 def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
     """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
     results = load_results(Path(folder))
     if not results:
         raise InvalidParameterError(f"{str(folder)!r} holds no hf-textdp evaluate results (result JSONs).")
-    recipe = results[0].get("recipe") or {}
-    content = recipe.get("content") or {}
-    name = model_name or f"hf-textdp-{Path(folder).name}"
-    order = {"clean": 0, "train_only": 1, "train_and_test": 2}
-    results.sort(
-        key=lambda r: (
-            r["task"],
-            r["label"] != "clean",
-            r["label"],
-            r["epsilon"] or 0,
-            order[r["setting"]],
-            str(r.get("path") or ""),
-            r.get("noise_seed") or 0,
-            r.get("train_seed") or 0,
-        )
-    )
-    evals = []
-    rows = []
+    content = (results[0].get("recipe") or {}).get("content") or {}
+    results.sort(key=_result_order)
+    evals, rows = [], []
     privacy: dict[tuple[str, Any], dict[str, Any]] = {}
     for r in results:
-        task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
-        eps = r.get("epsilon")
-        config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
         run = _run_labels(r)  # one record per model (finetune_full): name its path and seeds
-        if run:
-            config += "-" + "-".join(v.replace(" ", "") for v in run)
-        evals.append(
-            EvalResult(
-                task_type=task_type,
-                task_name=task_name,
-                dataset_type=str(r.get("hub_id") or r["task"]),
-                dataset_name=str(r.get("task_title") or r["task"]),
-                dataset_config=config,
-                dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
-                metric_type="accuracy",
-                metric_name=f"accuracy ({', '.join([r['setting'], *run])})",
-                metric_value=round(float(r["accuracy"]), 2),
-                metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]}
-                | {k: r[k] for k in ("path", "noise_seed", "train_seed") if r.get(k) is not None},
-            )
-        )
         diag = (r.get("privacy") or {}).get("diagnostics") or {}
-        rate = diag.get("replacement_rate")
-        if rate is None and isinstance(r.get("replacement_rate"), dict):  # finetune_full: % of the training text
-            train_rate = r["replacement_rate"].get("train")
-            rate = None if train_rate is None else train_rate / 100.0
-        rows.append(
-            {
-                "task": r["task"],
-                "label": r["label"],
-                "epsilon": _fmt(eps),
-                "setting": ", ".join([r["setting"], *run]),
-                "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
-                "rate": "–" if rate is None else f"{100 * rate:.1f} %",
-            }
-        )
-        if r.get("privacy") and (r["label"], eps) not in privacy:
-            p = r["privacy"]
-            privacy[(r["label"], eps)] = {
-                "label": r["label"],
-                "epsilon": _fmt(eps),
-                "guarantee": p.get("guarantee"),
-                "certified": _fmt(p.get("certified")),
-                "epsilon_token": _fmt(p.get("epsilon_token")),
-                "epsilon_median_rho1": _fmt((p.get("scale") or {}).get("epsilon_median_rho1")),
-                "n_w": _fmt(diag.get("n_w_mean"), 3),
-                "s_w": _fmt(diag.get("s_w_mean"), 3),
-            }
-    datasets = sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")})
+        evals.append(_eval_result(r, run))
+        rows.append(_result_row(r, run, diag))
+        if r.get("privacy") and (r["label"], r.get("epsilon")) not in privacy:
+            privacy[(r["label"], r.get("epsilon"))] = _privacy_row(r, diag)
     static = _static_vectors(results)
     data = ModelCardData(
-        model_name=name,
+        model_name=model_name or f"hf-textdp-{Path(folder).name}",
         eval_results=evals,
-        datasets=datasets,
+        datasets=sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")}),
         metrics=["accuracy"],
         tags=["differential-privacy", "hf-textdp", "senteval"],
         library_name="hf-textdp",
@@ -426,28 +443,8 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
         command=first.get("command", ""),
         encoder=str((first.get("encoder") or {}).get("name")) + (f"` on `{static}" if static else ""),
         classifier=f"logistic regression, {clf.get('kfold')}-fold, C grid {clf.get('c_grid')}",
-        rows=[
-            "| " + " | ".join(str(r[k]) for k in ("task", "label", "epsilon", "setting", "accuracy", "rate")) + " |"
-            for r in rows
-        ],
-        privacy=[
-            "| "
-            + " | ".join(
-                str(p[k])
-                for k in (
-                    "label",
-                    "epsilon",
-                    "guarantee",
-                    "certified",
-                    "epsilon_token",
-                    "epsilon_median_rho1",
-                    "n_w",
-                    "s_w",
-                )
-            )
-            + " |"
-            for p in privacy.values()
-        ],
+        rows=_table(rows, _ROW_KEYS),
+        privacy=_table(privacy.values(), _PRIVACY_KEYS),
         hf_textdp_version=__version__,
     )
 
