@@ -126,6 +126,8 @@ def test_before_after_is_a_real_draw():
     [index] = [i for i, r in enumerate(rows) if r["text"].strip() == before]
     priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=BEFORE_AFTER_SEED)
     assert priv({"text": [rows[index]["text"]]}, [index])["text"][0].strip() == after
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")  # the docs site opens with the same draw
+    assert f"before: {before}\nafter:  {after}\n" in home
 
 
 def test_citation_names_this_version():
