@@ -227,11 +227,8 @@ def _candidate_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _sensitive_lines(report: dict[str, Any]) -> list[str]:
-    sens = report.get("sensitive")
-    if not sens:
-        return []
-    totals = report.get("totals") or {}
+def _sensitive_lines(report: dict[str, Any], sens: dict[str, Any], totals: dict[str, Any]) -> list[str]:
+    """Selective privatization's lines (selective.md §6): each class's ε and what the selection reveals."""
     others = (
         f"others at ε {_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
         if sens.get("others") == "privatize"
@@ -246,10 +243,26 @@ def _sensitive_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _guarantee_lines(report: dict[str, Any]) -> list[str]:
+    """The per-token guarantee in words and how to read the numbers (with ``others="keep"`` no token was privatized
+    at the config's ε: the guarantee names the sensitive positions alone), then the selective lines."""
+    sens = report.get("sensitive")
+    if sens and sens.get("others") == "keep":
+        lines = [
+            "  guarantee:   sensitive positions only (see sensitive); the other positions are released unchanged, "
+            "with no protection"
+        ]
+    else:
+        lines = [f"  guarantee:   {guarantee_statement(report)}"]
+    lines.append(f"  reading:     {READING}")
+    return lines + (_sensitive_lines(report, sens, report.get("totals") or {}) if sens else [])
+
+
 def _release_lines(report: dict[str, Any]) -> list[str]:
     """Certification, token counts, measured recovery and the kept share."""
     totals = report.get("totals") or {}
     rows, dp_tokens = int(totals.get("rows") or 0), int(totals.get("dp_tokens") or 0)
+    passthrough, kept_other = int(totals.get("passthrough_tokens") or 0), int(totals.get("kept_other_tokens") or 0)
     lines = [
         "  certified:   "
         + (
@@ -257,8 +270,10 @@ def _release_lines(report: dict[str, Any]) -> list[str]:
             if report.get("certified")
             else "NO: the stated ε/δ are not proven for this configuration (see warnings)"
         ),
-        f"  tokens:      {dp_tokens} privatized ({dp_tokens / rows if rows else 0.0:.1f} per row on average), "
-        f"{totals.get('passthrough_tokens', 0)} passed through unprotected, {totals.get('special_tokens', 0)} special",
+        f"  tokens:      {dp_tokens} privatized, {passthrough + kept_other} unprotected ("
+        + (f"{kept_other} released unchanged by others='keep', " if kept_other else "")
+        + f"{passthrough} passed through), {totals.get('special_tokens', 0)} special; "
+        f"{dp_tokens / rows if rows else 0.0:.1f} privatized per row on average",
     ]
     if report.get("measured_recovery"):
         lines.append(f"  attacks:     {recovery_statement(report['measured_recovery'])}")
@@ -282,9 +297,7 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
     lines = [f"Privacy report{f' for {source}' if source else ''}", *_candidate_lines(report)]
     lines.append("  epsilon:")
     lines.extend(epsilon_table(report, indent="    "))
-    lines.append(f"  guarantee:   {guarantee_statement(report)}")
-    lines.append(f"  reading:     {READING}")
-    lines.extend(_sensitive_lines(report))
+    lines.extend(_guarantee_lines(report))
     lines.extend(_release_lines(report))
     for warning in report.get("warnings") or []:
         lines.append(f"  WARNING:     {warning}")
