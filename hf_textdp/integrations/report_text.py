@@ -61,59 +61,82 @@ class EpsilonLine:
         return f"{head.ljust(width)}  {self.label}" + (f" = {self.how}" if self.how else "")
 
 
-def _token_factor(report: dict[str, Any]) -> str:
-    """How ε_tok follows from ε for the report's mechanism (read from the report, never re-derived)."""
-    eps, tok = report.get("epsilon"), report.get("epsilon_token")
+def _token_factor(report: dict[str, Any], eps: Any, tok: Any, sym: str = "ε") -> str:
+    """How the per-token bound ``tok`` follows from the setting ``eps`` (named ``sym``) for the report's mechanism
+    (read from the report, never re-derived)."""
     guarantee, mech = report.get("guarantee"), report.get("mechanism")
     details, scale = report.get("details") or {}, report.get("scale") or {}
     if guarantee == "dp":
-        return "ε (the noise is calibrated to one token)"
+        return f"{sym} (the noise is calibrated to one token)"
     if guarantee == "umldp":
-        return f"ε × diameter {_g(scale.get('diam'))} + ln(1/p) {_g(details.get('epsilon0'))}, sensitive tokens only"
+        return (
+            f"{sym} × diameter {_g(scale.get('diam'))} + ln(1/p) {_g(details.get('epsilon0'))}, sensitive tokens only"
+        )
     factor = _g(tok / eps) if isinstance(eps, float) and isinstance(tok, float) and eps and math.isfinite(eps) else "?"
     classes = len((report.get("candidate_set") or {}).get("per_class") or [])
     widest = f", the widest of {classes} piece classes" if classes > 1 else ""
     if report.get("metric") == "mahalanobis":
-        return f"ε × Mahalanobis diameter {factor}{widest}"
+        return f"{sym} × Mahalanobis diameter {factor}{widest}"
     if mech == "tem":
-        return f"ε × min(diameter, γ) = ε × {factor}{widest}"
+        return f"{sym} × min(diameter, γ) = {sym} × {factor}{widest}"
     if mech == "privemb":
-        return f"ε × projected diameter / s = ε × {factor}{widest}"
-    return f"ε × diameter {factor}{widest}"
+        return f"{sym} × projected diameter / s = {sym} × {factor}{widest}"
+    return f"{sym} × diameter {factor}{widest}"
 
 
 def _row_line(report: dict[str, Any]) -> EpsilonLine:
     totals = report.get("totals") or {}
     label = EPSILON_LABELS["dp_epsilon"]
+    kept = (report.get("sensitive") or {}).get("others") == "keep"
     if report.get("epsilon_token") is None or (totals.get("rows") and totals.get("max_row_dp_epsilon") is None):
-        return EpsilonLine(
-            "dp_epsilon",
-            "null",
-            label,
-            "none: the per-token numbers do not bound a row (uncertified calibration, or tokens released with no "
-            "finite ε)",
+        why = (
+            "the other positions are released unchanged, with no finite ε"
+            if kept
+            else "the per-token numbers do not bound a row (uncertified calibration, or tokens released with no "
+            "finite ε)"
         )
+        return EpsilonLine("dp_epsilon", "null", label, f"none: {why}")
     if not totals.get("rows"):
         return EpsilonLine("dp_epsilon", "–", label, "dp_tokens × ε_tok (no rows released yet)")
-    tokens = totals.get("max_row_dp_tokens")
+    if report.get("sensitive"):  # each position at its own class's ε_tok (selective.md §6)
+        how = "the sum of each position's ε_tok (sensitive or other), the largest row (basic composition)"
+    else:
+        how = f"{totals.get('max_row_dp_tokens')} tokens × ε_tok, the largest row (basic composition)"
     delta = totals.get("max_row_dp_delta")
-    how = f"{tokens} tokens × ε_tok, the largest row (basic composition)" + (
-        f" (dp_delta ≤ {_g(delta)})" if delta else ""
-    )
+    how += f" (dp_delta ≤ {_g(delta)})" if delta else ""
     return EpsilonLine("dp_epsilon", f"≤ {_g(totals.get('max_row_dp_epsilon'))}", label, how)
 
 
+def _class_lines(report: dict[str, Any], eps: Any, tok: Any, sym: str, whose: str) -> list[EpsilonLine]:
+    """The setting and the per-token bound of one class of positions (``whose``: "" or ", sensitive positions")."""
+    lines = [EpsilonLine(sym, f"= {_g(eps)}", EPSILON_LABELS["ε"] + whose)]
+    tok_sym = "ε_tok" + ("" if sym == "ε" else f",{sym[2:]}")
+    if report.get("guarantee") == "none" or tok is None:
+        return [*lines, EpsilonLine(tok_sym, "none", EPSILON_LABELS["ε_tok"] + whose, "this release proves no bound")]
+    delta_tok = report.get("delta_token")
+    value = f"= {_g(tok)}" + (f", δ_tok = {_g(delta_tok)}" if delta_tok else "")
+    return [*lines, EpsilonLine(tok_sym, value, EPSILON_LABELS["ε_tok"] + whose, _token_factor(report, eps, tok, sym))]
+
+
 def epsilon_lines(report: dict[str, Any]) -> list[EpsilonLine]:
-    """The ε story of a report: your setting, the per-token bound with its factor, the row bound (module doc)."""
-    lines = [EpsilonLine("ε", f"= {_g(report.get('epsilon'))}", EPSILON_LABELS["ε"])]
-    if report.get("guarantee") == "none" or report.get("epsilon_token") is None:
-        lines.append(EpsilonLine("ε_tok", "none", EPSILON_LABELS["ε_tok"], "this release proves no bound"))
+    """The ε story of a report: your setting, the per-token bound with its factor, the row bound (module doc).
+
+    Selective privatization (selective.md §6) states each class: the sensitive positions' ``ε_s`` and ``ε_tok,s``,
+    then the other positions' ``ε`` and ``ε_tok``, or, with ``others="keep"``, that they were released unchanged
+    (the config's ε is then named nowhere: no token was privatized at it).
+    """
+    sens = report.get("sensitive")
+    if not sens:
+        lines = _class_lines(report, report.get("epsilon"), report.get("epsilon_token"), "ε", "")
+        return [*lines, _row_line(report)]
+    lines = _class_lines(report, sens.get("epsilon"), sens.get("epsilon_token"), "ε_s", ", sensitive positions")
+    if sens.get("others") == "keep":
+        kept = (report.get("totals") or {}).get("kept_other_tokens", 0)
+        lines.append(EpsilonLine("others", "unprotected", f"{kept} tokens released unchanged, no protection"))
     else:
-        delta_tok = report.get("delta_token")
-        value = f"= {_g(report.get('epsilon_token'))}" + (f", δ_tok = {_g(delta_tok)}" if delta_tok else "")
-        lines.append(EpsilonLine("ε_tok", value, EPSILON_LABELS["ε_tok"], _token_factor(report)))
-    lines.append(_row_line(report))
-    return lines
+        whose = ", other positions"
+        lines += _class_lines(report, report.get("epsilon"), report.get("epsilon_token"), "ε", whose)
+    return [*lines, _row_line(report)]
 
 
 def epsilon_table(report: dict[str, Any], indent: str = "  ") -> list[str]:

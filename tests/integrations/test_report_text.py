@@ -79,3 +79,30 @@ def test_no_rows_and_no_guarantee_are_said_plainly():
     assert [x.value for x in epsilon_lines(base)] == ["= 2", "none", "null"]
     unbounded = {"epsilon": 2.0, "guarantee": "umldp", "epsilon_token": 5.0, "totals": {"rows": 3}}
     assert epsilon_lines(unbounded)[2].how.startswith("none: the per-token numbers do not bound a row")
+
+
+@pytest.mark.parametrize("others", ["privatize", "keep"])
+def test_selective_release_states_each_class(others, tiny_bert, tmp_path, capsys):
+    """Selective privatization (selective.md §6): the sensitive positions' ε_s and ε_tok,s, then the others' ε and
+    ε_tok, or with others="keep" that they are unprotected; the config's ε is then named nowhere."""
+    src = write_jsonl(tmp_path / "in.jsonl", ["mail ann@example.com now", "the movie was good"])
+    out = tmp_path / "out.jsonl"
+    args = ["privatize", str(src), str(out), "--epsilon", "3", "--model", tiny_bert, "--sensitive-epsilon", "0.5"]
+    assert main([*args, "--sensitive-detectors", "email", "--others", others]) == 0
+    summary = capsys.readouterr().out
+    report = json.loads(report_path_for(out).read_text("utf-8"))
+    lines = epsilon_lines(report)
+    sens = report["sensitive"]
+    assert [(x.symbol, x.value) for x in lines[:2]] == [
+        ("ε_s", "= 0.5"),
+        ("ε_tok,s", f"= {sens['epsilon_token']:.4g}"),
+    ]
+    assert lines[1].how.startswith(f"ε_s × diameter {sens['epsilon_token'] / 0.5:.4g}")
+    if others == "keep":
+        assert [x.symbol for x in lines] == ["ε_s", "ε_tok,s", "others", "dp_epsilon"] and lines[3].value == "null"
+        assert "= 3 " not in summary and "ε = 3" not in summary
+    else:
+        assert [x.symbol for x in lines] == ["ε_s", "ε_tok,s", "ε", "ε_tok", "dp_epsilon"]
+        assert lines[2].value == "= 3" and lines[3].value == f"= {report['epsilon_token']:.4g}"
+    for x in lines:  # the summary prints each of them
+        assert f"{x.symbol} {x.value}" in summary
