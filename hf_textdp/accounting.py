@@ -2,7 +2,8 @@
 
 A :class:`Claim` describes what one privatized token release guarantees; it is built from the
 validated configuration and the public embedding space, never from data. :class:`Totals` adds up
-what was released. :func:`build_report` turns both into the JSON report of accounting.md §4.
+what was released. :func:`build_report` turns both into the JSON report of accounting.md §4; the report in
+words (``hf-textdp report``, the ε story) is :mod:`hf_textdp.integrations.report_text`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ __all__ = [
     "refuse_overflowing_epsilon",
     "Totals",
     "build_report",
-    "format_report",
-    "guarantee_statement",
-    "recovery_statement",
     "NOT_COVERED",
     "ROW_GUARANTEE",
     "SELECTIVE_ROW_GUARANTEE",
@@ -312,42 +310,6 @@ def _num(x: float | None) -> float | None:
     return float(x)
 
 
-def _recovery(a: dict[str, Any]) -> str:
-    """``62.6 % [62.1, 63.0]``: a measured recovery with its 95 % interval."""
-    lo, hi = a["ci95"]
-    return f"{100 * a['value']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
-
-
-def recovery_statement(entry: dict[str, Any]) -> str:
-    """One sentence: what each named attack recovered, with 95 % intervals, where it was measured, and that this is
-    a lower bound on leakage (a stronger attack can recover more; docs/attacks.md §8)."""
-    parts = []
-    best: tuple[float, str] | None = None
-    for name in ("identity", "bayes", "contextual", "inversion"):
-        a = entry["attacks"].get(name)
-        if a:
-            parts.append(f"{name} {_recovery(a)}")
-            best = max(best or (a["value"], name), (a["value"], name))
-    extra = [f"; strongest: {best[1]}"] if best else []
-    if entry.get("replaced"):  # the replaced tokens' recovery, by the attack strongest there
-        name, a = max(entry["replaced"].items(), key=lambda kv: kv[1]["value"])
-        extra.append(
-            f"; of the {100 * entry['replacement_rate']:.1f} % replaced, {name} recovered {_recovery(a)} "
-            "(the strongest there)"
-        )
-    ids = entry.get("identifiers")
-    if ids and ids.get("attacks"):  # identifiers kept whole, by the attack strongest on them
-        name, a = max(ids["attacks"].items(), key=lambda kv: kv[1]["value"])
-        extra.append(
-            f"; identifiers recovered whole (every token): {_recovery(a)} by {name} ({ids['set']}; {ids['record']})"
-        )
-    return (
-        f"a lower bound on leakage from the named attacks: {', '.join(parts)} of the privatized tokens recovered"
-        f"{''.join(extra)} ({entry['private']}, public text {', '.join(entry['public'])}; {entry['record']}; "
-        "docs/attacks.md); a stronger attack can recover more"
-    )
-
-
 def build_report(
     *,
     mechanism: str,
@@ -406,177 +368,3 @@ def build_report(
     if measured_recovery is not None:
         report["measured_recovery"] = measured_recovery
     return report
-
-
-def _g(x: Any) -> str:
-    return "null" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
-
-
-def guarantee_statement(report: dict[str, Any]) -> str:
-    """One sentence saying what the report's mechanism proves per token, in its own terms (accounting.md §1).
-
-    Read from the report (the claim the mechanism computed), never re-derived: metric DP names its
-    metric, TEM its truncation γ, santext_plus the tokens it does not protect, and an uncertified or
-    ``none`` guarantee says so.
-    """
-    mech, guarantee, metric = report.get("mechanism"), report.get("guarantee"), report.get("metric")
-    eps, eps_tok = report.get("epsilon"), report.get("epsilon_token")
-    details = report.get("details") or {}
-    scale = report.get("scale") or {}
-    if guarantee == "none":
-        return "none: this output carries no privacy guarantee (see warnings)."
-    if guarantee == "umldp":
-        return (
-            f"UMLDP (santext_plus): sensitive tokens get ε·d(w, w') + ln(1/p) metric DP in the Euclidean distance "
-            f"(ε = {_g(eps)}, ln(1/p) = {_g(details.get('epsilon0'))}); non-sensitive tokens are released unchanged "
-            "with probability 1 - p and have NO finite ε. ε_tok below bounds the sensitive tokens only."
-        )
-    if guarantee == "metric_dp":
-        if metric == "mahalanobis":
-            head = (
-                f"metric DP in the Mahalanobis distance d_M(w, w') = ||M^(-1/2)(E_w - E_w')|| (not the Euclidean "
-                f"one): P[M(w) in S] <= exp(ε·d_M(w, w'))·P[M(w') in S], ε = {_g(eps)}"
-            )
-            formula, basis = "ε·diam_M", f"diam_M = {_g(details.get('diam_M'))}"
-        else:
-            head = (
-                f"metric DP in the Euclidean distance between embedding rows: P[M(w) in S] <= "
-                f"exp(ε·d(w, w'))·P[M(w') in S], ε = {_g(eps)}"
-            )
-            if mech == "tem":
-                formula, basis = "ε·min(diam, γ)", f"diam = {_g(scale.get('diam'))}, γ = {_g(details.get('gamma'))}"
-            else:
-                formula, basis = "ε·diam", f"diam = {_g(scale.get('diam'))}"
-        if (report.get("candidate_set") or {}).get("per_class"):
-            tok = f"ε_tok = {formula} over each piece class's own space, the largest {_g(eps_tok)} (see classes)"
-        else:
-            tok = f"ε_tok = {formula} = {_g(eps_tok)} ({basis})"
-        return f"{head}; {tok}."
-    delta_tok = report.get("delta_token")
-    what = f"(ε, δ)-DP per token, δ_tok = {_g(delta_tok)}" if delta_tok else "ε-DP per token"
-    return f"{what}: ε_tok = {_g(eps_tok)} for any two candidate tokens."
-
-
-def _class_list(report: dict[str, Any]) -> str:
-    """``word_initial ε_tok 187 (diam 2.34, …), continuation …`` from ``candidate_set.per_class``."""
-    return ", ".join(
-        f"{c['name']} ε_tok {_g(c.get('epsilon_token'))} (diam {_g(c.get('diam'))}, {c.get('size')} tokens)"
-        for c in (report.get("candidate_set") or {}).get("per_class") or []
-    )
-
-
-def _sensitive_lines(report: dict[str, Any], sens: dict[str, Any], totals: dict[str, Any]) -> list[str]:
-    """Selective privatization's lines (selective.md §6): each class's ε, the detectors that ran and the kinds none
-    of them finds, what the selection reveals."""
-    others = (
-        f"others: {int(totals.get('dp_tokens') or 0) - int(totals.get('sensitive_tokens') or 0)} tokens at ε "
-        f"{_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
-        if sens.get("others") == "privatize"
-        else f"others: {totals.get('kept_other_tokens', 0)} tokens released unchanged, no protection"
-    )
-    found = ", ".join(f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or [])
-    missing = ", ".join(sens.get("cannot_find") or []) or "none of the listed kinds"
-    left = "; ".join(f"{x['name']}: {x['reason']}" for x in sens.get("left_out") or [])
-    return [
-        f"  sensitive:   {totals.get('sensitive_tokens', 0)} tokens at ε_s {_g(sens.get('epsilon'))} per token, ε_tok "
-        f"{_g(sens.get('epsilon_token'))}; {others}",
-        f"  detectors:   {found or 'none'}"
-        + (f", span column {sens['column']!r}" if sens.get("column") else "")
-        + f"; kinds none of them finds: {missing}"
-        + (f"; left out of the default set: {left}" if left else ""),
-        f"  selection:   {sens.get('statement')}",
-    ]
-
-
-def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
-    """A readable summary of a privacy report: what was guaranteed, per-token and per-row ε, what is not
-    covered, and the kept/replaced share where the report knows it. ``hf-textdp report`` prints it."""
-    totals = report.get("totals") or {}
-    model = report.get("model") or {}
-    cands = report.get("candidate_set") or {}
-    rows = int(totals.get("rows") or 0)
-    dp_tokens = int(totals.get("dp_tokens") or 0)
-    lines = [f"Privacy report{f' for {source}' if source else ''}"]
-    lines.append(
-        f"  mechanism:   {report.get('mechanism')} + {report.get('postprocess')}, model {model.get('id')} "
-        f"(d = {model.get('d')}, {cands.get('size')} candidate tokens)"
-    )
-    outside = int(cands.get("inputs_outside") or 0)
-    lines.append(
-        f"  candidates:  {cands.get('setting') or 'all'}"
-        + (f", scripts {'+'.join(cands['scripts'])}" if cands.get("scripts") else "")
-        + (", all scripts" if cands.get("scripts_from") and not cands.get("scripts") else "")
-        + (f" ({cands['scripts_from']})" if cands.get("scripts_from") not in (None, "given") else "")
-        + (
-            f"; {outside} vocabulary tokens outside the set are privatized, where they occur, as their nearest "
-            "candidate (ε_tok bounds them; the metric bound ε·d holds between candidates)"
-            if outside
-            else ""
-        )
-    )
-    if cands.get("per_class"):
-        lines.append(
-            f"  classes:     replacement stays inside the input's piece class, each its own metric space: "
-            f"{_class_list(report)}"
-        )
-    sens = report.get("sensitive")
-    kept_others = bool(sens and sens.get("others") == "keep")
-    if kept_others:  # no token was privatized at the config's epsilon: it names no token's guarantee
-        lines.append(
-            "  guarantee:   sensitive positions only (see sensitive); the other positions are released unchanged, "
-            "with no protection"
-        )
-    else:
-        lines.append(f"  guarantee:   {guarantee_statement(report)}")
-    if sens:
-        lines.extend(_sensitive_lines(report, sens, totals))
-    certified = report.get("certified")
-    lines.append(
-        "  certified:   "
-        + ("yes" if certified else "NO: the stated ε/δ are not proven for this configuration (see warnings)")
-    )
-    eps_tok = report.get("epsilon_token")
-    if eps_tok is None:
-        lines.append("  per row:     no finite dp_epsilon (dp_epsilon is null)")
-    elif rows and totals.get("max_row_dp_epsilon") is None:
-        lines.append(
-            "  per row:     no row bound (dp_epsilon is null): the per-token numbers above do not bound a row "
-            "(uncertified calibration, or tokens released with no finite ε)"
-        )
-    else:
-        mean = dp_tokens / rows if rows else 0.0
-        lines.append(
-            f"  per row:     dp_epsilon = dp_tokens x ε_tok (basic composition); {rows} rows, "
-            f"{mean:.1f} privatized tokens per row on average, largest row dp_epsilon "
-            f"{_g(totals.get('max_row_dp_epsilon'))} ({totals.get('max_row_dp_tokens')} tokens)"
-            + (f", largest dp_delta {_g(totals.get('max_row_dp_delta'))}" if totals.get("max_row_dp_delta") else "")
-        )
-        lines.append(
-            "               the per-token statement above is the meaningful one; the row figure is a worst case "
-            "over all pairs of rows of the same length"
-        )
-    passthrough, kept_other = int(totals.get("passthrough_tokens") or 0), int(totals.get("kept_other_tokens") or 0)
-    lines.append(
-        f"  tokens:      {dp_tokens} privatized, {passthrough + kept_other} unprotected ("
-        + (f"{kept_other} released unchanged by others='keep', " if kept_other else "")
-        + f"{passthrough} passed through), {totals.get('special_tokens', 0)} special"
-    )
-    if report.get("measured_recovery"):
-        lines.append(f"  attacks:     {recovery_statement(report['measured_recovery'])}")
-    kept = totals.get("kept_tokens")
-    if kept is not None and dp_tokens:
-        lines.append(
-            f"  kept:        {kept / dp_tokens:.1%} of privatized tokens kept, {1 - kept / dp_tokens:.1%} replaced"
-        )
-    else:
-        lines.append(
-            "  kept:        not recorded (the report holds nothing computed from the original text); expected "
-            f"rate from the public matrix: hf-textdp calibrate --mechanism {report.get('mechanism')} --epsilons "
-            f"{_g(report.get('epsilon'))}"
-        )
-    for warning in report.get("warnings") or []:
-        lines.append(f"  WARNING:     {warning}")
-    lines.append("  not covered:")
-    lines.extend(f"    - {item}" for item in report.get("not_covered") or [])
-    lines.append("  (raw report: --json)")
-    return "\n".join(lines) + "\n"

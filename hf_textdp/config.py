@@ -6,6 +6,7 @@ The config holds no seed: a seed is a secret key and is never saved (decision D3
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import warnings
@@ -255,3 +256,37 @@ def parse_device_name(device: Any) -> None:
 
 
 _ = parse_device  # re-exported for callers that need a torch.device
+
+#: arguments users pass to ``PrivatizerConfig`` that belong to the object doing the work: where each goes
+_ELSEWHERE = {
+    "text_column": "Privatizer(config, text_column=...) or privatize_dataset(..., text_column=...) "
+    "(CLI: --text-column)",
+    "id_column": "Privatizer(config, id_column=...) or privatize_dataset(..., id_column=...) (CLI: --id-column)",
+    "seed": "Privatizer(config, seed=...) or privatize_dataset(..., seed=...): a seed is a secret key, never part "
+    "of a saved config",
+    "allow_weak_seed": "Privatizer(config, allow_weak_seed=...) or privatize_dataset(..., allow_weak_seed=...)",
+    "split": "Privatizer(config, split=...) or privatize_dataset(..., split=...)",
+    "num_proc": "privatize_dataset(..., num_proc=...) or Dataset.map(..., num_proc=...)",
+    "output_dir": "privatize_dataset(..., output_dir=...)",
+}
+
+
+def _refuse_unknown_arguments(init: Any) -> Any:
+    """Wrap the dataclass ``__init__``: an argument it does not take is refused by a message naming where it goes
+    (``text_column`` belongs to ``Privatizer``), or the arguments it takes, instead of Python's bare TypeError."""
+
+    @functools.wraps(init)
+    def __init__(self: PrivatizerConfig, *args: Any, **kwargs: Any) -> None:
+        known = {f.name for f in fields(PrivatizerConfig)}
+        for name in sorted(set(kwargs) - known):
+            where = _ELSEWHERE.get(name)
+            raise ParameterTypeError(
+                f"PrivatizerConfig takes no argument {name}=; "
+                + (f"pass it to {where}." if where else f"its arguments are {sorted(known)}.")
+            )
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+setattr(PrivatizerConfig, "__init__", _refuse_unknown_arguments(PrivatizerConfig.__init__))  # noqa: B010

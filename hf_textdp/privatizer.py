@@ -252,8 +252,10 @@ class Privatizer:
 
     def privacy_report(self) -> dict[str, Any]:
         """The privacy report of accounting.md for what this object released in this process (a map served
-        from the ``datasets`` cache, or run in ``num_proc`` workers, is not counted: it warns when nothing was)."""
-        if self.totals.rows == 0:
+        from the ``datasets`` cache, or run in ``num_proc`` workers, is not counted: it warns, once, when nothing
+        was)."""
+        if self.totals.rows == 0 and not getattr(self, "_warned_no_rows", False):
+            self._warned_no_rows = True  # not pickled (__getstate__): the fingerprint does not change
             logger.warning(
                 "privacy_report: this Privatizer privatized no rows in this process (a map served from the datasets "
                 "cache, or run in num_proc worker processes, is not counted here): the report's totals are empty. "

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import HfTextDPError, unexpected_error_line
 from ..version import __version__
+from .arguments import PlainHelpFormatter
 from .attack import AttackCommand
 from .audit import AuditCommand
 from .bench import BenchCommand
@@ -20,6 +21,7 @@ from .evaluate import EvaluateCommand
 from .privatize import PrivatizeCommand
 from .push import PushCommand
 from .report import ReportCommand
+from .sample import SampleCommand
 
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -35,6 +37,7 @@ COMMANDS: list[Any] = [
     CardCommand,
     PushCommand,
     BenchCommand,
+    SampleCommand,
 ]
 
 
@@ -45,13 +48,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hf-textdp", description="Differentially private text at the subword-token level.")
-    parser.add_argument("--version", action="version", version=f"hf-textdp {__version__}")
+    parser = _Parser(
+        prog="hf-textdp",
+        description="Differentially private text at the subword-token level.",
+        formatter_class=PlainHelpFormatter,
+    )
+    parser.add_argument("-V", "--version", action="version", version=f"hf-textdp {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     for cmd in COMMANDS:
         cmd.register_subcommand(sub)
     for command in sub.choices.values():  # also after the command (SUPPRESS: an absent flag keeps the top level's)
+        if command.formatter_class is argparse.HelpFormatter:  # argparse's own: as wide as the terminal
+            command.formatter_class = PlainHelpFormatter
         command.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks (default: off)"
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import textwrap
 
 from .catalog import CANDIDATE_SETS, CLASS_MODES, DEFAULT_CANDIDATES, DETECTORS, MECHANISMS, POSTPROCESS, SCRIPTS
 
@@ -15,6 +17,8 @@ __all__ = [
     "options_epilog",
     "delta_help",
     "HelpFormatter",
+    "PlainHelpFormatter",
+    "HELP_WIDTH",
     "add_config_args",
     "add_candidate_args",
     "add_option_args",
@@ -59,8 +63,37 @@ def delta_help() -> str:
     return f"delta in (0, 1), only for mechanisms with one ({users}) (default: {default})"
 
 
+#: the widest a help line gets, whatever the terminal: long lines are hard to read (argparse's width is the
+#: terminal's less 2, so a 100-column terminal keeps every line it had)
+HELP_WIDTH = 98
+
+
+def _width() -> int:
+    return min(shutil.get_terminal_size().columns - 2, HELP_WIDTH)
+
+
+class PlainHelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter at most :data:`HELP_WIDTH` columns wide."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, width or _width())
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Every option's help ends with its default (argparse's ``%(default)s``), flags without one excepted."""
+    """Every option's help ends with its default (argparse's ``%(default)s``), flags without one excepted; the
+    description and epilog keep their line breaks, and a line wider than the help wraps under its own indent."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, width or _width())
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            own = line[: len(line) - len(line.lstrip())]  # an indented line (a list item) hangs its continuation
+            lead = indent + own
+            wrapped = textwrap.wrap(line.strip(), width, initial_indent=lead, subsequent_indent=lead + own * 2)
+            lines.extend(wrapped or [indent])
+        return "\n".join(lines)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -110,12 +110,7 @@ class PrivatizeCommand:
                 overwrite=args.overwrite,
                 keep_spans=args.keep_spans,
             )
-            totals = report["totals"]
-            print(
-                f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-                f"({report['mechanism']}, {_epsilons(report)}, guarantee={report['guarantee']})"
-                f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
-            )
+            print(summary(report, args.output, " with Ray"))
             return 0
         _, report = privatize_dataset(
             args.input,
@@ -135,25 +130,26 @@ class PrivatizeCommand:
             return_report=True,
             keep_spans=args.keep_spans,
         )
-        totals = report["totals"]
-        eps_row = totals["max_row_dp_epsilon"]
-        print(
-            f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-            f"({report['mechanism']}, {_epsilons(report)}, guarantee={report['guarantee']}, "
-            f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}){_selective(totals, report)}; "
-            f"report: {report_path_for(Path(args.output))}"
-        )
+        print(summary(report, args.output))
         return 0
 
 
-def _epsilons(report: dict[str, Any]) -> str:
-    """``epsilon=E per token``, or with selective privatization each class's ε (the config's ε is never named for
-    tokens that were not privatized at it)."""
-    if report.get("sensitive"):
-        from ..sensitive.describe import class_epsilons
+_GUARANTEES = {"metric_dp": "metric DP", "dp": "DP", "umldp": "UMLDP", "none": "NO guarantee"}
 
-        return class_epsilons(report, lambda x: f"{x:g}" if isinstance(x, (int, float)) else str(x))
-    return f"epsilon={report['epsilon']:g} per token"
+
+def summary(report: dict[str, Any], output: str, engine: str = "") -> str:
+    """What ``privatize`` prints: the counts, the three ε each labelled (the same lines as ``hf-textdp report``:
+    :func:`~hf_textdp.integrations.report_text.epsilon_table`), and where the report is."""
+    from ..integrations.report_text import epsilon_table
+
+    totals = report["totals"]
+    guarantee = _GUARANTEES.get(report["guarantee"], report["guarantee"])
+    head = (
+        f"wrote {output}{engine}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens"
+        f"{_selective(totals, report)} ({report['mechanism']}, {guarantee})"
+    )
+    tail = f"report: {report_path_for(Path(output))} (in words: hf-textdp report {output})"
+    return "\n".join([head, *epsilon_table(report), tail])
 
 
 def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:

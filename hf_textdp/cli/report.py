@@ -36,8 +36,8 @@ class ReportCommand:
         if args.json:
             sys.stdout.write(dumps_json(report))
             return 0
-        from ..accounting import format_report  # torch (via rng): not on --help's path
         from ..integrations.cards import original_columns
+        from ..integrations.report_text import format_report  # integrations: torch, not on --help's path
 
         kept = original_columns(args.output)  # keep_original=True: the report covers the privatized columns alone
         if kept:

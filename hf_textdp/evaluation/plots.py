@@ -149,7 +149,7 @@ def _figure(
 ) -> Figure:
     """One figure: a panel per task, a line per (privatizer, setting), one legend below the panels."""
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+    from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
     cols = min(len(tasks), 3)
     rows = math.ceil(len(tasks) / cols)
@@ -199,7 +199,10 @@ def _figure(
             if 0 < len(grid) <= PLAIN_TICKS_UP_TO:  # a small grid: its own ε as plain ticks, not 4×10^1
                 ax.xaxis.set_major_locator(FixedLocator(grid))
                 ax.xaxis.set_major_formatter(FixedFormatter([f"{e:g}" for e in grid]))
-                ax.xaxis.set_minor_locator(NullLocator())
+            else:  # a large one: 1, 2, 5 × 10^k, written as plain numbers (40, not 4×10^1)
+                ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+            ax.xaxis.set_minor_locator(NullLocator())
         else:
             ax.set_xlabel("replacement rate (%)")
         ax.grid(alpha=0.3)

@@ -16,23 +16,20 @@ Example:
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
-from ..accounting import recovery_statement
 from ..errors import InvalidParameterError
+from ..io.columns import ORIGINAL_SUFFIX, original_columns
 from ..io.reports import load_bound_report
 from ..io.results import load_results
 from ..sensitive.describe import card_fields
 from ..version import __version__
 from .card_selective import sensitive_rows
+from .report_text import READING, epsilon_lines, recovery_statement
 
 
 __all__ = [
@@ -46,8 +43,6 @@ __all__ = [
 ]
 
 _REPORT_NAME = "privacy_report.json"
-ORIGINAL_SUFFIX = "_original"  # keep_original=True stores the input text in {text_column}_original
-_FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
 _DATASET_TEMPLATE = """---
 {{ card_data }}
@@ -64,17 +59,17 @@ pass through unchanged.
 
 ## Privacy
 
+{% for e in epsilon_lines %}- `{{ e.symbol }} {{ e.value }}`: {{ e.label }}{% if e.how %} = {{ e.how }}{% endif %}
+{% endfor %}
+{{ reading }}
+
 | item | value |
 |---|---|
 | mechanism | `{{ mechanism }}` ({{ kind_line }}) |
 | guarantee | `{{ guarantee }}`{% if certified %} (certified){% else %} (**not certified**){% endif %} |
-| ε per token | {% if sensitive %}{{ sensitive.epsilon_row }}{% else %}{{ epsilon }}{% endif %} |
-| δ per token | {{ delta_line }} |
-| ε_token (pure-DP reading, ε·diam) | {{ epsilon_token }} |
-| ε · median ρ₁ (scale) | {{ epsilon_median_rho1 }} |
 | post-processing | `{{ postprocess }}` |
 | rows / privatized tokens | {{ rows }} / {{ dp_tokens }} |
-| largest per-row ε (basic composition) | {{ max_row_dp_epsilon }} |
+| scale: ε · median ρ₁ (ε times the median distance to a nearest neighbour) | {{ epsilon_median_rho1 }} |
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 {% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
 | other positions | {{ sensitive.others }} |
@@ -90,7 +85,7 @@ this exact configuration by the attacks named, so a stronger attack can recover 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
-indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
+indistinguishable up to e^(ε·d(w, w')) ≤ e^ε_tok (metric DP) or e^ε_tok (DP). A row's bound is ε_tok
 times its number of privatized tokens (`dp_epsilon` column); releases of the same rows compose.
 {% if warnings %}
 **Warnings**
@@ -275,15 +270,14 @@ def dataset_card(
         kind_line=kind_line,
         epsilon=_fmt(report.get("epsilon")),
         delta=report.get("delta"),
-        delta_line=_fmt(report.get("delta_token") if report.get("delta_token") else report.get("delta")),
         guarantee=guarantee,
         certified=bool(report.get("certified")),
-        epsilon_token=_fmt(report.get("epsilon_token")),
+        epsilon_lines=epsilon_lines(report),
+        reading=READING,
         epsilon_median_rho1=_fmt(scale.get("epsilon_median_rho1")),
         postprocess=report.get("postprocess"),
         rows=_fmt(totals.get("rows")),
         dp_tokens=_fmt(totals.get("dp_tokens")),
-        max_row_dp_epsilon=_fmt(totals.get("max_row_dp_epsilon")),
         candidate_size=_fmt(cand.get("size")),
         candidate_setting=candidate_setting(cand),
         candidate_sha=cand.get("sha256"),
@@ -343,85 +337,102 @@ def _run_labels(r: dict[str, Any]) -> list[str]:
     return labels
 
 
+_SETTING_ORDER = {"clean": 0, "train_only": 1, "train_and_test": 2}
+_ROW_KEYS = ("task", "label", "epsilon", "setting", "accuracy", "rate")
+_PRIVACY_KEYS = ("label", "epsilon", "guarantee", "certified", "epsilon_token", "epsilon_median_rho1", "n_w", "s_w")
+
+
+def _result_order(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        r["task"],
+        r["label"] != "clean",
+        r["label"],
+        r["epsilon"] or 0,
+        _SETTING_ORDER[r["setting"]],
+        str(r.get("path") or ""),
+        r.get("noise_seed") or 0,
+        r.get("train_seed") or 0,
+    )
+
+
+def _eval_result(r: dict[str, Any], run: list[str]) -> Any:
+    """The ``model-index`` entry of one result record."""
+    task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
+    eps = r.get("epsilon")
+    config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
+    if run:
+        config += "-" + "-".join(v.replace(" ", "") for v in run)
+    return EvalResult(
+        task_type=task_type,
+        task_name=task_name,
+        dataset_type=str(r.get("hub_id") or r["task"]),
+        dataset_name=str(r.get("task_title") or r["task"]),
+        dataset_config=config,
+        dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
+        metric_type="accuracy",
+        metric_name=f"accuracy ({', '.join([r['setting'], *run])})",
+        metric_value=round(float(r["accuracy"]), 2),
+        metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]}
+        | {k: r[k] for k in ("path", "noise_seed", "train_seed") if r.get(k) is not None},
+    )
+
+
+def _result_row(r: dict[str, Any], run: list[str], diag: dict[str, Any]) -> dict[str, str]:
+    """The accuracy table's row of one result record (its replacement rate where the record has one)."""
+    rate = diag.get("replacement_rate")
+    if rate is None and isinstance(r.get("replacement_rate"), dict):  # finetune_full: % of the training text
+        train_rate = r["replacement_rate"].get("train")
+        rate = None if train_rate is None else train_rate / 100.0
+    return {
+        "task": r["task"],
+        "label": r["label"],
+        "epsilon": _fmt(r.get("epsilon")),
+        "setting": ", ".join([r["setting"], *run]),
+        "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
+        "rate": "–" if rate is None else f"{100 * rate:.1f} %",
+    }
+
+
+def _privacy_row(r: dict[str, Any], diag: dict[str, Any]) -> dict[str, str]:
+    """The privacy table's row of one privatizer (its report's guarantee and scale, and N_w, S_w)."""
+    p = r["privacy"]
+    return {
+        "label": r["label"],
+        "epsilon": _fmt(r.get("epsilon")),
+        "guarantee": p.get("guarantee"),
+        "certified": _fmt(p.get("certified")),
+        "epsilon_token": _fmt(p.get("epsilon_token")),
+        "epsilon_median_rho1": _fmt((p.get("scale") or {}).get("epsilon_median_rho1")),
+        "n_w": _fmt(diag.get("n_w_mean"), 3),
+        "s_w": _fmt(diag.get("s_w_mean"), 3),
+    }
+
+
+def _table(rows: Any, keys: tuple[str, ...]) -> list[str]:
+    return ["| " + " | ".join(str(row[k]) for k in keys) + " |" for row in rows]
+
+
 def results_card(folder: str | os.PathLike[str], *, model_name: str | None = None) -> Any:
     """A :class:`huggingface_hub.ModelCard` with ``model-index`` eval results for a recipe's results folder."""
     results = load_results(Path(folder))
     if not results:
         raise InvalidParameterError(f"{str(folder)!r} holds no hf-textdp evaluate results (result JSONs).")
-    recipe = results[0].get("recipe") or {}
-    content = recipe.get("content") or {}
-    name = model_name or f"hf-textdp-{Path(folder).name}"
-    order = {"clean": 0, "train_only": 1, "train_and_test": 2}
-    results.sort(
-        key=lambda r: (
-            r["task"],
-            r["label"] != "clean",
-            r["label"],
-            r["epsilon"] or 0,
-            order[r["setting"]],
-            str(r.get("path") or ""),
-            r.get("noise_seed") or 0,
-            r.get("train_seed") or 0,
-        )
-    )
-    evals = []
-    rows = []
+    content = (results[0].get("recipe") or {}).get("content") or {}
+    results.sort(key=_result_order)
+    evals, rows = [], []
     privacy: dict[tuple[str, Any], dict[str, Any]] = {}
     for r in results:
-        task_type, task_name = _TASK_TYPES.get(r["task"], ("text-classification", r["task"]))
-        eps = r.get("epsilon")
-        config = r["setting"] if r["setting"] == "clean" else f"{r['label']}-eps{eps:g}-{r['setting']}"
         run = _run_labels(r)  # one record per model (finetune_full): name its path and seeds
-        if run:
-            config += "-" + "-".join(v.replace(" ", "") for v in run)
-        evals.append(
-            EvalResult(
-                task_type=task_type,
-                task_name=task_name,
-                dataset_type=str(r.get("hub_id") or r["task"]),
-                dataset_name=str(r.get("task_title") or r["task"]),
-                dataset_config=config,
-                dataset_split="senteval-cv" if r.get("protocol") == "cv" else "test",
-                metric_type="accuracy",
-                metric_name=f"accuracy ({', '.join([r['setting'], *run])})",
-                metric_value=round(float(r["accuracy"]), 2),
-                metric_args={"epsilon": eps, "mechanism": r.get("mechanism"), "setting": r["setting"]}
-                | {k: r[k] for k in ("path", "noise_seed", "train_seed") if r.get(k) is not None},
-            )
-        )
         diag = (r.get("privacy") or {}).get("diagnostics") or {}
-        rate = diag.get("replacement_rate")
-        if rate is None and isinstance(r.get("replacement_rate"), dict):  # finetune_full: % of the training text
-            train_rate = r["replacement_rate"].get("train")
-            rate = None if train_rate is None else train_rate / 100.0
-        rows.append(
-            {
-                "task": r["task"],
-                "label": r["label"],
-                "epsilon": _fmt(eps),
-                "setting": ", ".join([r["setting"], *run]),
-                "accuracy": f"{r['accuracy']:.2f} ± {r.get('accuracy_std') or 0:.2f}",
-                "rate": "–" if rate is None else f"{100 * rate:.1f} %",
-            }
-        )
-        if r.get("privacy") and (r["label"], eps) not in privacy:
-            p = r["privacy"]
-            privacy[(r["label"], eps)] = {
-                "label": r["label"],
-                "epsilon": _fmt(eps),
-                "guarantee": p.get("guarantee"),
-                "certified": _fmt(p.get("certified")),
-                "epsilon_token": _fmt(p.get("epsilon_token")),
-                "epsilon_median_rho1": _fmt((p.get("scale") or {}).get("epsilon_median_rho1")),
-                "n_w": _fmt(diag.get("n_w_mean"), 3),
-                "s_w": _fmt(diag.get("s_w_mean"), 3),
-            }
-    datasets = sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")})
+        evals.append(_eval_result(r, run))
+        rows.append(_result_row(r, run, diag))
+        if r.get("privacy") and (r["label"], r.get("epsilon")) not in privacy:
+            privacy[(r["label"], r.get("epsilon"))] = _privacy_row(r, diag)
     static = _static_vectors(results)
     data = ModelCardData(
-        model_name=name,
+        model_name=model_name or f"hf-textdp-{Path(folder).name}",
         eval_results=evals,
-        datasets=datasets,
+        datasets=sorted({str(r.get("hub_id")) for r in results if r.get("hub_id")}),
         metrics=["accuracy"],
         tags=["differential-privacy", "hf-textdp", "senteval"],
         library_name="hf-textdp",
@@ -437,28 +448,8 @@ def results_card(folder: str | os.PathLike[str], *, model_name: str | None = Non
         command=first.get("command", ""),
         encoder=str((first.get("encoder") or {}).get("name")) + (f"` on `{static}" if static else ""),
         classifier=f"logistic regression, {clf.get('kfold')}-fold, C grid {clf.get('c_grid')}",
-        rows=[
-            "| " + " | ".join(str(r[k]) for k in ("task", "label", "epsilon", "setting", "accuracy", "rate")) + " |"
-            for r in rows
-        ],
-        privacy=[
-            "| "
-            + " | ".join(
-                str(p[k])
-                for k in (
-                    "label",
-                    "epsilon",
-                    "guarantee",
-                    "certified",
-                    "epsilon_token",
-                    "epsilon_median_rho1",
-                    "n_w",
-                    "s_w",
-                )
-            )
-            + " |"
-            for p in privacy.values()
-        ],
+        rows=_table(rows, _ROW_KEYS),
+        privacy=_table(privacy.values(), _PRIVACY_KEYS),
         hf_textdp_version=__version__,
     )
 
@@ -480,65 +471,3 @@ def render_card(path: str | os.PathLike[str], *, repo_id: str = "USER/DATASET") 
         )
     report = load_bound_report(p, report_path)  # refuses an output changed since it was privatized
     return dataset_card(report, repo_id=repo_id, original_columns=original_columns(p))
-
-
-def original_columns(path: str | os.PathLike[str]) -> list[str]:
-    """The ``*_original`` columns (the input text kept by ``keep_original=True``) of a saved output.
-
-    Reads only column names: a .jsonl/.json file's keys (every line), a .csv header, a .parquet schema,
-    or a ``save_to_disk`` folder's ``dataset_info.json`` features (each split's, for a ``DatasetDict``),
-    falling back to the schema of its Arrow files.
-    """
-    return sorted(c for c in _column_names(Path(path)) if c.endswith(ORIGINAL_SUFFIX))
-
-
-def _column_names(p: Path) -> set[str]:
-    names: set[str] = set()
-    if p.is_dir():
-        infos = sorted(p.rglob("dataset_info.json"))
-        for info in infos:
-            try:
-                features = json.loads(info.read_text(encoding="utf-8")).get("features") or {}
-            except (OSError, ValueError):
-                features = {}
-            names.update(features)
-        if not infos:
-            for f in sorted(p.rglob("*")):
-                if f.is_file() and f.suffix in (".arrow", *_FILE_SUFFIXES) and not f.name.startswith("."):
-                    names |= _column_names(f)
-        return names
-    suffix = p.suffix.lower()
-    if suffix == ".json":
-        try:
-            whole = json.loads(p.read_text(encoding="utf-8", errors="replace"))
-        except ValueError:
-            whole = None  # JSON Lines under a .json name: read line by line below
-        if isinstance(whole, dict):
-            return set(whole)  # a dict of columns
-        if isinstance(whole, list):
-            return {k for r in whole if isinstance(r, dict) for k in r}
-    if suffix in (".jsonl", ".json"):
-        with p.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    names.update(row)
-    elif suffix == ".csv":
-        with p.open(encoding="utf-8", errors="replace", newline="") as fh:
-            names.update(next(csv.reader(fh), []))
-    elif suffix in (".parquet", ".arrow"):
-        try:
-            if suffix == ".parquet":
-                names.update(pq.read_schema(p).names)
-            else:
-                with pa.memory_map(str(p)) as src:
-                    names.update(pa.ipc.open_stream(src).schema.names)
-        except Exception:  # noqa: BLE001 - not a readable table: no column names to check
-            pass
-    return names

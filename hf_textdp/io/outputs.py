@@ -14,9 +14,13 @@ from typing import Any
 import datasets
 
 from ..errors import HfTextDPError, InvalidParameterError, OutputExistsError, OutputNotWritableError
+from ..utils.logging import get_logger
 from .files import atomic_path, dumps_json, fsync_tree
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for, work_dir_for
 from .reports import bound_report
+
+
+logger = get_logger("hf_textdp.outputs")
 
 
 __all__ = [
@@ -56,12 +60,27 @@ def foreign_entries(folder: Path) -> list[str]:
     return foreign
 
 
-def _write_csv(ds: datasets.Dataset, path: Path, batch_size: int = 10_000) -> None:
+#: the ``datasets`` features of list columns (``Sequence`` before datasets 4, ``List`` since)
+_LIST_FEATURES = ("List", "LargeList", "Sequence")
+
+
+def _write_csv(ds: datasets.Dataset, path: Path, batch_size: int = 10_000, *, shown_as: Path | None = None) -> None:
     """CSV with a header row, list cells as JSON arrays (``[101, 2023, 102]``, read back by ``json.loads``).
 
     ``Dataset.to_csv`` writes numpy's form of a list (``[ 101 2023  102]``), which no JSON or CSV reader parses.
+    CSV has no lists, so ``load_dataset("csv")`` reads these cells as text, which ``Trainer``'s collators refuse:
+    it warns, naming the reader's ``converters`` that give the lists back (``shown_as``: the output's name).
     """
     import pandas as pd
+
+    lists = [n for n, f in ds.features.items() if isinstance(f, list) or type(f).__name__ in _LIST_FEATURES]
+    if lists:
+        converters = ", ".join(f'"{n}": json.loads' for n in lists)
+        logger.warning(
+            f"output {str(shown_as or path)!r}: CSV has no lists, so {', '.join(lists)} are written as JSON text "
+            f'("[101, 2023, 102]"). To train on them, read them back with load_dataset("csv", data_files=..., '
+            f"converters={{{converters}}}), or write .parquet or .jsonl, which keep the lists."
+        )
 
     with open(path, "w", encoding="utf-8", newline="") as f:
         for i, batch in enumerate(ds.iter(batch_size=batch_size)):
@@ -151,7 +170,7 @@ def save_output(ds: Any, output: Path, report: dict[str, Any], *, tmp_root: Path
             if fmt == "json":
                 ds.to_json(str(tmp), lines=True, force_ascii=False)
             elif fmt == "csv":
-                _write_csv(ds, tmp)
+                _write_csv(ds, tmp, shown_as=output)
             else:
                 ds.to_parquet(str(tmp))
             report_tmp = tmp.with_name(report_path_for(output).name)

@@ -61,8 +61,8 @@ def test_report_prints_a_summary_and_json_on_request(saved, capsys):
     assert main(["report", str(saved)]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"Privacy report for {saved}")
-    assert "metric DP in the Euclidean distance" in text and "ε_tok = ε·diam" in text
-    assert "per row:     dp_epsilon = dp_tokens x ε_tok" in text and "not covered:" in text
+    assert "metric DP in the Euclidean distance" in text and "per-token bound = ε × diameter" in text
+    assert "row bound = " in text and "tokens × ε_tok, the largest row" in text and "not covered:" in text
     assert "kept:        not recorded" in text
     assert main(["report", str(saved), "--json"]) == 0
     raw = json.loads(capsys.readouterr().out)

@@ -14,7 +14,19 @@ import pytest
 
 
 HELP = Path(__file__).parent / "help"
-COMMANDS = ["privatize", "calibrate", "report", "audit", "env", "evaluate", "attack", "card", "push", "bench"]
+COMMANDS = [
+    "privatize",
+    "calibrate",
+    "report",
+    "audit",
+    "env",
+    "evaluate",
+    "attack",
+    "card",
+    "push",
+    "bench",
+    "sample",
+]
 
 # one fresh interpreter (no mechanism a test registered), every help printed through main() as `--help` does
 _SCRIPT = """
@@ -33,10 +45,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def live_help() -> dict[str, str]:
+def _help_texts(columns: int) -> dict[str, str]:
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "COLUMNS": "100", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)}
+    env = {**os.environ, "COLUMNS": str(columns), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(root)}
     env.pop("LINES", None)
     names = ["hf-textdp", *COMMANDS]
     done = subprocess.run(
@@ -50,6 +61,11 @@ def live_help() -> dict[str, str]:
     return json.loads(done.stdout)
 
 
+@pytest.fixture(scope="module")
+def live_help() -> dict[str, str]:
+    return _help_texts(100)
+
+
 def test_every_command_has_a_snapshot():
     assert sorted(p.stem for p in HELP.glob("*.txt")) == sorted(["hf-textdp", *COMMANDS])
 
@@ -57,3 +73,21 @@ def test_every_command_has_a_snapshot():
 @pytest.mark.parametrize("name", ["hf-textdp", *COMMANDS])
 def test_help_text_is_the_snapshot(live_help, name):
     assert live_help[name] == (HELP / f"{name}.txt").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 250])
+def test_no_help_line_is_wider_than_100_characters(columns):
+    """Issue 57 item 10: ``privatize --help`` had 218-character lines (its epilog), ``attack`` 294 (its description),
+    and any help grew with the terminal."""
+    for name, text in _help_texts(columns).items():
+        widest = max(text.splitlines(), key=len)
+        assert len(widest) <= 100, (name, columns, len(widest), widest)
+
+
+def test_dash_capital_v_prints_the_version(capsys):
+    from hf_textdp import __version__
+    from hf_textdp.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["-V"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"hf-textdp {__version__}"

@@ -373,7 +373,7 @@ def _with_card(folder: str, tmp_path: Path, card: str | None) -> str:
 def test_default_scripts_are_the_model_cards_language(wordpiece, tmp_path):
     """A card declaring ``language: en`` makes the default candidates Latin only (space.md §6.3); the report and
     its summary say where the scripts come from; ``scripts: ["all"]`` keeps every script."""
-    from hf_textdp.accounting import format_report
+    from hf_textdp.integrations.report_text import format_report
 
     folder = _with_card(wordpiece, tmp_path, "---\nlanguage:\n- en\nlicense: mit\n---\n# tiny\n")
     space = load_space(folder, candidates="no_reserved")
@@ -391,7 +391,7 @@ def test_default_scripts_are_the_model_cards_language(wordpiece, tmp_path):
 
 
 def test_no_declared_language_keeps_every_script_with_a_note(wordpiece, tmp_path, caplog):
-    from hf_textdp.accounting import format_report
+    from hf_textdp.integrations.report_text import format_report
 
     folder = _with_card(wordpiece, tmp_path, "---\nlicense: mit\n---\n")
     with caplog.at_level("INFO", logger="hf_textdp"):

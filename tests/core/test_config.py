@@ -61,6 +61,22 @@ def test_invalid_config_raises(kwargs, exc, match):
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("name", "where"),
+    [
+        ("text_column", "Privatizer(config, text_column=...)"),
+        ("seed", "Privatizer(config, seed=...)"),
+        ("epsilom", None),
+    ],
+)
+def test_an_argument_of_another_object_names_where_it_goes(name, where):
+    """Issue 57 item 4: ``PrivatizerConfig(text_column=...)`` was Python's bare TypeError."""
+    with pytest.raises(ParameterTypeError) as info:
+        PrivatizerConfig(epsilon=1.0, **{name: "x"})
+    assert isinstance(info.value, TypeError) and f"takes no argument {name}=" in str(info.value)
+    assert (where or "its arguments are ['candidates', 'delta'") in str(info.value)
+
+
 def test_positional_arguments_are_refused():
     with pytest.raises(TypeError):
         PrivatizerConfig(1.0)  # type: ignore[misc]

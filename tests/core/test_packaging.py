@@ -61,7 +61,10 @@ def test_wheel_and_sdist_build_check_and_run_the_quick_start_in_a_fresh_venv(tmp
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*_SKIP))
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), str(src)])
+    built = _run(
+        [sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), str(src)]
+    )
+    assert "as a TOML table is deprecated" not in built.stdout + built.stderr  # project.license (issue 57)
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1
     _run([sys.executable, "-m", "twine", "check", "--strict", str(wheels[0]), str(sdists[0])])
@@ -76,6 +79,8 @@ def test_wheel_and_sdist_build_check_and_run_the_quick_start_in_a_fresh_venv(tmp
         "hf_textdp/evaluation/metrics/accuracy/README.md",
     ):
         assert needed in names, needed
+    metadata = zipfile.ZipFile(wheels[0]).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata  # an SPDX string (PEP 639), not a deprecated table
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "hf-textdp = hf_textdp.cli:main" in zipfile.ZipFile(wheels[0]).read(entry).decode()
 
@@ -94,24 +99,24 @@ def test_wheel_and_sdist_build_check_and_run_the_quick_start_in_a_fresh_venv(tmp
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_CACHE=str(work / "datasets"), PATH=f"{venv / 'bin'}:{env['PATH']}")
     where = _run([str(python), "-c", "import hf_textdp; print(hf_textdp.__file__)"], cwd=work, env=env).stdout
     assert where.startswith(str(purelib)), where  # the wheel's package, not this checkout's
-    sample = purelib / "hf_textdp" / "data" / "sample.jsonl"
-    _run(["bash", "-c", "python -c 'import secrets; print(secrets.randbits(64))' > my.seed"], cwd=work, env=env)
-    _run(
-        [str(cli), "privatize", str(sample), "private.jsonl", "--epsilon", "100", "--seed-file", "my.seed"],
-        cwd=work,
-        env=env,
-    )
+    # the README's newcomer path, verbatim, in a folder outside the repository: its first command's hf-textdp
+    # part (the sample comes from `hf-textdp sample`), then its Python snippet
+    from tests.core.test_readme import BLOCKS, first_command_tail, shown_output
+
+    printed = _run(["bash", "-e", "-c", first_command_tail()], cwd=work, env=env).stdout
+    assert printed == shown_output((ROOT / "README.md").read_text(encoding="utf-8"))
     assert len((work / "private.jsonl").read_text().splitlines()) == 30
     assert (work / "private.jsonl.privacy_report.json").is_file()
     report = _run([str(cli), "report", "private.jsonl"], cwd=work, env=env).stdout
-    assert "scripts latin" in report
-    quick = (
-        "import datasets, hf_textdp\n"
-        "from hf_textdp import Privatizer, PrivatizerConfig, privacy_report\n"
-        f"ds = datasets.load_dataset('json', data_files={str(sample)!r}, split='train')\n"
-        "priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=int(open('my.seed').read()))\n"
-        "out = ds.map(priv, batched=True, with_indices=True)\n"
-        "assert len(out) == 30 and privacy_report(priv)['guarantee'] == 'metric_dp'\n"
-        "print('ok', hf_textdp.__version__)\n"
+    assert "scripts latin" in report and "ε_tok = 234" in report
+    snippet = next(b for b in BLOCKS if b.syntax == "python").code
+    assert "sample.jsonl" in snippet
+    out = _run([str(python), "-c", snippet], cwd=work, env=env).stdout
+    assert float(out.splitlines()[-1]) > 0  # the per-token bound it prints
+    _run(["bash", "-c", "python -c 'import secrets; print(secrets.randbits(64))' > my.seed"], cwd=work, env=env)
+    _run(
+        [str(cli), "privatize", "sample.jsonl", "p.parquet", "--epsilon", "100", "--seed-file", "my.seed"],
+        cwd=work,
+        env=env,
     )
-    assert _run([str(python), "-c", quick], cwd=work, env=env).stdout.startswith("ok ")
+    _run([str(cli), "-V"], cwd=work, env=env)

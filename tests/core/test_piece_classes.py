@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from hf_textdp import Privatizer, PrivatizerConfig, audit, calibrate
-from hf_textdp.accounting import format_report
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.integrations.cards import candidate_setting
+from hf_textdp.integrations.report_text import format_report
 from hf_textdp.io.models import load_space
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.mechanisms.madlib import Madlib
@@ -192,7 +192,8 @@ def test_per_class_claims_report_and_row_columns(wordpiece):
     assert (
         "classes:" in text
         and "word_initial ε_tok" in text
-        and "over each piece class's own space, the largest" in text
+        and "per-token bound = ε × diameter" in text
+        and "the widest of 2 piece classes" in text
     )
     assert "class-preserving" in candidate_setting(report["candidate_set"])
     assert any("piece class" in item for item in report["not_covered"])

@@ -2,7 +2,7 @@
 
 The blocks are read by ``pytest_codeblocks.extract_from_file`` (the plugin's own parser, with its
 ``<!--pytest.mark.skip(reason=...)-->`` syntax for blocks that cannot run here) and run in order, in one
-fresh folder that holds only what a clone holds and the README uses (``hf_textdp/data/sample.jsonl``):
+fresh folder outside the repository, where the first command's ``hf-textdp`` part (after it installs) ran first:
 Python blocks with ``exec`` as the plugin runs them, bash blocks with ``bash -e``. A block may use what an
 earlier one made (the seed file), exactly as a reader would.
 """
@@ -10,9 +10,9 @@ earlier one made (the seed file), exactly as a reader would.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +34,37 @@ pytestmark = [
 ]
 
 
+#: the first command's part after the install: what runs again here, and from the wheel (test_packaging.py)
+INSTALL_END = "export HF_HUB_OFFLINE=1 && "
+#: the seed of the README's before -> after line (one draw; the README says so)
+BEFORE_AFTER_SEED = 0x5EED_2026_0057_0001
+
+
+def first_command_tail() -> str:
+    """The hf-textdp commands of the README's first command (after it installs the package)."""
+    return BLOCKS[0].code.split(INSTALL_END, 1)[1].strip()
+
+
+def shown_output(text: str) -> str:
+    """The README's text block that shows what the first command prints."""
+    return re.search(r"```text\n(wrote sample\.jsonl.*?)```", text, re.S).group(1)
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
+    """A folder outside the repository in which the first command's hf-textdp part has run (it writes
+    sample.jsonl with ``hf-textdp sample``, as from the wheel): the later blocks use what it made."""
     folder = tmp_path_factory.mktemp("readme")
-    (folder / "hf_textdp" / "data").mkdir(parents=True)
-    shutil.copy(ROOT / "hf_textdp" / "data" / "sample.jsonl", folder / "hf_textdp" / "data" / "sample.jsonl")
+    res = _bash(first_command_tail(), folder)
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder.joinpath("first-command.out").write_text(res.stdout, encoding="utf-8")
     return folder
+
+
+def _bash(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(cwd / ".cache" / "datasets")}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # hf-textdp as installed
+    return subprocess.run(["bash", "-e", "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _marks(block):
@@ -63,24 +88,53 @@ def test_readme_block(block, clone, monkeypatch):
         with contextlib.redirect_stdout(None):
             exec(compile(block.code, f"README.md:{block.lineno}", "exec"), {"__name__": "__main__"})
         return
-    # hf-textdp as installed; make sure it is this checkout's (an editable install)
-    bin_dir = str(Path(sys.executable).parent)
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    res = subprocess.run(
-        ["bash", "-e", "-c", block.code], cwd=clone, env=env, capture_output=True, text=True, timeout=300
-    )
+    res = _bash(block.code, clone)
     assert res.returncode == 0, f"README.md line {block.lineno}:\n{block.code}\n--- stderr:\n{res.stderr[-3000:]}"
 
 
 def test_readme_opens_with_the_two_alternative_setup_commands():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    first = [b for b in BLOCKS[:2]]
-    assert [b.code.split(" && ")[-1].strip() for b in first] == [
-        "HF_HUB_OFFLINE=1 hf-textdp privatize hf_textdp/data/sample.jsonl private.jsonl --epsilon 100 --overwrite",
-        "HF_HUB_OFFLINE=1 python -m pytest",
-    ]
+    first, tests = BLOCKS[0].code.strip(), BLOCKS[1].code.strip()
+    assert text.index(first) < text.index(tests) < text.index("## In Python")
+    assert first_command_tail() == (
+        "hf-textdp sample sample.jsonl && hf-textdp privatize sample.jsonl private.jsonl --epsilon 100 --overwrite"
+    )
+    assert tests.split(" && ")[-1] == "HF_HUB_OFFLINE=1 python -m pytest"
     assert "they are alternatives: the first to try it, the second for development and tests" in text
-    assert text.index("> my.seed") < text.index('Path("my.seed")')  # the seed file is made before it is read
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert tests in ci.splitlines()  # CI runs the README's test command verbatim
+    assert "hf_textdp/data/" not in text  # nothing a wheel lacks: the sample comes from `hf-textdp sample`
+    assert len(text.splitlines()) <= 150
+
+
+def test_the_first_command_prints_what_the_readme_shows(clone):
+    """The summary in the README is the first command's real output (no seed: the ε figures do not depend on
+    the noise, only on the sample's token counts and the public matrix)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert (clone / "first-command.out").read_text(encoding="utf-8") == shown_output(text)
+    assert "Without a seed every row draws fresh randomness" in text
+
+
+def test_before_after_is_a_real_draw():
+    """The before -> after line is the default release of a sample row at ε = 100 with one seed."""
+    from hf_textdp import Privatizer, PrivatizerConfig
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    before, after = re.search(r"```text\nbefore: (.*)\nafter:  (.*)\n```", text).groups()
+    sample = (ROOT / "hf_textdp" / "data" / "sample.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in sample.splitlines()]
+    [index] = [i for i, r in enumerate(rows) if r["text"].strip() == before]
+    priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=BEFORE_AFTER_SEED)
+    assert priv({"text": [rows[index]["text"]]}, [index])["text"][0].strip() == after
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")  # the docs site opens with the same draw
+    assert f"before: {before}\nafter:  {after}\n" in home
+
+
+def test_citation_names_this_version():
+    from hf_textdp import __version__
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"version = {{{__version__}}}" in text and "@software{hf_textdp" in text
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hf_textdp import Privatizer, PrivatizerConfig, privacy_report
-from hf_textdp.accounting import format_report
+from hf_textdp.integrations.report_text import format_report
 from hf_textdp.mechanisms import list_mechanisms
 from hf_textdp.rng import STREAM_VERSION
 from tests.utils import write_vectors
@@ -68,6 +68,7 @@ def test_a_report_of_no_rows_warns(t5_vocab, caplog):
     priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t5_vocab), seed=2**40 + 3)
     with caplog.at_level(logging.WARNING, logger="hf_textdp"):
         assert privacy_report(priv)["totals"]["rows"] == 0
+        assert privacy_report(priv)["totals"]["rows"] == 0  # warned once, not on every call (issue 57 item 10)
         priv({"text": ["w0 w1"]}, [0])
         assert privacy_report(priv)["totals"]["rows"] == 1
     [record] = [r for r in caplog.records if "privatized no rows in this process" in r.getMessage()]
@@ -95,7 +96,7 @@ def test_report_has_exactly_the_spec_keys(mechanism, t5_vocab):
     eps_tok = report["epsilon_token"]
     if report["guarantee"] == "umldp":  # santext_plus, p < 1: unprotected tokens bound no row (accounting.md §2)
         assert out["dp_epsilon"] == [None, None, None] and report["totals"]["max_row_dp_epsilon"] is None
-        assert "per row:     no row bound (dp_epsilon is null)" in format_report(report)
+        assert "dp_epsilon null  row bound = none: the per-token numbers do not bound a row" in format_report(report)
     else:
         assert out["dp_epsilon"] == [5 * eps_tok, 1 * eps_tok, 0.0]
     assert report["not_covered"][:9] == privacy_report(priv)["not_covered"][:9]

@@ -16,7 +16,6 @@ import torch
 from scipy import stats
 
 from hf_textdp import Privatizer, PrivatizerConfig, release
-from hf_textdp.accounting import format_report
 from hf_textdp.cli import main
 from hf_textdp.errors import InvalidParameterError
 from hf_textdp.evaluation.attacks import AttackSettings, run_attack
@@ -29,6 +28,7 @@ from hf_textdp.evaluation.attacks.recipe import load_attack_recipe
 from hf_textdp.evaluation.attacks.records import read_records
 from hf_textdp.evaluation.attacks.summary import identifier_entries, record_candidates, table_entries
 from hf_textdp.integrations.cards import dataset_card
+from hf_textdp.integrations.report_text import format_report
 from hf_textdp.io import attack_table
 from hf_textdp.release import config_key
 from tests.utils import corpus, write_jsonl

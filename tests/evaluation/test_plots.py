@@ -1,5 +1,6 @@
-"""What the plots show (issue 42 item 7): ε on every frontier point, coinciding families offset and named, plain
-ε ticks for a small grid, and a chance line wherever accuracy is plotted. Checked on the matplotlib figures."""
+"""What the plots show (issue 42 item 7, issue 57 item 10): ε on every frontier point, one panel per family with
+its intervals, coinciding families named, plain ε ticks, and a chance line wherever accuracy is plotted. Checked on
+the matplotlib figures."""
 
 from __future__ import annotations
 
@@ -31,56 +32,77 @@ def attack_folder(tmp_path):
     return tmp_path
 
 
-def test_frontier_labels_every_point_with_its_epsilon_and_offsets_coinciding_families(attack_folder):
+def _frontier(folder):
     from hf_textdp.evaluation.attacks.plots import attack_figures
+
+    figures = attack_figures(folder)
+    fig = dict((p.name, f) for p, f in figures)["frontier.png"]
+    fig.canvas.draw()
+    return figures, fig, [ax for ax in fig.axes if ax.get_title()]
+
+
+def test_frontier_labels_every_point_with_its_epsilon_in_one_panel_per_family(attack_folder):
+    """Issue 57 item 10: nine families on one axes hid each other's points and ε labels. One panel per family,
+    every point labelled with its ε, families on the same points as another named in their panel's title."""
     from hf_textdp.evaluation.attacks.records import read_records
 
-    figures = attack_figures(attack_folder)
+    figures, fig, panels = _frontier(attack_folder)
     try:
-        fig = dict((p.name, f) for p, f in figures)["frontier.png"]
-        ax = fig.axes[0]
         records = [r for r in read_records(attack_folder) if r.get("utility")]
-        labels = [t for t in ax.texts if t.get_gid() == "epsilon"]
-        assert len(labels) == len(records)  # one per point
-        pts = {(round(t.xy[0], 6), round(t.xy[1], 6)): t.get_text() for t in labels}
-        for r in records:  # each label sits on its point and names that point's ε
-            xy = (round(100 * r["recovery_top1"], 6), round(r["utility"]["accuracy"], 6))
-            assert xy in pts
-        eps_of = {}
-        for r in records:
-            eps_of.setdefault((round(100 * r["recovery_top1"], 6), round(r["utility"]["accuracy"], 6)), set()).add(
-                f"{r['epsilon']:g}"
-            )
-        texts = {}
-        for t in labels:
-            texts.setdefault((round(t.xy[0], 6), round(t.xy[1], 6)), set()).add(t.get_text())
-        assert texts == eps_of
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert "tem (same points as santext, offset)" in legend and "santext" in legend
-        assert "truncated_laplace (same points as laplace, offset)" in legend
-        assert sum("same points" in t for t in legend) == 2
-        tem = next(line for line in ax.get_lines() if line.get_label().startswith("tem "))
-        santext = next(line for line in ax.get_lines() if line.get_label() == "santext")
-        shown = tem.get_transform().transform(tem.get_xydata()) - santext.get_transform().transform(
-            santext.get_xydata()
-        )
-        assert (abs(shown) > 1).all()  # drawn apart on the canvas (pixels), though the data coincide
-        chance = [line for line in ax.get_lines() if line.get_gid() == "chance"]
-        assert len(chance) == 1 and chance[0].get_ydata()[0] == pytest.approx(50.0, abs=0.1)  # MR is balanced
-        assert any(t.startswith("chance: majority class of MR") for t in legend)
+        families = sorted({r["label"] for r in records})
+        assert [ax.get_title().split(" (")[0] for ax in panels] == families
+        for ax in panels:
+            family = ax.get_title().split(" (")[0]
+            mine = {
+                (round(100 * r["recovery_top1"], 6), round(r["utility"]["accuracy"], 6)): f"{r['epsilon']:g}"
+                for r in records
+                if r["label"] == family
+            }
+            labels = {
+                (round(t.xy[0], 6), round(t.xy[1], 6)): t.get_text() for t in ax.texts if t.get_gid() == "epsilon"
+            }
+            assert labels == mine  # one label per point of the family, on it, naming its ε
+            chance = [line for line in ax.get_lines() if line.get_gid() == "chance"]
+            assert len(chance) == 1 and chance[0].get_ydata()[0] == pytest.approx(50.0, abs=0.1)  # MR is balanced
+        titles = [ax.get_title() for ax in panels]
+        assert "tem (same points as santext)" in titles and "truncated_laplace (same points as laplace)" in titles
+        assert sum("same points" in t for t in titles) == 2
+        assert "chance, the majority class of MR" in fig._suptitle.get_text()
     finally:
         _close(figures)
 
 
-def test_frontier_of_distinct_families_has_no_offset(attack_folder):
-    from hf_textdp.evaluation.attacks.plots import attack_figures
+def test_frontier_draws_each_points_intervals(attack_folder):
+    """x: the best attack's 95 % row-bootstrap interval; y: the accuracy's std over folds (issue 57 item 10)."""
+    from hf_textdp.evaluation.attacks.records import read_records
 
+    figures, _, panels = _frontier(attack_folder)
+    try:
+        records = {r["label"]: [] for r in read_records(attack_folder) if r.get("utility")}
+        for r in sorted(read_records(attack_folder), key=lambda r: r["epsilon"]):
+            if r.get("utility"):
+                records[r["label"]].append(r)
+        for ax in panels:
+            rs = records[ax.get_title().split(" (")[0]]
+            [bars] = [c for c in ax.containers if c.lines[0].get_gid() == "family"]
+            x_segments, y_segments = (c.get_segments() for c in bars.lines[2])
+            assert len(x_segments) == len(y_segments) == len(rs)
+            for r, xs, ys in zip(rs, x_segments, y_segments, strict=True):
+                best = [a for a in r["attacks"].values() if a["recovery_top1"]["value"] == r["recovery_top1"]][0]
+                lo, hi = best["recovery_top1"]["ci95"]
+                assert [round(v, 6) for v in xs[:, 0]] == [round(100 * lo, 6), round(100 * hi, 6)]
+                std = r["utility"]["accuracy_std"]
+                assert ys[:, 1] == pytest.approx([r["utility"]["accuracy"] - std, r["utility"]["accuracy"] + std])
+    finally:
+        _close(figures)
+
+
+def test_frontier_of_distinct_families_names_no_coincidence(attack_folder):
     for p in [*attack_folder.glob("mr__tem__*.json"), *attack_folder.glob("mr__truncated_laplace__*.json")]:
         p.unlink()
-    figures = attack_figures(attack_folder)
+    figures, _, panels = _frontier(attack_folder)
     try:
-        ax = dict((p.name, f) for p, f in figures)["frontier.png"].axes[0]
-        assert not any("same points" in t.get_text() for t in ax.get_legend().get_texts())
+        assert len(panels) == 7 and not any("same points" in ax.get_title() for ax in panels)
     finally:
         _close(figures)
 
@@ -120,12 +142,18 @@ def test_accuracy_plot_small_grid_has_plain_epsilon_ticks_and_a_chance_line(tmp_
 def test_accuracy_plot_large_grid_keeps_log_ticks(tmp_path):
     from hf_textdp.evaluation.plots import PLAIN_TICKS_UP_TO, recipe_figures
 
-    grid = [float(2**k) for k in range(PLAIN_TICKS_UP_TO + 1)]
+    grid = [float(2**k) for k in range(PLAIN_TICKS_UP_TO + 1)] + [40.0]
     _write_results(tmp_path, grid)
     figures = recipe_figures(tmp_path)
     try:
-        ax = dict((p.name, f) for p, f in figures)["accuracy_vs_epsilon.png"].axes[0]
+        fig = dict((p.name, f) for p, f in figures)["accuracy_vs_epsilon.png"]
+        fig.canvas.draw()
+        ax = fig.axes[0]
         assert list(ax.get_xticks()) != grid  # matplotlib's log locator
+        # issue 57 item 10: ticks in plain numbers (ε = 40 read 4×10^1), at 1, 2, 5 × 10^k, none unlabelled
+        shown = [t.get_text() for t in ax.get_xticklabels() if 1 <= t.get_position()[0] <= 256]
+        assert shown == ["1", "2", "5", "10", "20", "50", "100", "200"]
+        assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
     finally:
         _close(figures)
 

@@ -221,7 +221,8 @@ def test_cli_end_to_end(fmt, cfg, reference, tiny_bert, tmp_path):
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"wrote {output}: {N} rows, {sum(reference['dp_tokens'])} privatized tokens (madlib")
+    assert res.stdout.startswith(f"wrote {output}: {N} rows, {sum(reference['dp_tokens'])} privatized tokens, ")
+    assert "(madlib, metric DP)\n  ε = 3 " in res.stdout
     assert str(report_path_for(output)) in res.stdout
     rows = _read_back(output)
     assert [r["text"] for r in rows] == reference["text"]

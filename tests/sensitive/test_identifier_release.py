@@ -112,8 +112,9 @@ def test_cli_flags_give_the_api_output(rows, tmp_path, tokenizer, capsys):
     argv += ["--others", "privatize"]
     assert main(argv) == 0
     line = capsys.readouterr().out
-    assert re.search(r"sensitive: \d+ tokens at epsilon_s=1 per token; others: \d+ tokens at epsilon=50 ", line)
-    assert "detectors email, phone, card, span column 'spans'" in line and "0 passthrough; report: " in line
+    assert re.search(r"ε_s = 1 +your setting, sensitive positions", line)  # the ε story (issue 57 item 6)
+    assert re.search(r"ε = 50 +your setting, other positions", line)
+    assert "detectors email, phone, card, span column 'spans'" in line and "0 passthrough (madlib" in line
     cli = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
     sens = {"epsilon": 1.0, "detectors": ["email", "phone", "card"], "column": "spans", "others": "privatize"}
     api = Privatizer(PrivatizerConfig(epsilon=50.0, sensitive=sens), seed=SEED)(

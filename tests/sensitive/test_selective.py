@@ -234,7 +234,8 @@ def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):
     card = str(render_card(out))
     assert "sensitive positions (selective) | 1 tokens at ε = 0.5, ε_token 1.5" in card
     assert "other positions | 4 tokens at ε = 2, ε_token 6" in card
-    assert "| ε per token | sensitive 0.5; others 2 |" in card
+    assert "- `ε_s = 0.5`: your setting, sensitive positions" in card  # the ε story (issue 57 item 6)
+    assert "- `ε = 2`: your setting, other positions" in card
     assert "sensitive positions at ε_s = 0.5 per token, other positions at ε = 2 per token" in card
     assert "| detectors (reads: kinds found) | email (match: email address) |" in card
     assert "Which positions are sensitive is visible" in card
@@ -263,7 +264,8 @@ def test_keep_mode_never_names_the_config_epsilon_and_counts_kept_tokens_unprote
     assert main([*base, "--others", "keep"]) == 0
     line = capsys.readouterr().out
     assert "epsilon=90" not in line and "90" not in line.split("report:")[0]
-    assert "sensitive: 1 tokens at epsilon_s=1 per token; others: 5 tokens released unchanged, no protection" in line
+    assert re.search(r"ε_s = 1 +your setting, sensitive positions", line)  # the ε story (issue 57 item 6)
+    assert re.search(r"others unprotected +5 tokens released unchanged, no protection", line)
     assert "detectors span column 'spans'; none finds: email address" in line
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
@@ -272,7 +274,8 @@ def test_keep_mode_never_names_the_config_epsilon_and_counts_kept_tokens_unprote
     assert "tokens:      1 privatized, 5 unprotected (5 released unchanged by others='keep', 0 passed through)" in text
     assert "ε 90" not in text
     card = str(render_card(out))
-    assert "| ε per token | sensitive 1; others released unchanged, no protection |" in card
+    assert "- `ε_s = 1`: your setting, sensitive positions" in card
+    assert "- `others unprotected`: 5 tokens released unchanged, no protection" in card
     assert "ε = 90" not in card and "others: keep" in card.split("---")[1]
     assert all("spans" not in json.loads(r) for r in out.read_text(encoding="utf-8").splitlines())
     kept = tmp_path / "kept.jsonl"

@@ -48,13 +48,11 @@ def plot_attacks(folder: str | Path) -> list[Path]:
 def attack_figures(folder: str | Path) -> list[tuple[Path, Any]]:
     """The figures :func:`plot_attacks` writes, with their paths, not yet saved (close them when done).
 
-    The frontier labels every point with its ε, offsets a family whose points lie on another's (and says so
-    in its legend entry), and draws the task's chance level (majority class)."""
+    The frontier is :func:`_frontier_figure`'s."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.transforms import offset_copy
 
     folder = Path(folder)
     groups = _by_label(read_records(folder))
@@ -86,53 +84,7 @@ def attack_figures(folder: str | Path) -> list[tuple[Path, Any]]:
     fig.tight_layout()
     figures.append((folder / "recovery_vs_epsilon.png", fig))
 
-    fig, ax = plt.subplots(figsize=(11.5, 6))
-    markers = "osD^v<>ph*"
-    clean = None
-    drawn: dict[str, list[tuple[float, float]]] = {}  # family -> its points, to tell coinciding families
-    for i, (label, rs) in enumerate(groups.items()):
-        rs = [r for r in rs if r.get("utility")]
-        if not rs:
-            continue
-        x = [100 * r["recovery_top1"] for r in rs]
-        y = [r["utility"]["accuracy"] for r in rs]
-        same = next((other for other, pts in drawn.items() if _coincide(pts, list(zip(x, y, strict=True)))), None)
-        drawn[label] = list(zip(x, y, strict=True))
-        # a family on the same points as one drawn before is offset by a few points and says so in the legend
-        shift = offset_copy(ax.transData, fig=fig, x=4, y=-4, units="points") if same else ax.transData
-        ax.plot(
-            x,
-            y,
-            marker=markers[i % len(markers)],
-            linestyle="-" if i < 5 else "--",
-            label=f"{label} (same points as {same}, offset)" if same else label,
-            transform=shift,
-        )
-        for r, xi, yi in zip(rs, x, y, strict=True):  # ε of every point; an offset family's below its points
-            ax.annotate(
-                f"{r['epsilon']:g}",
-                (xi, yi),
-                xytext=(6, -11) if same else (3, 3),
-                textcoords="offset points",
-                fontsize=6,
-                gid="epsilon",
-            )
-        clean = clean or rs[0].get("utility", {}).get("clean_accuracy")
-    if clean is not None:
-        ax.axhline(clean, color="grey", linestyle=":", label=f"clean text ({clean:.1f})")
-    task = next(iter(groups.values()))[0]["task"]
-    if task in TASKS:
-        chance = chance_accuracy(task)
-        label = f"chance: majority class of {task.upper()} ({chance:.1f})"
-        ax.axhline(chance, color="black", linestyle="-.", linewidth=1, label=label, gid="chance")
-    ax.text(0.99, 0.01, "point labels: ε", transform=ax.transAxes, ha="right", va="bottom", fontsize=8)
-    ax.set_xlabel("best attack's top-1 recovery (% of tokens)")
-    ax.set_ylabel(f"{next(iter(groups.values()))[0]['task'].upper()} accuracy, train_and_test (%)")
-    ax.set_title("Privacy/utility frontier (left: less recovered; up: more accurate)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, handlelength=3, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the points
-    fig.tight_layout()
-    figures.append((folder / "frontier.png", fig))
+    figures.append((folder / "frontier.png", _frontier_figure(groups)))
     curves = _inversion_curves(read_records(folder))
     if curves:
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -147,6 +99,92 @@ def attack_figures(folder: str | Path) -> list[tuple[Path, Any]]:
         fig.tight_layout()
         figures.append((folder / "inversion_loss.png", fig))
     return figures
+
+
+def _best_interval(r: dict[str, Any]) -> tuple[float, float]:
+    """The 95 % interval (in %) of the record's best attack, the one its ``recovery_top1`` names."""
+    best = min(r["attacks"].values(), key=lambda a: abs(a["recovery_top1"]["value"] - r["recovery_top1"]))
+    lo, hi = best["recovery_top1"]["ci95"]
+    return 100 * lo, 100 * hi
+
+
+def _frontier_figure(groups: dict[str, list[dict[str, Any]]]) -> Any:
+    """The privacy/utility frontier, one panel per family (issue 57 item 10: nine families on one axes hid each
+    other's points and ε labels): the family's points with their intervals (x: the best attack's 95 %
+    row-bootstrap interval; y: the accuracy's std over folds) and ε labels, the other families in grey behind,
+    the clean-text and chance levels. A family on the same points as another says so in its panel's title."""
+    import matplotlib.pyplot as plt
+
+    families = {label: [r for r in rs if r.get("utility")] for label, rs in groups.items()}
+    families = {label: rs for label, rs in families.items() if rs}
+    points = {
+        label: [(100 * r["recovery_top1"], r["utility"]["accuracy"]) for r in rs] for label, rs in families.items()
+    }
+    cols = min(3, max(1, len(families)))
+    rows = (len(families) + cols - 1) // cols
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.4 * cols, 3.4 * rows + 0.6), squeeze=False, sharex=True, sharey=True
+    )
+    first = next(iter(families.values()))[0]
+    task = first["task"]
+    clean = first["utility"].get("clean_accuracy")
+    chance = chance_accuracy(task) if task in TASKS else None
+    for k, (ax, (label, rs)) in enumerate(zip(axes.ravel(), families.items(), strict=False)):
+        for other, pts in points.items():  # the other families, for context
+            if other != label:
+                ax.plot(*zip(*pts, strict=True), color="0.82", linewidth=1, zorder=1)
+        x, y = zip(*points[label], strict=True)
+        intervals = [_best_interval(r) for r in rs]
+        xerr = [
+            [xi - lo for xi, (lo, _) in zip(x, intervals, strict=True)],
+            [hi - xi for xi, (_, hi) in zip(x, intervals, strict=True)],
+        ]
+        yerr = [r["utility"].get("accuracy_std") or 0.0 for r in rs]
+        ax.errorbar(
+            x,
+            y,
+            xerr=xerr,
+            yerr=yerr,
+            color=f"C{k % 10}",
+            marker="o",
+            ms=4,
+            capsize=2,
+            elinewidth=0.8,
+            zorder=3,
+            gid="family",
+        )
+        for n, (r, xi, yi) in enumerate(zip(rs, x, y, strict=True)):  # alternate sides: close points' labels
+            ax.annotate(
+                f"{r['epsilon']:g}",
+                (xi, yi),
+                xytext=(4, 3) if n % 2 == 0 else (4, -9),
+                textcoords="offset points",
+                fontsize=7,
+                gid="epsilon",
+            )
+        same = next((o for o in points if o != label and o < label and _coincide(points[o], points[label])), None)
+        ax.set_title(f"{label} (same points as {same})" if same else label, fontsize=10)
+        if clean is not None:
+            ax.axhline(clean, color="grey", linestyle=":", linewidth=1, gid="clean")
+        if chance is not None:
+            ax.axhline(chance, color="black", linestyle="-.", linewidth=0.8, gid="chance")
+        ax.grid(alpha=0.3)
+    for ax in axes.ravel()[len(families) :]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{task.upper()} accuracy (%)")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("best attack's top-1 recovery (%)")
+    levels = [f"clean text {clean:.1f} (dotted)"] if clean is not None else []
+    levels += [f"chance, the majority class of {task.upper()}, {chance:.1f} (dash-dot)"] if chance is not None else []
+    fig.suptitle(
+        "Privacy/utility frontier: left, less recovered; up, more accurate. Labels: ε; bars: the best attack's 95 % "
+        "interval and the accuracy's std over folds; grey: the other families. " + "; ".join(levels),
+        fontsize=9,
+        wrap=True,
+    )
+    fig.tight_layout()
+    return fig
 
 
 def _inversion_curves(records: list[dict[str, Any]]) -> dict[str, list[dict[str, float]]]:
