@@ -1,7 +1,7 @@
 """How a selective release describes itself: each class's ε and the detectors that ran (issue 54 item 5).
 
 Read from a privacy report's ``sensitive`` section and totals, for the summary line and the dataset card
-(``hf-textdp report`` words the same in :func:`hf_textdp.accounting.format_report`). The config's ``epsilon`` is
+(``hf-textdp report`` words the same in :func:`hf_textdp.integrations.report_text.format_report`). The config's ``epsilon`` is
 named only as the others' ε, and only when they were privatized at it; kept tokens are called unprotected.
 """
 
