@@ -100,10 +100,23 @@ class PrivatizerSchema(_Strict):
         return None if value is None else [_known_task(t) for t in value]
 
 
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 class RecipeSchema(_Strict):
     """Every key a recipe may hold, with its type and range (one schema for every recipe kind)."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    @field_validator("name", "results_folder")
+    @classmethod
+    def _folder_name(cls, value: str | None) -> str | None:
+        """A results folder is one name inside ``--output``: no separator, no ``..`` (io/paths.py checks again)."""
+        if value is not None and (not _FOLDER_NAME.fullmatch(value) or value in (".", "..")):
+            raise ValueError(
+                "must name a folder inside --output: one name of letters, digits, '_', '.' and '-' (not '.' or '..')"
+            )
+        return value
+
+    name: str | None = None
     description: str = ""
     seed: int = Field(1111, ge=0, lt=_SEED_LIMIT)
     data: dict[str, Any] | None = None
@@ -116,7 +129,7 @@ class RecipeSchema(_Strict):
     hub: dict[str, Any] | None = None
     notes: Any = None
     finetune: dict[str, Any] | None = None
-    results_folder: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$")
+    results_folder: str | None = None
     noise_seeds: list[int] | None = None
     lowercase: bool = False
     # attack recipes (evaluation/attacks/recipe.py)

@@ -1,8 +1,9 @@
-"""How a selective release describes itself: each class's ε and the detectors that ran (issue 54 item 5).
+"""How a selective release describes itself: the detectors that ran and the card's fields (issue 54 item 5).
 
 Read from a privacy report's ``sensitive`` section and totals, for the summary line and the dataset card
-(``hf-textdp report`` words the same in :func:`hf_textdp.integrations.report_text.format_report`). The config's ``epsilon`` is
-named only as the others' ε, and only when they were privatized at it; kept tokens are called unprotected.
+(each class's ε is worded in :func:`hf_textdp.integrations.report_text.format_report`). The config's
+``epsilon`` is named only as the others' ε, and only when they were privatized at it; kept tokens are called
+unprotected.
 """
 
 from __future__ import annotations
@@ -11,26 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-__all__ = ["class_epsilons", "detectors_summary", "card_fields"]
+__all__ = ["detectors_summary", "card_fields"]
 
 Fmt = Callable[[Any], str]
-
-
-def _g(x: Any) -> str:
-    return "null" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
-
-
-def class_epsilons(report: dict[str, Any], fmt: Fmt = _g) -> str:
-    """``"sensitive: 12 tokens at epsilon_s=1 per token; others: 80 tokens at epsilon=90 per token"`` or
-    ``"…; others: 80 tokens released unchanged, no protection"``."""
-    sens = report.get("sensitive") or {}
-    totals = report.get("totals") or {}
-    n_sens = int(totals.get("sensitive_tokens") or 0)
-    head = f"sensitive: {n_sens} tokens at epsilon_s={fmt(sens.get('epsilon'))} per token"
-    if sens.get("others") == "keep":
-        return f"{head}; others: {totals.get('kept_other_tokens', 0)} tokens released unchanged, no protection"
-    n_other = int(totals.get("dp_tokens") or 0) - n_sens
-    return f"{head}; others: {n_other} tokens at epsilon={fmt(report.get('epsilon'))} per token"
 
 
 def detectors_summary(sens: dict[str, Any]) -> str:

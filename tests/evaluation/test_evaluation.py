@@ -217,7 +217,7 @@ def test_summary_flags_cells_below_chance(tmp_path):
         ({"name": "x", "tasks": ["nope"]}, "Known tasks"),
         ({"name": "x", "tasks": []}, "at least one"),
         ({"name": "x", "tasks": ["mr"], "typo": 1}, "unknown key"),
-        ({"name": "x y", "tasks": ["mr"]}, "recipe: name = 'x y': String should match pattern"),
+        ({"name": "x y", "tasks": ["mr"]}, "recipe: name = 'x y': must name a folder inside --output"),
         ({"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": []}]}, "epsilons"),
         (
             {"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": [10, -1]}]},
