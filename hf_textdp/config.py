@@ -26,6 +26,7 @@ from .postprocess import PostprocessStep, get_postprocess_class, postprocess_opt
 from .sensitive import SensitiveSpec, parse_sensitive
 from .space import DEFAULT_MODEL, parse_device
 from .tokens import PASSTHROUGH_MODES
+from .users import UserSpec, check_user_setting, parse_user
 from .validation import check_bool, check_choice, check_epsilon
 from .version import __version__
 
@@ -62,7 +63,11 @@ class PrivatizerConfig:
         sensitive (`dict`, *optional*): selective privatization (docs/mechanisms/selective.md):
             ``{"epsilon": ε_s, "detectors": [...], "column": name, "others": "privatize" | "keep"}``; detected or
             given positions are released by the same mechanism at ``ε_s``, the others at ``epsilon`` (or unchanged
-            with ``"others": "keep"``).
+            with ``"others": "keep"``); ``"consistent": "row" | "user"`` releases each distinct sensitive string once
+            per row or user (selective.md §8).
+        user (`dict`, *optional*): per-person accounting (docs/mechanisms/users.md): ``{"column": name, "budget": B,
+            "bound": "scale" | "rows", "max_rows": k, "keep_column": False}``; each user's total ε is reported and,
+            with a budget, held at or under ``B``. The user column is dropped from outputs unless ``keep_column``.
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -89,6 +94,7 @@ class PrivatizerConfig:
     candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
     passthrough: str = "placeholder"
     sensitive: dict[str, Any] | None = None
+    user: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -111,6 +117,7 @@ class PrivatizerConfig:
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         if self.sensitive is not None:
             object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive).to_value())
+        object.__setattr__(self, "user", check_user_setting(self.user, self.sensitive_spec))  # users.md §1
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
@@ -123,6 +130,11 @@ class PrivatizerConfig:
     def sensitive_spec(self) -> SensitiveSpec | None:
         """The validated ``sensitive`` setting (``None``: every candidate position at ``epsilon``)."""
         return None if self.sensitive is None else parse_sensitive(self.sensitive)
+
+    @property
+    def user_spec(self) -> UserSpec | None:
+        """The validated ``user`` setting (``None``: no per-person accounting)."""
+        return None if self.user is None else parse_user(self.user)
 
     def sensitive_config(self) -> PrivatizerConfig:
         """The configuration sensitive positions are released with: this one at ``sensitive["epsilon"]``."""

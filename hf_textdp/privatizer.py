@@ -31,6 +31,19 @@ from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, 
 from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
 from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
+from .users import (  # per-person accounting and consistent pseudonyms (docs/mechanisms/users.md)
+    UserBatch,
+    UserRelease,
+    UserTable,
+    UserTotals,
+    blank_dropped,
+    count_batch,
+    fit_counts,
+    others_kept,
+    per_person,
+    spec_consistent,
+    user_values,
+)
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger
 from .validation import row_id_fault
@@ -91,6 +104,9 @@ class Privatizer:
         # A fresh nonce makes every unseeded Privatizer hash differently, so `datasets` never serves a
         # cached (already released) result for it: each unseeded map is a new release.
         self._nonce = secrets.token_hex(16) if self.seed is None else None
+        # per-person work without a seed (users.md §5): row priorities and pseudonyms keyed by a secret of this
+        # privatizer, pickled to its workers as a seed is
+        self._user_secret = secrets.randbits(64) if self.seed is None and per_person(config) else None
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -100,6 +116,13 @@ class Privatizer:
         spec = self.config.sensitive_spec
         self._detectors: list[Detector] = [] if spec is None else build_detectors(spec)
         self.totals = Totals()
+        #: per-person accounting and consistent pseudonyms (users.md), None without them
+        self.users: UserRelease | None = None
+        if per_person(self.config):
+            secret = self.seed if self.seed is not None else self._user_secret
+            assert secret is not None
+            self.users = UserRelease(self.config.user_spec, spec_consistent(self.config), secret, self.engine)
+        self.user_totals = UserTotals()  # per-user sums of this process's rows (users.md §6)
 
     # ---------------------------------------------------------------- pickling (decision D4)
     def __getstate__(self) -> dict[str, Any]:
@@ -112,7 +135,15 @@ class Privatizer:
             "split": self.split,
             "stream": self.stream,
             "inputs": self._inputs(),
+            **self._user_state(),
         }
+
+    def _user_state(self) -> dict[str, Any]:
+        """The per-person part of the pickled state (users.md §4): the secret of an unseeded run and the counts."""
+        if self.users is None:
+            return {}
+        table = None if self.users.table is None else self.users.table.to_state()
+        return {"user_secret": self._user_secret, "user_table": table}
 
     def _inputs(self) -> str:
         """The noise stream's version and the identity of the files read (model or vector file, candidate vocab,
@@ -139,7 +170,10 @@ class Privatizer:
         self.id_column = state["id_column"]
         self.split = state["split"]
         self.stream = state["stream"]
+        self._user_secret = state.get("user_secret")
         self._init_runtime()
+        if self.users is not None and state.get("user_table") is not None:
+            self.users.table = UserTable.from_state(state["user_table"])
 
     def __repr__(self) -> str:  # never shows the seed
         seeded = "seeded" if self.seed is not None else "unseeded"
@@ -178,9 +212,11 @@ class Privatizer:
     def class_report(self) -> list[dict[str, Any]] | None:
         return self.engine.class_report()
 
-    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
+    def build_report(
+        self, totals: Totals, training: dict[str, Any] | None = None, users: UserTotals | None = None
+    ) -> dict[str, Any]:
         """The privacy report of ``totals`` released with this configuration (:meth:`ReleaseEngine.build_report`)."""
-        return self.engine.build_report(totals, training)
+        return self.engine.build_report(totals, training, users)
 
     def release_positions(
         self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
@@ -202,11 +238,17 @@ class Privatizer:
 
     # ---------------------------------------------------------------- public API
     def privatize(
-        self, texts: Sequence[str], row_ids: Sequence[int] | None = None, *, spans: Sequence[Any] | None = None
+        self,
+        texts: Sequence[str],
+        row_ids: Sequence[int] | None = None,
+        *,
+        spans: Sequence[Any] | None = None,
+        users: Sequence[Any] | None = None,
     ) -> list[str]:
         """Privatize a list of texts; with a seed, text i uses row id ``row_ids[i]`` (default: i).
 
         ``spans``: with ``sensitive["column"]``, text i's sensitive character spans ``[[start, end], ...]``.
+        ``users``: with ``user``, text i's user (users.md); a dropped row (``bound="rows"``) comes back as ``""``.
 
         Example:
 
@@ -227,7 +269,9 @@ class Privatizer:
                 )
             if len(spans) != len(texts):
                 raise InvalidParameterError(f"spans has {len(spans)} entries but texts has {len(texts)}.")
-        out = self._process(list(texts), ids) if spans is None else self._process(list(texts), ids, list(spans))
+        plan = None if self.users is None else self.users.batch(None if users is None else list(users), ids)
+        texts_in, span_list = blank_dropped(list(texts), None if spans is None else list(spans), plan)
+        out = self._process(texts_in, ids, span_list, plan)
         result: list[str] = out[self.text_column]
         return result
 
@@ -280,7 +324,14 @@ class Privatizer:
                     f"{sorted(batch)}."
                 )
             span_values = [batch[spec.column]] if single else list(batch[spec.column])
-        out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
+        plan = None
+        if self.users is not None:  # per-person accounting (users.md): the rows' users, levels and kept rows
+            plan = self.users.batch(user_values(batch, self.users.spec, single), row_ids)
+            texts, span_values = blank_dropped(texts, span_values, plan)
+        if plan is not None:
+            out = self._process(texts, row_ids, span_values, plan)
+        else:
+            out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
         if self.config.keep_original:
             out[f"{self.text_column}_original"] = list(texts)
         if single:
@@ -297,7 +348,23 @@ class Privatizer:
                 "For the totals of a whole dataset, save it with privatize_dataset(..., output_dir=...) and read "
                 "privacy_report(output_dir).",
             )
-        return self.build_report(self.totals)
+        return self.build_report(self.totals, users=self.user_totals if self.config.user is not None else None)
+
+    # ---------------------------------------------------------------- per-person accounting (users.md)
+    def fit_users(self, source: Any, *, batch_size: int = 1000) -> UserTable:
+        """The counting pass (users.md §4): every user's privatized tokens and rows in ``source`` (the whole split
+        this privatizer then maps, with the same row ids), before any release; ``privatize_dataset`` calls it."""
+        if self.users is None:
+            raise InvalidParameterError(
+                "fit_users: this config has neither user= nor sensitive['consistent']: there is nothing to count."
+            )
+        self.users.table = fit_counts(self, source, batch_size=batch_size)
+        return self.users.table
+
+    def _count_batch(self, batch: dict[str, list[Any]], row_ids: list[int]) -> Any:
+        """One batch of the counting pass (:func:`~hf_textdp.users.fit.count_batch`): nothing is released."""
+        self._ensure()
+        return count_batch(self, batch, row_ids)
 
     # ---------------------------------------------------------------- the work
     def _check_id(self, value: Any, i: int, at: Sequence[int] | None) -> int:
@@ -324,11 +391,13 @@ class Privatizer:
             if not isinstance(t, str):
                 raise InvalidRowError(f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}.")
 
-    def _process(self, texts: list[str], row_ids: list[int], spans: list[Any] | None = None) -> dict[str, list[Any]]:
+    def _process(
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None = None, users: UserBatch | None = None
+    ) -> dict[str, list[Any]]:
         """:meth:`_process_batch` with Python's cyclic collector paused (its walks over the batch's many small
         lists cost a quarter of the host time; nothing in a batch forms a cycle)."""
         with gc_paused():
-            return self._process_batch(texts, row_ids, spans)
+            return self._process_batch(texts, row_ids, spans, users)
 
     def _sensitive(
         self,
@@ -349,7 +418,9 @@ class Privatizer:
         offsets, _ = static_offsets([r.pieces or [] for r in rows], [r.seps or [""] for r in rows])
         return sensitive_mask(offsets, lengths, found)
 
-    def _process_batch(self, texts: list[str], row_ids: list[int], spans: list[Any] | None) -> dict[str, list[Any]]:
+    def _process_batch(
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None = None
+    ) -> dict[str, list[Any]]:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
 
         All rows' ids are concatenated once, so classification, the id replacement, the decode lists and
@@ -375,15 +446,14 @@ class Privatizer:
         context = None
         if getattr(engine.mechanism, "CONTEXTUAL", False):  # issue 44: a contextual mechanism reads each token's row
             context = RowContext.from_flat(flat, lengths, np.flatnonzero(cand), row_of[cand])
-        released = engine.release_flat(
-            cand_pos,
-            sizes.tolist(),
-            row_ids,
-            sensitive=None if sens is None else torch.from_numpy(sens[cand]),
-            context=context,
-        )
+        sens_t = None if sens is None else torch.from_numpy(sens[cand])
+        if users is not None and self.users is not None:  # per-person: by level, consistent pseudonyms (users.md)
+            runs = self.users.entities(flat, lengths, marked, cand)
+            released = self.users.release(users, runs, cand_pos, sizes, sens_t, context)
+        else:
+            released = engine.release_flat(cand_pos, sizes.tolist(), row_ids, sensitive=sens_t, context=context)
         if step is not None and step.RELEASES_VECTORS:
-            return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
+            return self._vector_columns(lengths, bounds, cls, sizes, released, flat, users)
         out = flat.copy()
         if released.numel():
             out[cand] = space.candidate_ids.numpy()[released.numpy()]
@@ -406,7 +476,7 @@ class Privatizer:
         result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]
         if isinstance(tokens, HFTokens):
             result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
-        self._columns_and_totals(result, lengths, sizes, row_of, structural, out, sens)
+        self._columns_and_totals(result, lengths, sizes, row_of, structural, out, sens, users)
         return result
 
     def _columns_and_totals(
@@ -418,6 +488,7 @@ class Privatizer:
         structural: np.ndarray,
         out: np.ndarray | None,
         sens: np.ndarray | None = None,
+        users: UserBatch | None = None,
     ) -> None:
         """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``), ``dp_sensitive_tokens`` with ``sensitive``, per row,
         and the running totals (accounting.md §2, selective.md §6)."""
@@ -441,6 +512,12 @@ class Privatizer:
             has_delta = sens_claim.delta_token > 0 or (not keep and claim.delta_token > 0)
             sizes = sizes - kept
             result["dp_sensitive_tokens"] = n_sens.tolist()
+        if users is not None and self.users is not None:  # each row at its user's level (users.md §2)
+            keep_others = others_kept(self.config)
+            n_other = sizes - (0 if n_sens is None else n_sens)
+            eps, deltas, has_delta = self.users.row_epsilon(users, n_sens, n_other, keep_others)
+            if self.users.spec is not None and self.users.spec.bound == "rows":
+                result["dp_dropped"] = (~users.keep).tolist()
         result["dp_tokens"] = sizes.tolist()
         result["dp_epsilon"] = [None] * n if eps is None else eps.tolist()
         if has_delta:
@@ -452,7 +529,12 @@ class Privatizer:
         else:
             n_pad = np.zeros(n, dtype=np.int64)
         passthrough = lengths - n_struct - sizes - (0 if kept is None else kept)
-        self.totals.add_rows(sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
+        columns = (sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
+        if users is not None and not users.keep.all():  # a dropped row is not released (users.md §3)
+            columns = tuple(None if c is None else c[users.keep] for c in columns)  # type: ignore[assignment]
+        self.totals.add_rows(*columns)
+        if users is not None and self.config.user is not None:
+            self.user_totals.add(users.users, eps, deltas, ~users.keep)
 
     def _vector_columns(
         self,
@@ -462,6 +544,7 @@ class Privatizer:
         sizes: np.ndarray,
         released: torch.Tensor,
         flat: np.ndarray,
+        users: UserBatch | None = None,
     ) -> dict[str, list[Any]]:
         """``postprocess="vector"``: ``inputs_embeds`` per row (postprocess.md §5); no text, no ``input_ids``.
 
@@ -489,7 +572,7 @@ class Privatizer:
             result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
         row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
         # as before: padding is not told apart from other structural tokens in this mode
-        self._columns_and_totals(result, lengths, sizes, row_of, cls == STRUCTURAL, None)
+        self._columns_and_totals(result, lengths, sizes, row_of, cls == STRUCTURAL, None, users=users)
         # the original text is not released in this mode: the text column becomes empty strings
         result[self.text_column] = ["" for _ in range(n)]
         return result

@@ -4,7 +4,8 @@
 ``epsilon`` (required) is the per-token ε of sensitive positions; ``detectors`` name what finds them
 (:data:`BUILTIN_DETECTORS`, ``"spacy:NAME"``, ``"presidio"``); ``column`` names a column of character spans
 ``[[start, end], ...]`` per row; ``labels`` are the entity labels a spaCy detector keeps; ``others`` says
-whether the other positions are privatized at the config's ε or released unchanged.
+whether the other positions are privatized at the config's ε or released unchanged; ``consistent`` (``"row"`` or
+``"user"``) releases every occurrence of one sensitive string in a row (or of one user) as one draw.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = [
 BUILTIN_DETECTORS = ("email", "url", "phone", "card", "ip", "number", "id")
 DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "NORP", "FAC", "DATE")
 OTHERS = ("privatize", "keep")
-SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others")
+SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "consistent")
+#: consistent pseudonyms (docs/mechanisms/selective.md §8): one draw per distinct sensitive string per row or user
+CONSISTENT = (None, "row", "user")
 
 Others = Literal["privatize", "keep"]
 
@@ -52,6 +55,7 @@ class SensitiveSpec:
     column: str | None = None
     labels: tuple[str, ...] = DEFAULT_SPACY_LABELS
     others: Others = "privatize"
+    consistent: Literal["row", "user"] | None = None
 
     def to_value(self) -> dict[str, Any]:
         """The JSON form (what a config stores); :func:`parse_sensitive` reads it back to an equal spec."""
@@ -60,6 +64,8 @@ class SensitiveSpec:
             out["column"] = self.column
         if any(d.startswith("spacy:") for d in self.detectors):
             out["labels"] = list(self.labels)
+        if self.consistent is not None:
+            out["consistent"] = self.consistent
         return out
 
 
@@ -146,4 +152,7 @@ def parse_sensitive(value: Any) -> SensitiveSpec:
         if not labels:
             raise InvalidParameterError(f"{_name('labels')} must name at least one entity label, got [].")
     others = check_choice(value.get("others", "privatize"), _name("others"), OTHERS)
-    return SensitiveSpec(epsilon=epsilon, detectors=tuple(detectors), column=column, labels=labels, others=others)
+    consistent = check_choice(value.get("consistent"), _name("consistent"), CONSISTENT)
+    return SensitiveSpec(
+        epsilon=epsilon, detectors=tuple(detectors), column=column, labels=labels, others=others, consistent=consistent
+    )
