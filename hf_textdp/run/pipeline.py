@@ -48,6 +48,7 @@ from ..utils.logging import get_logger
 from ..validation import check_bool, check_int
 from .sharded import ShardedRun
 from .streaming import save_streaming
+from .users import finish, fit_splits
 from .workers import spawned_workers, uses_gpu_workers
 
 
@@ -170,10 +171,12 @@ def privatize_dataset(
                 f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
             )
         span_column = (config.sensitive or {}).get("column")
-        if span_column is not None and cols and span_column not in cols:
-            raise ColumnNotFoundError(
-                f'sensitive["column"]={span_column!r} is not in the dataset. Current columns in the dataset: {cols}.'
-            )
+        user_column = (config.user or {}).get("column")  # per-person accounting (users.md)
+        for param, column in (('sensitive["column"]', span_column), ('user["column"]', user_column)):
+            if column is not None and cols and column not in cols:
+                raise ColumnNotFoundError(
+                    f"{param}={column!r} is not in the dataset. Current columns in the dataset: {cols}."
+                )
         if id_column is not None and isinstance(part, datasets.Dataset):
             _check_unique_ids(part, id_column, name)
         privatizers[name] = Privatizer(
@@ -185,6 +188,7 @@ def privatize_dataset(
             allow_weak_seed=allow_weak_seed,
         )
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
+    fit_splits(privatizers, parts, resume=resume, batch_size=batch_size)  # users.md §4: counts before any release
     release = None
     if uses_gpu_workers(config.device, num_proc) and not iterable:
         # the workers tokenize and decode; this process releases on the GPU (every split's privatizer has
@@ -202,6 +206,8 @@ def privatize_dataset(
                 kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
             with spawned_workers(config.device, num_proc, release):
                 results[name] = part.map(privatizers[name], **kwargs)
+            if output is None:  # dropped rows and the user column out (users.md §6); a saved stream keeps them
+                results[name] = finish(results[name], privatizers[name])
         out: Any
         if is_dict:
             kind = datasets.DatasetDict if isinstance(ds, datasets.DatasetDict) else datasets.IterableDatasetDict

@@ -64,6 +64,11 @@ def _reduce(keys: np.ndarray, *values: np.ndarray, how: str = "sum") -> tuple[np
     return (uniq, *out)
 
 
+def _firsts(keys: np.ndarray) -> np.ndarray:
+    """Whether each entry of sorted ``keys`` is the first of its key."""
+    return np.concatenate([[True], keys[1:] != keys[:-1]]) if keys.size else np.zeros(0, dtype=bool)
+
+
 @dataclass
 class UserCounter:
     """Counts of the rows seen so far, reduced as they come (see the module's memory note)."""
@@ -120,14 +125,14 @@ class UserCounter:
             r = np.concatenate(self._rows, axis=1)
             order = np.lexsort((r[1], r[0]))
             r = r[:, order]
-            first = np.concatenate([[True], r[0, 1:] != r[0, :-1]])
+            first = _firsts(r[0])
             rank = np.arange(r.shape[1]) - np.flatnonzero(first)[np.cumsum(first) - 1]
             self._rows = [r[:, rank < self.spec.max_rows]]
         if self._pairs and self.spec.bound != "rows":
             p = np.concatenate(self._pairs, axis=1)
             order = np.lexsort((p[2], p[0]))  # by pair, then row id: the first of each pair is its first row
             p = p[:, order]
-            first = np.concatenate([[True], p[0, 1:] != p[0, :-1]])
+            first = _firsts(p[0])
             self._pairs = [p[:, first]]
         self._buffered = 0
 
