@@ -511,6 +511,8 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
             + (f", span column {sens['column']!r}" if sens.get("column") else "")
         )
         lines.append(f"  selection:   {sens.get('statement')}")
+    if report.get("users"):  # per-person accounting (docs/mechanisms/users.md §6)
+        lines.append(f"  users:       {report['users']['summary']}")
     certified = report.get("certified")
     lines.append(
         "  certified:   "

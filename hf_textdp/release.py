@@ -31,7 +31,7 @@ from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, valida
 from .scale import scale_stats
 from .sensitive import selection_info
 from .space import ClassPart, EmbeddingSpace
-from .users.report import UserTotals, add_user_section, user_section
+from .users.report import UserTotals, per_person_report
 from .utils.logging import get_logger, warn_once
 from .utils.release_client import is_service_worker, remote_release
 
@@ -268,8 +268,7 @@ class ReleaseEngine:
             measured_recovery=measured_recovery(self.config),
             sensitive=self._sensitive_report(),
         )
-        spec = self.config.user_spec
-        return report if users is None or spec is None else add_user_section(report, user_section(users, spec))
+        return per_person_report(report, self.config, users)
 
     def _sensitive_report(self) -> dict[str, Any] | None:
         """The report's ``sensitive`` section (selective.md §6): the sensitive class's ε and claim, what the others

@@ -77,6 +77,7 @@ pass through unchanged.
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 {% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
 | other positions | {{ sensitive.others }} |
+{% endif %}{% if users %}| per user | {{ users.summary }} |
 {% endif %}
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
@@ -85,6 +86,8 @@ warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exi
 this exact configuration by the attacks named, so a stronger attack can recover more: {{ recovery }}.
 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
+
+{% endif %}{% if users %}**Per user.** {{ users_guarantee }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
@@ -291,6 +294,8 @@ def dataset_card(
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
         sensitive=sensitive_rows(report, _fmt),
+        users=report.get("users"),  # per-person accounting (docs/mechanisms/users.md §6)
+        users_guarantee=report.get("user_guarantee"),
     )
 
 

@@ -6,9 +6,10 @@ rows), and ``bound="rows"`` needs each user's rows to choose from. :meth:`Privat
 ``sensitive``), releases nothing, and feeds each batch's counts to a :class:`UserCounter`; :meth:`UserCounter.finish`
 turns them into the :class:`~hf_textdp.users.table.UserTable` that the release reads.
 
-Memory: per user, a hash and three counts (32 bytes), reduced batch by batch; with ``bound="rows"``, also 24 bytes
+Memory: per user, a hash and three counts (32 bytes), reduced batch by batch; with ``bound="rows"``, also 40 bytes
 a row, cut to each user's ``max_rows`` lowest priorities as batches come (all rows with a budget and no
-``max_rows``); with ``consistent="user"``, 24 bytes a distinct (user, string) pair (a row, with ``bound="rows"``).
+``max_rows``); with ``consistent="user"``, 40 bytes a (user, string) occurrence, reduced to one per distinct pair
+(without ``bound="rows"``, whose kept rows are known only at the end).
 """
 
 from __future__ import annotations

@@ -19,7 +19,15 @@ from .keys import user_keys
 from .spec import UserSpec
 
 
-__all__ = ["UserTotals", "add_user_section", "user_section", "user_totals_from_batches", "USER_NOT_COVERED"]
+__all__ = [
+    "CONSISTENT_STATEMENT",
+    "USER_NOT_COVERED",
+    "UserTotals",
+    "add_user_section",
+    "per_person_report",
+    "user_section",
+    "user_totals_from_batches",
+]
 
 USER_NOT_COVERED = (
     "Which rows belong to one user and each user's number of rows and tokens: with a budget, a row's per-token ε "
@@ -162,4 +170,27 @@ def add_user_section(report: dict[str, Any], section: dict[str, Any]) -> dict[st
     report["not_covered"] = [
         n for n in report.get("not_covered", []) if not n.startswith("Several rows from one person")
     ] + [USER_NOT_COVERED]
+    return report
+
+
+CONSISTENT_STATEMENT = (
+    "Consistent pseudonyms (sensitive.consistent = {scope!r}): each distinct sensitive string of a {scope} is one "
+    "draw, counted once, and every occurrence shows it; which sensitive positions hold the same string (the "
+    "equality pattern) is visible and not covered: the bound compares only data with the same pattern "
+    "(selective.md §8)."
+)
+
+
+def per_person_report(report: dict[str, Any], config: Any, users: UserTotals | None) -> dict[str, Any]:
+    """``report`` with what per-person settings add: the ``users`` section (given the rows' ``users`` sums) and
+    the consistent pseudonyms' statement (selective.md §8)."""
+    spec = config.user_spec
+    if users is not None and spec is not None:
+        add_user_section(report, user_section(users, spec))
+    consistent = None if config.sensitive is None else config.sensitive.get("consistent")
+    if consistent is not None and report.get("sensitive") is not None:
+        statement = CONSISTENT_STATEMENT.format(scope=consistent)
+        report["sensitive"]["consistent"] = consistent
+        report["sensitive"]["consistent_statement"] = statement
+        report["not_covered"].append(statement)
     return report

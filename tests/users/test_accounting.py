@@ -116,7 +116,11 @@ def test_consistent_counts_a_repeated_string_once(t1d):
         priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t1d, user={"column": "uid"}, sensitive=sens), SEED)
         if consistent == "user":
             priv.fit_users(ds)
-        return ds.map(priv, batched=True, with_indices=True)["dp_epsilon"]
+        eps = ds.map(priv, batched=True, with_indices=True)["dp_epsilon"]
+        sens_report = priv.privacy_report()["sensitive"]
+        assert sens_report.get("consistent") == consistent
+        assert (consistent is None) != ("equality pattern" in (sens_report.get("consistent_statement") or ""))
+        return eps
 
     # "x1 x1" is one string of two tokens (adjacent marked words form one run)
     assert rows_eps(None) == pytest.approx([e_o + 2 * e_s, 2 * e_o + 2 * e_s, 2 * e_s])

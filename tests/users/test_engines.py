@@ -116,6 +116,12 @@ def test_every_local_engine_and_the_cli_give_one_output(name, tiny_bert, tmp_pat
         report.pop("content_sha256", None)
         reports.append(report["users"])
     assert all(r == reports[0] for r in reports)
+    assert main(["report", str(out_sharded)]) == 0  # hf-textdp report and the card show the per-user figures
+    assert f"  users:       {reports[0]['summary']}" in capsys.readouterr().out
+    from hf_textdp.integrations.cards import render_card
+
+    card = str(render_card(out_sharded))
+    assert f"| per user | {reports[0]['summary']} |" in card and "**Per user.** For two datasets" in card
     users = reports[0]
     assert users["users"] == len(set(ds["uid"])) and users["published"] is False
     if users["budget"] is not None and users["user_epsilon_max"] is not None:
