@@ -215,6 +215,10 @@ def add_user_args(p: argparse.ArgumentParser) -> None:
         "(default: scale)",
     )
     p.add_argument(
-        "--user-max-rows", type=int, default=None, metavar="K", help="with --user-bound rows: rows kept per user"
+        "--user-max-rows",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --user-bound rows: the most rows kept of one user (default: none)",
     )
     p.add_argument("--user-keep-column", action="store_true", help="keep the user column in the output")
