@@ -87,7 +87,7 @@ this exact configuration by the attacks named, so a stronger attack can recover 
 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
 
-{% endif %}{% if users %}**Per user.** {{ users_guarantee }}
+{% endif %}{% if users %}**Per user** (docs/mechanisms/users.md). {{ users.guarantee }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) (metric DP) or e^ε (DP). A row's total is the per-token value
@@ -229,7 +229,6 @@ def dataset_card(
             (``*_original``); the card then says first, plainly, that they and the dataset are not private.
     """
     original_columns = sorted(original_columns or [])
-
     totals = report.get("totals") or {}
     scale = report.get("scale") or {}
     model = report.get("model") or {}
@@ -294,8 +293,7 @@ def dataset_card(
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
         sensitive=sensitive_rows(report, _fmt),
-        users=report.get("users"),  # per-person accounting (docs/mechanisms/users.md §6)
-        users_guarantee=report.get("user_guarantee"),
+        users={**report["users"], "guarantee": report.get("user_guarantee")} if report.get("users") else None,
     )
 
 

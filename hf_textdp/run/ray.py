@@ -206,19 +206,17 @@ def privatize_ray(
     schema = ds.schema(fetch_if_missing=False)
     names = list(schema.names) if schema is not None else []
     span_column = ("sensitive['column']", (config.sensitive or {}).get("column"))
-    user_column = ("user['column']", (config.user or {}).get("column"))
-    for param, column in (("text_column", text_column), ("id_column", id_column), span_column, user_column):
+    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
         if names and column is not None and column not in names:
             raise ColumnNotFoundError(
                 f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
             )
-    _fit_in_driver(priv, ds, batch_size)
     if num_gpus is None and config.device.startswith("cuda"):
         num_gpus = 1
     resources = {name: n for name, n in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if n is not None}
     return ds.map_batches(
         _PrivatizeBatches,
-        fn_constructor_kwargs={"state": priv.__getstate__()},
+        fn_constructor_kwargs={"state": _counted(priv, ds, names, batch_size).__getstate__()},  # users.md §4
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=_compute(concurrency),
@@ -226,25 +224,27 @@ def privatize_ray(
     )
 
 
-def _fit_in_driver(priv: Privatizer, ds: Any, batch_size: int) -> None:
-    """The counting pass (users.md §4) in the driver, over the rows' text, user, id and span columns."""
+def _counted(priv: Privatizer, ds: Any, names: list[str], batch_size: int) -> Privatizer:
+    """``priv`` after the counting pass (users.md §4) in the driver, over the rows' text, user, id and span
+    columns (where its release needs one); the user column is checked first."""
+    user_column = (priv.config.user or {}).get("column")
+    if names and user_column is not None and user_column not in names:
+        raise ColumnNotFoundError(
+            f"user['column']={user_column!r} is not in the dataset. Current columns in the dataset: {names}."
+        )
     users = priv.users
     if users is None or not users.needs_counts:
-        return
+        return priv
     if priv.id_column is None:
         raise InvalidParameterError(
             "id_column is required with a user budget, user['bound'] = 'rows' or sensitive['consistent'] = 'user' "
             "under Ray: the counting pass and the actors must name each row alike."
         )
-    config = priv.config
-    names = [
-        priv.text_column,
-        priv.id_column,
-        (config.user or {}).get("column"),
-        (config.sensitive or {}).get("column"),
-    ]
-    batches = ds.select_columns([c for c in names if c]).iter_batches(batch_size=batch_size, batch_format="pyarrow")
+    span_column = (priv.config.sensitive or {}).get("column")
+    columns = [c for c in (priv.text_column, priv.id_column, user_column, span_column) if c]
+    batches = ds.select_columns(columns).iter_batches(batch_size=batch_size, batch_format="pyarrow")
     priv.fit_users((t.to_pydict() for t in batches), batch_size=batch_size)
+    return priv
 
 
 def ray_report(

@@ -121,7 +121,10 @@ def test_every_local_engine_and_the_cli_give_one_output(name, tiny_bert, tmp_pat
     from hf_textdp.integrations.cards import render_card
 
     card = str(render_card(out_sharded))
-    assert f"| per user | {reports[0]['summary']} |" in card and "**Per user.** For two datasets" in card
+    assert (
+        f"| per user | {reports[0]['summary']} |" in card
+        and "**Per user** (docs/mechanisms/users.md). For two datasets" in card
+    )
     users = reports[0]
     assert users["users"] == len(set(ds["uid"])) and users["published"] is False
     if users["budget"] is not None and users["user_epsilon_max"] is not None:
