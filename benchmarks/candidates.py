@@ -66,7 +66,7 @@ def word_list() -> set[str]:
 
 
 def measure(priv: Privatizer, texts: list[str], out: dict[str, list], words: set[str]) -> dict[str, float]:
-    space = priv.space
+    space = priv.engine.space
     tok = space.tokenizer
     n_words = n_in = 0
     n_pos = n_res = n_for = 0
@@ -140,9 +140,9 @@ def main() -> None:
                 "mechanism": mech,
                 "epsilon": eps,
                 "setting": label,
-                "candidates": priv.space.V,
-                "epsilon_token": priv.claim.epsilon_token,
-                "epsilon_token_per_class": {c["name"]: c["epsilon_token"] for c in priv.class_report() or []},
+                "candidates": priv.engine.space.V,
+                "epsilon_token": priv.engine.claim.epsilon_token,
+                "epsilon_token_per_class": {c["name"]: c["epsilon_token"] for c in priv.engine.class_report() or []},
                 **measure(priv, texts, out, words),
                 "seconds": round(time.perf_counter() - t0, 1),
             }

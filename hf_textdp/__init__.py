@@ -7,12 +7,6 @@ do not pay for scipy.stats, torch or transformers until something needs them.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
-import types
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from .version import __version__ as __version__
@@ -69,25 +63,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import hf_textdp.ray`` and ``hf_textdp.collators``, the paths the docs gave before these modules moved
-    to ``run/`` and ``integrations/`` (issue 38), import the moved module under its old name too, with a
-    ``FutureWarning``."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        new = _MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; import it from there.", FutureWarning, stacklevel=2)
-        return importlib.import_module(new)
-
-    def exec_module(self, module: types.ModuleType) -> None:  # the moved module is already executed
-        pass
-
-
-# old module path -> where it is now (kept for the paths the docs and examples gave)
-_MOVED = {"hf_textdp.ray": "hf_textdp.run.ray", "hf_textdp.collators": "hf_textdp.integrations.collators"}
-sys.meta_path.insert(0, _MovedModules())

@@ -465,6 +465,29 @@ def _class_list(report: dict[str, Any]) -> str:
     )
 
 
+def _sensitive_lines(report: dict[str, Any], sens: dict[str, Any], totals: dict[str, Any]) -> list[str]:
+    """Selective privatization's lines (selective.md §6): each class's ε, the detectors that ran and the kinds none
+    of them finds, what the selection reveals."""
+    others = (
+        f"others: {int(totals.get('dp_tokens') or 0) - int(totals.get('sensitive_tokens') or 0)} tokens at ε "
+        f"{_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
+        if sens.get("others") == "privatize"
+        else f"others: {totals.get('kept_other_tokens', 0)} tokens released unchanged, no protection"
+    )
+    found = ", ".join(f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or [])
+    missing = ", ".join(sens.get("cannot_find") or []) or "none of the listed kinds"
+    left = "; ".join(f"{x['name']}: {x['reason']}" for x in sens.get("left_out") or [])
+    return [
+        f"  sensitive:   {totals.get('sensitive_tokens', 0)} tokens at ε_s {_g(sens.get('epsilon'))} per token, ε_tok "
+        f"{_g(sens.get('epsilon_token'))}; {others}",
+        f"  detectors:   {found or 'none'}"
+        + (f", span column {sens['column']!r}" if sens.get("column") else "")
+        + f"; kinds none of them finds: {missing}"
+        + (f"; left out of the default set: {left}" if left else ""),
+        f"  selection:   {sens.get('statement')}",
+    ]
+
+
 def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
     """A readable summary of a privacy report: what was guaranteed, per-token and per-row ε, what is not
     covered, and the kept/replaced share where the report knows it. ``hf-textdp report`` prints it."""
@@ -496,23 +519,17 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
             f"  classes:     replacement stays inside the input's piece class, each its own metric space: "
             f"{_class_list(report)}"
         )
-    lines.append(f"  guarantee:   {guarantee_statement(report)}")
     sens = report.get("sensitive")
-    if sens:
-        others = (
-            f"others at ε {_g(report.get('epsilon'))}, ε_tok {_g(report.get('epsilon_token'))}"
-            if sens.get("others") == "privatize"
-            else f"others kept unchanged (no ε), {totals.get('kept_other_tokens', 0)} tokens"
-        )
-        found = ", ".join(f"{d['name']} ({d['reads']})" for d in sens.get("detectors") or [])
+    kept_others = bool(sens and sens.get("others") == "keep")
+    if kept_others:  # no token was privatized at the config's epsilon: it names no token's guarantee
         lines.append(
-            f"  sensitive:   {totals.get('sensitive_tokens', 0)} tokens at ε {_g(sens.get('epsilon'))}, ε_tok "
-            f"{_g(sens.get('epsilon_token'))}; {others}; selected by {found or 'none'}"
-            + (f", span column {sens['column']!r}" if sens.get("column") else "")
+            "  guarantee:   sensitive positions only (see sensitive); the other positions are released unchanged, "
+            "with no protection"
         )
-        lines.append(f"  selection:   {sens.get('statement')}")
-    if report.get("users"):  # per-person accounting (docs/mechanisms/users.md §6)
-        lines.append(f"  users:       {report['users']['summary']}")
+    else:
+        lines.append(f"  guarantee:   {guarantee_statement(report)}")
+    lines.extend(_sensitive_lines(report, sens, totals) if sens else [])
+    lines.extend([f"  users:       {report['users']['summary']}"] if report.get("users") else [])  # users.md §6
     certified = report.get("certified")
     lines.append(
         "  certified:   "
@@ -538,9 +555,11 @@ def format_report(report: dict[str, Any], *, source: str | None = None) -> str:
             "               the per-token statement above is the meaningful one; the row figure is a worst case "
             "over all pairs of rows of the same length"
         )
+    passthrough, kept_other = int(totals.get("passthrough_tokens") or 0), int(totals.get("kept_other_tokens") or 0)
     lines.append(
-        f"  tokens:      {dp_tokens} privatized, {totals.get('passthrough_tokens', 0)} passed through unprotected, "
-        f"{totals.get('special_tokens', 0)} special"
+        f"  tokens:      {dp_tokens} privatized, {passthrough + kept_other} unprotected ("
+        + (f"{kept_other} released unchanged by others='keep', " if kept_other else "")
+        + f"{passthrough} passed through), {totals.get('special_tokens', 0)} special"
     )
     if report.get("measured_recovery"):
         lines.append(f"  attacks:     {recovery_statement(report['measured_recovery'])}")

@@ -19,34 +19,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, selective_rows
+from .accounting import Totals, selective_rows
+from .batch import TokenBatch
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
 from .io.models import model_identity
-from .mechanisms.base import Mechanism
 from .mechanisms.context import RowContext
 from .release import ReleaseEngine
-from .rng import STREAM_VERSION, Streams, validate_secret_seed, validate_split, validate_stream
+from .rng import STREAM_VERSION, validate_secret_seed, validate_split, validate_stream
 from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_spans, static_offsets
-from .space import CANDIDATE, STRUCTURAL, ClassPart, EmbeddingSpace
+from .sensitive.render import placeholder_words
+from .space import CANDIDATE, STRUCTURAL
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
-from .users import (  # per-person accounting and consistent pseudonyms (docs/mechanisms/users.md)
-    UserBatch,
-    UserRelease,
-    UserTable,
-    UserTotals,
-    blank_dropped,
-    count_batch,
-    fit_counts,
-    others_kept,
-    per_person,
-    spec_consistent,
-    user_values,
-)
+from .users import UserBatch, UserRelease, UserTable, blank_dropped, fit_counts, user_secret, user_values
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger
-from .validation import row_id_fault
+from .validation import check_row_ids
 
 
 __all__ = ["Privatizer"]
@@ -71,6 +60,8 @@ class Privatizer:
         allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32, for public benchmark data
             only (anyone can search such a seed from the output). Not pickled: an unpickled privatizer is
             not checked again, and the ``datasets`` fingerprint does not depend on it.
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in saved outputs
+            (:attr:`drop_columns`; it gives each identifier's character positions in the original text).
 
     Raises:
         InvalidParameterError: a seed out of [0, 2**64), or below 2**32 without ``allow_weak_seed=True``.
@@ -86,6 +77,7 @@ class Privatizer:
         *,
         stream: int = 0,
         allow_weak_seed: bool = False,
+        keep_spans: bool = False,
     ) -> None:
         if not isinstance(config, PrivatizerConfig):
             raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
@@ -101,28 +93,24 @@ class Privatizer:
         self.id_column = id_column
         self.split = split
         self.stream = stream
+        self.keep_spans = bool(keep_spans)
         # A fresh nonce makes every unseeded Privatizer hash differently, so `datasets` never serves a
         # cached (already released) result for it: each unseeded map is a new release.
         self._nonce = secrets.token_hex(16) if self.seed is None else None
         # per-person work without a seed (users.md §5): row priorities and pseudonyms keyed by a secret of this
         # privatizer, pickled to its workers as a seed is
-        self._user_secret = secrets.randbits(64) if self.seed is None and per_person(config) else None
+        self._user_secret = user_secret(config, self.seed)
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         #: the release of this configuration under this privatizer's key (built lazily, never pickled)
         self.engine = ReleaseEngine(self.config, self.seed, self.split, self.stream)
         self._tokens: HFTokens | WordTokens | None = None
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         self._detectors: list[Detector] = [] if spec is None else build_detectors(spec)
         self.totals = Totals()
-        #: per-person accounting and consistent pseudonyms (users.md), None without them
-        self.users: UserRelease | None = None
-        if per_person(self.config):
-            secret = self.seed if self.seed is not None else self._user_secret
-            assert secret is not None
-            self.users = UserRelease(self.config.user_spec, spec_consistent(self.config), secret, self.engine)
-        self.user_totals = UserTotals()  # per-user sums of this process's rows (users.md §6)
+        #: per-person accounting and consistent pseudonyms (users.md), ``None`` without them
+        self.users = UserRelease.of(self.config, self.seed, self._user_secret, self.engine)
 
     # ---------------------------------------------------------------- pickling (decision D4)
     def __getstate__(self) -> dict[str, Any]:
@@ -134,16 +122,10 @@ class Privatizer:
             "id_column": self.id_column,
             "split": self.split,
             "stream": self.stream,
+            "keep_spans": self.keep_spans,
             "inputs": self._inputs(),
-            **self._user_state(),
+            **({} if self.users is None else self.users.state(self._user_secret)),  # users.md §4
         }
-
-    def _user_state(self) -> dict[str, Any]:
-        """The per-person part of the pickled state (users.md §4): the secret of an unseeded run and the counts."""
-        if self.users is None:
-            return {}
-        table = None if self.users.table is None else self.users.table.to_state()
-        return {"user_secret": self._user_secret, "user_table": table}
 
     def _inputs(self) -> str:
         """The noise stream's version and the identity of the files read (model or vector file, candidate vocab,
@@ -154,10 +136,8 @@ class Privatizer:
         except HfTextDPError:  # the map reports it when it loads the model
             model = f"unresolved {self.config.model}"
         paths: list[Any] = [self.config.candidate_spec.vocab, self.config.options.get("frequency_corpus")]
-        spec = self.config.sensitive_spec  # a spaCy pipeline folder read by a detector
-        pipelines = [
-            d[len("spacy:") :] for d in (spec.detectors if spec is not None else ()) if d.startswith("spacy:")
-        ]
+        spec = self.config.sensitive  # a spaCy pipeline folder read by a detector
+        pipelines = [d[len("spacy:") :] for d in (spec.named() if spec is not None else ()) if d.startswith("spacy:")]
         paths += [p for p in pipelines if os.path.isdir(p)]
         files = [stat_identity(p) for p in paths if isinstance(p, (str, os.PathLike))]
         return "\n".join([f"stream v{STREAM_VERSION}", model, *files])
@@ -170,10 +150,20 @@ class Privatizer:
         self.id_column = state["id_column"]
         self.split = state["split"]
         self.stream = state["stream"]
+        self.keep_spans = state.get("keep_spans", False)
         self._user_secret = state.get("user_secret")
         self._init_runtime()
-        if self.users is not None and state.get("user_table") is not None:
-            self.users.table = UserTable.from_state(state["user_table"])
+        if self.users is not None:
+            self.users.restore(state)
+
+    @property
+    def drop_columns(self) -> list[str]:
+        """Input columns a saved output leaves out: the span column of ``sensitive["column"]`` (it gives each
+        identifier's character positions in the original text) unless ``keep_spans=True``, and the user column of
+        ``user["column"]`` (an identifier: users.md §6) unless ``user["keep_column"]``."""
+        spans = None if self.config.sensitive is None or self.keep_spans else self.config.sensitive.column
+        users = None if self.config.user is None else self.config.user.dropped_column
+        return [c for c in (spans, users) if c is not None]
 
     def __repr__(self) -> str:  # never shows the seed
         seeded = "seeded" if self.seed is not None else "unseeded"
@@ -182,59 +172,10 @@ class Privatizer:
             f"model={self.config.model!r}, text_column={self.text_column!r}, {seeded})"
         )
 
-    # ---------------------------------------------------------------- the engine's, for callers of a Privatizer
+    # ---------------------------------------------------------------- the tokens of the engine's space
     def _ensure(self) -> None:
         if self._tokens is None:
             self._tokens = make_tokens(self.engine.space, self.config.passthrough)
-
-    @property
-    def space(self) -> EmbeddingSpace:
-        return self.engine.space
-
-    @property
-    def mechanism(self) -> Mechanism:
-        return self.engine.mechanism
-
-    @property
-    def claim(self) -> Claim:
-        return self.engine.claim
-
-    @property
-    def classes(self) -> list[ClassPart]:
-        """The piece classes released separately (:attr:`ReleaseEngine.classes`)."""
-        return self.engine.classes
-
-    @property
-    def class_mechanisms(self) -> list[tuple[ClassPart, Mechanism]]:
-        """Each released class with its mechanism (:attr:`ReleaseEngine.class_mechanisms`)."""
-        return self.engine.class_mechanisms
-
-    def class_report(self) -> list[dict[str, Any]] | None:
-        return self.engine.class_report()
-
-    def build_report(
-        self, totals: Totals, training: dict[str, Any] | None = None, users: UserTotals | None = None
-    ) -> dict[str, Any]:
-        """The privacy report of ``totals`` released with this configuration (:meth:`ReleaseEngine.build_report`)."""
-        return self.engine.build_report(totals, training, users)
-
-    def release_positions(
-        self, positions: Sequence[torch.Tensor], row_ids: Sequence[int], *, stream: int | None = None
-    ) -> list[torch.Tensor]:
-        """:meth:`ReleaseEngine.release_positions`: already-classified tokens, each row's candidate positions."""
-        return self.engine.release_positions(positions, row_ids, stream=stream)
-
-    def release_keyed(self, keys: np.ndarray, sizes: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """:meth:`ReleaseEngine.release_keyed` (the GPU release service's handler)."""
-        return self.engine.release_keyed(keys, sizes, positions)
-
-    def release_streams(self, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
-        """:meth:`ReleaseEngine.release_streams`: the device part of a batch."""
-        return self.engine.release_streams(positions, streams)
-
-    def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
-        """:meth:`ReleaseEngine.row_keys`: each row's Philox key."""
-        return self.engine.row_keys(row_ids, stream)
 
     # ---------------------------------------------------------------- public API
     def privatize(
@@ -260,7 +201,7 @@ class Privatizer:
         ids = list(range(len(texts))) if row_ids is None else list(row_ids)
         if len(ids) != len(texts):
             raise InvalidParameterError(f"row_ids has {len(ids)} entries but texts has {len(texts)}.")
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         if spec is not None and spec.column is not None:
             if spans is None:
                 raise InvalidParameterError(
@@ -271,8 +212,7 @@ class Privatizer:
                 raise InvalidParameterError(f"spans has {len(spans)} entries but texts has {len(texts)}.")
         plan = None if self.users is None else self.users.batch(None if users is None else list(users), ids)
         texts_in, span_list = blank_dropped(list(texts), None if spans is None else list(spans), plan)
-        out = self._process(texts_in, ids, span_list, plan)
-        result: list[str] = out[self.text_column]
+        result: list[str] = self._process(texts_in, ids, span_list, plan)[self.text_column]
         return result
 
     def __call__(
@@ -304,8 +244,7 @@ class Privatizer:
             raw_ids = batch[self.id_column]
             raw_ids = [raw_ids] if single else raw_ids
             at = [indices] if isinstance(indices, int) else indices  # the map's indices name a bad row
-            row_ids = [self._check_id(v, i, at) for i, v in enumerate(raw_ids)]
-            self._check_unique(row_ids, at)
+            row_ids = check_row_ids(raw_ids, self.id_column, column=True, indices=at)
         elif indices is not None:
             row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
         elif self.seed is not None:
@@ -315,7 +254,7 @@ class Privatizer:
             )
         else:
             row_ids = [0] * len(texts)  # unused: unseeded rows draw fresh entropy
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         span_values = None
         if spec is not None and spec.column is not None:
             if spec.column not in batch:
@@ -324,14 +263,11 @@ class Privatizer:
                     f"{sorted(batch)}."
                 )
             span_values = [batch[spec.column]] if single else list(batch[spec.column])
-        plan = None
-        if self.users is not None:  # per-person accounting (users.md): the rows' users, levels and kept rows
+        plan = None  # per-person accounting (users.md): the rows' users, levels and kept rows
+        if self.users is not None:
             plan = self.users.batch(user_values(batch, self.users.spec, single), row_ids)
             texts, span_values = blank_dropped(texts, span_values, plan)
-        if plan is not None:
-            out = self._process(texts, row_ids, span_values, plan)
-        else:
-            out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
+        out = self._process(texts, row_ids, span_values, plan)
         if self.config.keep_original:
             out[f"{self.text_column}_original"] = list(texts)
         if single:
@@ -348,9 +284,8 @@ class Privatizer:
                 "For the totals of a whole dataset, save it with privatize_dataset(..., output_dir=...) and read "
                 "privacy_report(output_dir).",
             )
-        return self.build_report(self.totals, users=self.user_totals if self.config.user is not None else None)
+        return self.engine.build_report(self.totals, users=None if self.users is None else self.users.totals)
 
-    # ---------------------------------------------------------------- per-person accounting (users.md)
     def fit_users(self, source: Any, *, batch_size: int = 1000) -> UserTable:
         """The counting pass (users.md §4): every user's privatized tokens and rows in ``source`` (the whole split
         this privatizer then maps, with the same row ids), before any release; ``privatize_dataset`` calls it."""
@@ -361,38 +296,14 @@ class Privatizer:
         self.users.table = fit_counts(self, source, batch_size=batch_size)
         return self.users.table
 
-    def _count_batch(self, batch: dict[str, list[Any]], row_ids: list[int]) -> Any:
-        """One batch of the counting pass (:func:`~hf_textdp.users.fit.count_batch`): nothing is released."""
-        self._ensure()
-        return count_batch(self, batch, row_ids)
-
     # ---------------------------------------------------------------- the work
-    def _check_id(self, value: Any, i: int, at: Sequence[int] | None) -> int:
-        fault = row_id_fault(value)
-        if fault is not None:
-            raise InvalidRowError(
-                f"{_row_name(i, at)}: id_column={self.id_column!r} must hold ints in [0, 2**63), got {fault}."
-            )
-        return int(value)
-
-    def _check_unique(self, row_ids: list[int], at: Sequence[int] | None) -> None:
-        """Refuse a repeated id: two rows with one id share their noise, and comparing their outputs shows where
-        their texts differ (threat_model.md)."""
-        if len(set(row_ids)) < len(row_ids):
-            seen: dict[int, int] = {}
-            for i, r in enumerate(row_ids):
-                if r in seen:
-                    assert self.id_column is not None
-                    raise repeated_id_error(f"{_row_name(seen[r], at)} and {_row_name(i, at)}", self.id_column, r)
-                seen[r] = i
-
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
         for t, r in zip(texts, row_ids, strict=False):
             if not isinstance(t, str):
                 raise InvalidRowError(f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}.")
 
     def _process(
-        self, texts: list[str], row_ids: list[int], spans: list[Any] | None = None, users: UserBatch | None = None
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None
     ) -> dict[str, list[Any]]:
         """:meth:`_process_batch` with Python's cyclic collector paused (its walks over the batch's many small
         lists cost a quarter of the host time; nothing in a batch forms a cycle)."""
@@ -409,17 +320,35 @@ class Privatizer:
     ) -> np.ndarray:
         """Each position's sensitivity (selective.md §4): the detectors' and the span column's character spans,
         mapped to the positions they overlap, whole words."""
-        spec = self.config.sensitive_spec
+        spec = self.config.sensitive
         assert spec is not None
-        found = sensitive_spans(self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids)
+        normalize = self._tokens.normalize if isinstance(self._tokens, HFTokens) else None
+        found = sensitive_spans(
+            self._detectors, texts, column=spec.column, column_values=spans, row_ids=ids, normalize=normalize
+        )
         if isinstance(rows, WordLayout):
             assert rows.offsets is not None
             return sensitive_mask(rows.offsets, lengths, found, (rows.starts, rows.stops))
         offsets, _ = static_offsets([r.pieces or [] for r in rows], [r.seps or [""] for r in rows])
         return sensitive_mask(offsets, lengths, found)
 
+    def read_batch(self, texts: list[str], row_ids: list[int], spans: list[Any] | None) -> TokenBatch:
+        """A batch tokenized, classified and marked (selective.md §4) as the release reads it, with its tokens held
+        flat; nothing is released (the counting pass reads batches so too: users.md §4)."""
+        self._check_texts(texts, row_ids)
+        self._ensure()
+        assert self._tokens is not None
+        n = len(texts)
+        flat, lengths, rows = self._tokens.encode_flat(texts)
+        cls, pos = self.engine.space.classify(flat)
+        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        cand = cls == CANDIDATE
+        sizes = np.bincount(row_of[cand], minlength=n)
+        marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
+        return TokenBatch(flat, lengths, rows, cls, pos, row_of, cand, sizes, marked)
+
     def _process_batch(
-        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None = None
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None
     ) -> dict[str, list[Any]]:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
 
@@ -427,21 +356,14 @@ class Privatizer:
         the accounting counts are a few array operations per batch instead of per row; each token's
         draws come from its own row's keyed stream.
         """
-        self._check_texts(texts, row_ids)
-        self._ensure()
+        flat, lengths, rows, cls, pos, row_of, cand, sizes, marked = self.read_batch(texts, row_ids, spans)
         engine, tokens = self.engine, self._tokens
         space, step = engine.space, engine.step
         assert tokens is not None
         n = len(texts)
-        flat, lengths, rows = tokens.encode_flat(texts)
         bounds = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=bounds[1:])
-        cls, pos = space.classify(flat)
-        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        cand = cls == CANDIDATE
-        sizes = np.bincount(row_of[cand], minlength=n)
         cand_pos = torch.from_numpy(pos[cand])
-        marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
         sens = None if marked is None else marked & cand
         context = None
         if getattr(engine.mechanism, "CONTEXTUAL", False):  # issue 44: a contextual mechanism reads each token's row
@@ -457,12 +379,16 @@ class Privatizer:
         out = flat.copy()
         if released.numel():
             out[cand] = space.candidate_ids.numpy()[released.numpy()]
+        replace, spec = None, self.config.sensitive
+        if marked is not None and spec is not None and spec.render == "placeholder":  # selective.md: one per word
+            hf = isinstance(rows, WordLayout) and isinstance(tokens, HFTokens)
+            replace = placeholder_words(out, marked, rows if hf else None, space.unk_id, tokens if hf else None, texts)
         b = bounds.tolist()
         result: dict[str, list[Any]] = {}
         structural = cls == STRUCTURAL
         if isinstance(tokens, HFTokens):
             assert isinstance(rows, WordLayout)
-            result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows)
+            result[self.text_column] = tokens.decode_flat(out, lengths, structural, rows, replace)
         else:
             assert isinstance(rows, list) and space.words is not None
             assert isinstance(tokens, WordTokens)
@@ -506,18 +432,14 @@ class Privatizer:
             sens_claim = self.engine.sensitive_claim
             assert sens_claim is not None and self.config.sensitive is not None
             n_sens = np.bincount(row_of[sens], minlength=n)
-            keep = self.config.sensitive["others"] == "keep"
+            keep = self.config.sensitive.others == "keep"
             kept = sizes - n_sens if keep else np.zeros(n, dtype=np.int64)
             eps, deltas = selective_rows(n_sens, sizes - n_sens - kept, sens_claim, None if keep else claim)
             has_delta = sens_claim.delta_token > 0 or (not keep and claim.delta_token > 0)
             sizes = sizes - kept
             result["dp_sensitive_tokens"] = n_sens.tolist()
         if users is not None and self.users is not None:  # each row at its user's level (users.md §2)
-            keep_others = others_kept(self.config)
-            n_other = sizes - (0 if n_sens is None else n_sens)
-            eps, deltas, has_delta = self.users.row_epsilon(users, n_sens, n_other, keep_others)
-            if self.users.spec is not None and self.users.spec.bound == "rows":
-                result["dp_dropped"] = (~users.keep).tolist()
+            eps, deltas, has_delta = self.users.row_columns(result, users, sizes, n_sens)
         result["dp_tokens"] = sizes.tolist()
         result["dp_epsilon"] = [None] * n if eps is None else eps.tolist()
         if has_delta:
@@ -530,11 +452,10 @@ class Privatizer:
             n_pad = np.zeros(n, dtype=np.int64)
         passthrough = lengths - n_struct - sizes - (0 if kept is None else kept)
         columns = (sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
-        if users is not None and not users.keep.all():  # a dropped row is not released (users.md §3)
-            columns = tuple(None if c is None else c[users.keep] for c in columns)  # type: ignore[assignment]
-        self.totals.add_rows(*columns)
-        if users is not None and self.config.user is not None:
-            self.user_totals.add(users.users, eps, deltas, ~users.keep)
+        if users is not None and self.users is not None:  # dropped rows out, each user's sums (users.md §3, §6)
+            self.users.add_rows(self.totals, users, columns)
+        else:
+            self.totals.add_rows(*columns)
 
     def _vector_columns(
         self,
@@ -576,16 +497,3 @@ class Privatizer:
         # the original text is not released in this mode: the text column becomes empty strings
         result[self.text_column] = ["" for _ in range(n)]
         return result
-
-
-def _row_name(i: int, indices: Sequence[int] | None) -> str:
-    """Row ``i`` of a batch, named by its dataset index where the map passes the indices."""
-    return f"row {i} of the batch" if indices is None else f"row {int(indices[i])}"
-
-
-def repeated_id_error(rows: str, id_column: str, value: int) -> InvalidRowError:
-    """The error for an id that two ``rows`` hold (named, e.g. ``"rows 2 and 6"``): they would share their noise."""
-    return InvalidRowError(
-        f"{rows}: id_column={id_column!r} holds the id {value} twice; ids must be unique (two rows with one id "
-        "would share their noise)."
-    )

@@ -273,7 +273,7 @@ class ReleaseEngine:
     def _sensitive_report(self) -> dict[str, Any] | None:
         """The report's ``sensitive`` section (selective.md §6): the sensitive class's ε and claim, what the others
         get, and what the selection reveals (:func:`~hf_textdp.sensitive.selection_info`)."""
-        spec, claim = self.config.sensitive_spec, self._sens_claim
+        spec, claim = self.config.sensitive, self._sens_claim
         if spec is None or claim is None:
             return None
         per_class = None
@@ -285,6 +285,7 @@ class ReleaseEngine:
             "delta_token": claim.delta_token if claim.epsilon_token is not None else None,
             "certified": claim.certified,
             "others": spec.others,
+            "others_epsilon": self.config.epsilon if spec.others == "privatize" else None,
             "others_epsilon_token": self._claim.epsilon_token if spec.others == "privatize" and self._claim else None,
             "per_class": per_class,
             **selection_info(spec),
@@ -419,7 +420,7 @@ class ReleaseEngine:
         # kernels); every class is released before the positions are assembled on the host.
         n_cls = len(self._releases)
         groups = self._releases + (self._sens_releases if selective else [])
-        keep = selective and self.config.sensitive is not None and self.config.sensitive["others"] == "keep"
+        keep = selective and self.config.sensitive is not None and self.config.sensitive.others == "keep"
         pos = positions.to(streams.device)
         if n_cls > 1:
             class_of, local_of = self._split_maps(streams.device)

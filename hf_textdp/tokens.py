@@ -118,6 +118,8 @@ class HFTokens:
         self._decoder = tok  # decoding reads none of the settings above
         self._spacing_in_tokens = _whitespace_in_tokens(tok)
         self._pre_tokenizer = tok.pre_tokenizer
+        #: the normaliser's ``str -> str`` (``None``: the tokenizer has none); the detectors read what it leaves
+        self.normalize: Callable[[str], str] | None = None if tok.normalizer is None else tok.normalizer.normalize_str
         self._pairs: dict[str, bool] = {}  # two characters -> whether the pre-tokenizer makes them one word
         # decoding "a" + a word's ids and cutting "a" off gives the word as it reads after earlier text
         # (a WordPiece "##" piece glued, a "▁"/"Ġ" piece with its space) instead of as a text start
@@ -145,7 +147,23 @@ class HFTokens:
         flat = np.fromiter(itertools.chain.from_iterable(per_row), dtype=np.int64, count=int(lengths.sum()))
         return flat, lengths, _word_layout(batch, encs, lengths, keep_spacing=not self._spacing_in_tokens)
 
-    def decode_flat(self, ids: np.ndarray, lengths: np.ndarray, drop: np.ndarray, layout: WordLayout) -> list[str]:
+    @property
+    def spacing_in_tokens(self) -> bool:
+        """Whether the tokens hold the input's spaces (byte-level BPE, SentencePiece)."""
+        return self._spacing_in_tokens
+
+    def token(self, token_id: int) -> str:
+        """The vocabulary's form of one id (``"[UNK]"``)."""
+        return str(self._tok.id_to_token(token_id))
+
+    def decode_flat(
+        self,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        drop: np.ndarray,
+        layout: WordLayout,
+        replace: tuple[np.ndarray, Any] | None = None,
+    ) -> list[str]:
         """Rebuild each row's text from its (privatized) ids, word by word (module docstring).
 
         Args:
@@ -153,6 +171,8 @@ class HFTokens:
             lengths (`np.ndarray`): each row's number of positions.
             drop (`np.ndarray`): bool per position; ``True`` positions (structural) are not decoded.
             layout (`WordLayout`): the words from :meth:`encode_flat` for the same rows.
+            replace (`tuple`, *optional*): ``(words, texts)``: the words marked (bool per word) read ``texts``
+                (a str, or one per word) whole (selective privatization's placeholder render).
         """
         starts, stops, counts = layout.starts, layout.stops, layout.counts
         n, W = counts.size, starts.size
@@ -181,6 +201,10 @@ class HFTokens:
         empty = np.zeros(W, dtype=bool)
         empty[idx] = self._empty[keys]
         empty[rest] = [not t for t in texts[rest]]
+        if replace is not None:
+            mark = replace[0]
+            texts[mark] = replace[1] if isinstance(replace[1], str) else replace[1][mark]
+            empty[mark] = lead[mark] = tail[mark] = False
         # two words that would run together, with no whitespace between them, get a space
         seps = np.full(W + n, "", dtype=object) if layout.seps is None else layout.seps.copy()
         slot = np.arange(W) + layout.rows  # seps[slot[k]] stands before word k

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidParameterError, ParameterTypeError
+from .errors import HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "check_bool",
     "is_int",
     "row_id_fault",
+    "check_row_ids",
+    "repeated_id_error",
 ]
 
 
@@ -97,3 +99,51 @@ def row_id_fault(value: Any) -> str | None:
     if int(value) < 0:
         return "a negative int"
     return "an int >= 2**63" if int(value) >= 2**63 else None
+
+
+def check_row_ids(
+    values: Sequence[Any], name: str, *, column: bool = False, indices: Sequence[int] | None = None
+) -> list[int]:
+    """Each example id as an int in [0, 2**63) (docs/mechanisms/randomness.md): the one row-id check of the
+    :class:`~hf_textdp.Privatizer`, the ``PrivateTokenizer`` and the collators.
+
+    ``column=True``: the ids come from the dataset column ``name`` (``id_column``), so a bad one is an
+    :class:`InvalidRowError` naming its row (by the map's ``indices`` where given) and a repeated one is refused
+    (two rows with one id share their noise). Otherwise ``name`` is a call argument or a feature field: a
+    ``ParameterTypeError`` for a value that is no int, an ``InvalidParameterError`` for an int out of range.
+    A message names the kind of the fault, never the value (an id may be a user's number).
+    """
+    ids: list[int] = []
+    for i, value in enumerate(values):
+        fault = row_id_fault(value)
+        if fault is not None:
+            raise _id_error(fault, value, name, f"{row_name(i, indices)}: " if column else "", column)
+        ids.append(int(value))
+    if column and len(set(ids)) < len(ids):
+        seen: dict[int, int] = {}
+        for i, r in enumerate(ids):
+            if r in seen:
+                raise repeated_id_error(f"{row_name(seen[r], indices)} and {row_name(i, indices)}", name, r)
+            seen[r] = i
+    return ids
+
+
+def _id_error(fault: str, value: Any, name: str, where: str, column: bool) -> HfTextDPError:
+    said = f"id_column={name!r}" if column else name
+    message = f"{where}{said} must hold ints in [0, 2**63), got {fault}."
+    if column:
+        return InvalidRowError(message)
+    return InvalidParameterError(message) if is_int(value) else ParameterTypeError(message)
+
+
+def row_name(i: int, indices: Sequence[int] | None) -> str:
+    """Row ``i`` of a batch, named by its dataset index where the map passes the indices."""
+    return f"row {i} of the batch" if indices is None else f"row {int(indices[i])}"
+
+
+def repeated_id_error(rows: str, id_column: str, value: int) -> InvalidRowError:
+    """The error for an id that two ``rows`` hold (named, e.g. ``"rows 2 and 6"``): they would share their noise."""
+    return InvalidRowError(
+        f"{rows}: id_column={id_column!r} holds the id {value} twice; ids must be unique (two rows with one id "
+        "would share their noise)."
+    )

@@ -59,10 +59,10 @@ def fp32_bounds(V: int, d: int, repeats: int = 3) -> tuple[float, float]:
 
 def kernel_of(priv: Privatizer) -> str:
     """Which filter or key product the case runs."""
-    if priv.mechanism.kind == "additive":
-        idx = priv.mechanism.search_index(priv.space)  # type: ignore[attr-defined]
+    if priv.engine.mechanism.kind == "additive":
+        idx = priv.engine.mechanism.search_index(priv.engine.space)  # type: ignore[attr-defined]
         return "bf16" if idx._use_bf16() else ("avx2 fused fp32" if idx._avx2_rows(1) is not None else "fp32")
-    packed = priv.mechanism.sampler_for(priv.space)._kernel_targets()  # type: ignore[attr-defined]
+    packed = priv.engine.mechanism.sampler_for(priv.engine.space)._kernel_targets()  # type: ignore[attr-defined]
     return "keys: " + ("float product" if packed is None else packed.kind)
 
 
@@ -85,14 +85,14 @@ def run_cases(cases: list[str], texts: list[str], epsilon: float, passes: int) -
     for _ in range(passes):
         for case in cases:
             priv = privs[case]
-            w0, t0b = fp32_bounds(priv.space.V, priv.space.d)
+            w0, t0b = fp32_bounds(priv.engine.space.V, priv.engine.space.d)
             start = priv.totals.dp_tokens
             t0 = time.perf_counter()
             for s in range(0, len(texts), 1000):
                 priv.privatize(texts[s : s + 1000], row_ids=range(s, min(s + 1000, len(texts))))
             dt = time.perf_counter() - t0
             tokens[case] = priv.totals.dp_tokens - start
-            w1, t1b = fp32_bounds(priv.space.V, priv.space.d)
+            w1, t1b = fp32_bounds(priv.engine.space.V, priv.engine.space.d)
             rate = tokens[case] / dt
             rates[case].append(rate)
             whole[case] += [w0 / per_op[case], w1 / per_op[case]]
@@ -128,7 +128,7 @@ def mismatches(texts: list[str], epsilons: tuple[float, ...]) -> dict[str, objec
     ties to the lowest position."""
     priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=10.0), seed=1, split="bench", allow_weak_seed=True)
     priv.privatize(texts[:1])  # sets up the tokenization that _candidate_positions reads
-    space, mech = priv.space, priv.mechanism
+    space, mech = priv.engine.space, priv.engine.mechanism
     index = mech.search_index(space)  # type: ignore[attr-defined]
     pos = torch.from_numpy(_candidate_positions(priv, texts))
     E64 = index.E.double()

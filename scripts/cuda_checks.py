@@ -176,7 +176,7 @@ def int_sweep(model: str, texts: list[str], report: dict) -> None:
     configs = ["256,128,64,8,3", "128,128,64,8,3", "128,128,128,8,3", "128,256,64,8,3", "64,128,128,4,3"]
     n = int(positions.numel())
     _sweep(
-        "HF_TEXTDP_CUDA_INT_TILES", configs, lambda: priv.release_streams(positions, streams), n, "int_sweep",
+        "HF_TEXTDP_CUDA_INT_TILES", configs, lambda: priv.engine.release_streams(positions, streams), n, "int_sweep",
         "tokens/s (tem, device pass)", report,
     )  # fmt: skip
 
@@ -190,11 +190,11 @@ def profile(model: str, texts: list[str], report: dict, out_dir: str) -> None:
         priv = Privatizer(PrivatizerConfig(mechanism=mech, epsilon=10.0, model=model, device="cuda"), seed=2**40 + 7)
         priv.privatize(texts[:4])
         positions, streams = device_inputs(priv, texts)
-        priv.release_streams(positions, streams)
+        priv.engine.release_streams(positions, streams)
         torch.cuda.synchronize()
         with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
             t0 = time.perf_counter()
-            priv.release_streams(positions, streams)
+            priv.engine.release_streams(positions, streams)
             torch.cuda.synchronize()
             wall = time.perf_counter() - t0
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25)

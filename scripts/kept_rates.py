@@ -32,13 +32,13 @@ def main() -> None:
         # MR is public benchmark data and the seed a public one (it reproduces the README's table)
         priv = Privatizer(PrivatizerConfig(epsilon=eps), seed=args.seed, allow_weak_seed=True)
         priv.privatize(texts[:5])
-        tok = priv.space.tokenizer
+        tok = priv.engine.space.tokenizer
         t0 = time.perf_counter()
         out = priv({"text": texts}, list(range(len(texts))))
         dt = time.perf_counter() - t0
         kept = total = 0
         enc = tok(texts, add_special_tokens=True, split_special_tokens=True)["input_ids"]
-        cand = set(priv.space.candidate_ids.tolist())
+        cand = set(priv.engine.space.candidate_ids.tolist())
         for a, b in zip(enc, out["input_ids"], strict=False):
             a_arr, b_arr = np.array(a), np.array(b)
             mask = np.fromiter((i in cand for i in a), bool, len(a))

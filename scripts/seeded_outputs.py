@@ -72,7 +72,7 @@ def main() -> None:
         priv = Privatizer(config, seed=SEED)
         res = priv({"text": texts}, list(range(len(texts))))
         rows_blob = json.dumps(res, sort_keys=True, default=str).encode()
-        blob = json.dumps({"res": res, "claim": repr(priv.claim)}, sort_keys=True, default=str).encode()
+        blob = json.dumps({"res": res, "claim": repr(priv.engine.claim)}, sort_keys=True, default=str).encode()
         ids_blob = json.dumps({k: v for k, v in res.items() if k != "text"}, sort_keys=True, default=str).encode()
         result[name] = {
             "rows_sha256": hashlib.sha256(rows_blob).hexdigest(),

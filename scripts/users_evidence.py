@@ -347,7 +347,7 @@ def main() -> None:
             print(bound, q, b, runs[-1]["accuracy"], runs[-1]["rows"], flush=True)
     names = []
     for consistent in (None, "user"):
-        sens = {"epsilon": args.sensitive_epsilon, "column": "spans", "consistent": consistent}
+        sens = {"epsilon": args.sensitive_epsilon, "column": "spans", "detectors": [], "consistent": consistent}
         out, report, sec = release(ds, epsilon=args.epsilon, user=user, sensitive=sens)
         occ_rate, user_rate, n_occ = survival(out, ds)
         names.append({"consistent": consistent, "occurrences": n_occ, "occurrence_survival": occ_rate,

@@ -168,7 +168,9 @@ def add_sensitive_args(p: argparse.ArgumentParser) -> None:
         "--sensitive-detectors",
         default=None,
         metavar="NAME[,NAME]",
-        help=f"what finds sensitive spans: {', '.join(DETECTORS)}, spacy:PIPELINE, presidio (default: none)",
+        help=f"what finds sensitive spans: default (every rule, NER where an English spaCy pipeline is installed, "
+        f"rare), none (the span column alone), or a list of {', '.join(DETECTORS)}, rare[:ZIPF], spacy:PIPELINE, "
+        "presidio (default: default)",
     )
     p.add_argument(
         "--sensitive-column",

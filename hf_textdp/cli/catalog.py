@@ -88,4 +88,17 @@ SCRIPTS = (
 )
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 #: the built-in detectors of selective privatization (hf_textdp.sensitive.BUILTIN_DETECTORS)
-DETECTORS = ("email", "url", "phone", "card", "ip", "number", "id")
+DETECTORS = (
+    "email",
+    "url",
+    "phone",
+    "card",
+    "ip",
+    "number",
+    "id",
+    "iban",
+    "handle",
+    "address",
+    "date",
+    "context",
+)

@@ -127,7 +127,8 @@ def sensitive_from_args(args: argparse.Namespace, base: dict[str, Any] | None) -
     if eps is not None:
         out["epsilon"] = eps
     if detectors is not None:
-        out["detectors"] = [d.strip() for d in detectors.split(",") if d.strip()]
+        names = [d.strip() for d in detectors.split(",") if d.strip()]
+        out["detectors"] = "default" if names == ["default"] else [] if names == ["none"] else names
     if column is not None:
         out["column"] = column
     if others is not None:

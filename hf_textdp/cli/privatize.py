@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +65,12 @@ class PrivatizeCommand:
             "--engine", choices=["local", "ray"], default="local", help="local (datasets) or ray (Ray Data)"
         )
         p.add_argument(
+            "--keep-spans",
+            action="store_true",
+            help="keep the --sensitive-column span column in the output (it gives each identifier's character "
+            "positions in the original text; dropped by default)",
+        )
+        p.add_argument(
             "--keep-original",
             action="store_true",
             help="also keep the input text in TEXT_COLUMN_original (NOT private)",
@@ -104,15 +109,16 @@ class PrivatizeCommand:
                 batch_size=args.batch_size,
                 concurrency=args.num_proc,
                 overwrite=args.overwrite,
+                keep_spans=args.keep_spans,
             )
             totals = report["totals"]
             print(
                 f"wrote {args.output} with Ray: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-                f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']})"
+                f"({report['mechanism']}, {_epsilons(report)}, guarantee={report['guarantee']})"
                 f"{_selective(totals, report)}; report: {report_path_for(Path(args.output))}"
             )
             return 0
-        privatize_dataset(
+        _, report = privatize_dataset(
             args.input,
             config,
             text_column=args.text_column,
@@ -127,26 +133,38 @@ class PrivatizeCommand:
             overwrite=args.overwrite,
             batch_size=args.batch_size,
             shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
+            return_report=True,
+            keep_spans=args.keep_spans,
         )
-        report = json.loads(report_path_for(Path(args.output)).read_text(encoding="utf-8"))
         totals = report["totals"]
         eps_row = totals["max_row_dp_epsilon"]
         print(
             f"wrote {args.output}: {totals['rows']} rows, {totals['dp_tokens']} privatized tokens "
-            f"({report['mechanism']}, epsilon={report['epsilon']:g} per token, guarantee={report['guarantee']}, "
+            f"({report['mechanism']}, {_epsilons(report)}, guarantee={report['guarantee']}, "
             f"max row dp_epsilon={'null' if eps_row is None else f'{eps_row:.4g}'}){_selective(totals, report)}; "
             f"report: {report_path_for(Path(args.output))}"
         )
         return 0
 
 
+def _epsilons(report: dict[str, Any]) -> str:
+    """``epsilon=E per token``, or with selective privatization each class's ε (the config's ε is never named for
+    tokens that were not privatized at it)."""
+    if report.get("sensitive"):
+        from ..sensitive.describe import class_epsilons
+
+        return class_epsilons(report, lambda x: f"{x:g}" if isinstance(x, (int, float)) else str(x))
+    return f"epsilon={report['epsilon']:g} per token"
+
+
 def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:
-    """The summary line's sensitive and passthrough counts (``", 12 sensitive at epsilon=1, 3 passthrough"``)."""
+    """The summary line's detectors (selective privatization) and passthrough count."""
     sens = report.get("sensitive")
     part = ""
     if sens:
-        part += f", {totals.get('sensitive_tokens', 0)} sensitive at epsilon={sens['epsilon']:g}"
-        part += f" ({totals.get('kept_other_tokens', 0)} others kept unchanged)" if sens["others"] == "keep" else ""
+        from ..sensitive.describe import detectors_summary
+
+        part += f"; {detectors_summary(sens)}"
     part += f", {totals.get('passthrough_tokens', 0)} passthrough"
     users = report.get("users")  # per-person accounting (users.md §6)
     if users:

@@ -18,11 +18,12 @@ import evaluate
 
 from ..candidates import DEFAULT_CANDIDATES, parse_candidates
 from ..config import PrivatizerConfig
-from ..errors import HfTextDPError, InputFileError, InvalidParameterError
+from ..errors import HfTextDPError, InvalidParameterError
 from ..io.files import _finite
 from ..space import DEFAULT_MODEL
 from ..version import __version__
 from .protocol import ClassifierConfig
+from .schema import PrivatizerSchema, check_recipe, read_recipe_file
 from .tasks import TASKS
 
 
@@ -131,15 +132,6 @@ class Recipe:
         return recipe_root(self.path) or Path.cwd()
 
 
-def _as_tuple_floats(value: Any, what: str) -> tuple[float, ...]:
-    if not isinstance(value, (list, tuple)) or not value:
-        raise InvalidParameterError(f"{what} must be a non-empty list of numbers, got {value!r}.")
-    try:
-        return tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{what} must be a list of numbers, got {value!r}.") from None
-
-
 def recipe_root(path: Path | None) -> Path | None:
     """The repository root a recipe file lives in (the folder above ``recipes/``); ``None`` without a file."""
     return None if path is None else path.resolve().parent.parent
@@ -166,12 +158,6 @@ def _encoder_config(value: Any, path: Path | None) -> dict[str, Any]:
     return cfg
 
 
-def _as_bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidParameterError(f"recipe: {what} must be true or false, got {value!r}.")
-    return value
-
-
 def _raw_sha256(raw: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
 
@@ -186,108 +172,70 @@ def provenance(name: str, path: Path | None, raw: dict[str, Any], out_dir: Path)
 
 
 def recipe_from_dict(raw: dict[str, Any], *, path: Path | None = None) -> Recipe:
-    """Validate a recipe dict (as read from YAML)."""
-    if not isinstance(raw, dict):
-        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
-    known = {
-        "name",
-        "description",
-        "seed",
-        "data",
-        "tasks",
-        "encoder",
-        "classifier",
-        "privatizers",
-        "batch_rows",
-        "rank_sample",
-        "hub",
-        "notes",
-        "finetune",
-        "results_folder",
-        "noise_seeds",
-        "lowercase",
-    }
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise InvalidParameterError(f"recipe: unknown key(s) {unknown}. Allowed keys: {sorted(known)}.")
-    name = str(raw.get("name") or (path.stem if path else "recipe"))
+    """Validate a recipe dict (as read from YAML) against the recipe schema (:mod:`.schema`) and build it."""
+    schema = check_recipe(raw)
+    name = schema.name or (path.stem if path else "recipe")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise InvalidParameterError(f"recipe name must match [A-Za-z0-9_.-]+, got {name!r}.")
-    tasks = []
-    for item in raw.get("tasks") or []:
-        entry: dict[str, Any] = {"name": item} if isinstance(item, str) else dict(item)
-        if entry.get("name") not in TASKS:
-            raise InvalidParameterError(f"recipe task {entry.get('name')!r} is unknown. Known tasks: {sorted(TASKS)}.")
-        tasks.append(TaskEntry(name=str(entry["name"]), max_rows=entry.get("max_rows")))
-    if not tasks:
+    if not schema.tasks:
         raise InvalidParameterError("recipe: tasks must list at least one of " + str(sorted(TASKS)) + ".")
-    privs: list[PrivatizerSpec] = []
-    for item in raw.get("privatizers") or []:
-        item = dict(item)
-        privs.append(
-            PrivatizerSpec(
-                mechanism=str(item["mechanism"]),
-                epsilons=_as_tuple_floats(item.get("epsilons"), f"privatizers[{len(privs)}].epsilons"),
-                postprocess=str(item.get("postprocess", "nearest")),
-                options=dict(item.get("options") or {}),
-                delta=item.get("delta"),
-                model=_model_path(str(item.get("model", DEFAULT_MODEL)), path),
-                label=str(item.get("label", "")),
-                tasks=tuple(item["tasks"]) if item.get("tasks") else None,
-                candidates=parse_candidates(item.get("candidates", DEFAULT_CANDIDATES)).to_value(),
-            )
-        )
-        for eps in privs[-1].epsilons:  # a bad mechanism, ε or option fails now, before any task runs
-            try:
-                privs[-1].config(eps)
-            except HfTextDPError as err:
-                raise type(err)(f"recipe privatizers[{len(privs) - 1}]: {err}") from None
-    clf = dict(raw.get("classifier") or {})
+    privs = tuple(_privatizer_spec(i, entry, path) for i, entry in enumerate(schema.privatizers or []))
+    clf = schema.classifier.model_dump() if schema.classifier is not None else {}
     if "c_grid" in clf:
-        clf["c_grid"] = _as_tuple_floats(clf["c_grid"], "classifier.c_grid")
-    data = raw.get("data") or {}
+        clf["c_grid"] = tuple(clf["c_grid"])
     return Recipe(
         name=name,
-        description=str(raw.get("description", "")),
+        description=schema.description,
         path=path,
-        seed=int(raw.get("seed", 1111)),
-        data_dir=data.get("dir"),
-        tasks=tuple(tasks),
-        encoder=_encoder_config(raw.get("encoder"), path),
+        seed=schema.seed,
+        data_dir=(schema.data or {}).get("dir"),
+        tasks=tuple(TaskEntry(name=t.name, max_rows=t.max_rows) for t in schema.tasks),
+        encoder=_encoder_config(schema.encoder, path),
         classifier=ClassifierConfig(**clf),
-        privatizers=tuple(privs),
-        batch_rows=int(raw.get("batch_rows", 512)),
-        rank_sample=int(raw.get("rank_sample", 2000)),
-        results_folder=str(raw.get("results_folder") or ""),
-        noise_seeds=tuple(int(x) for x in raw.get("noise_seeds") or ()),
-        lowercase=_as_bool(raw.get("lowercase", False), "lowercase"),
+        privatizers=privs,
+        batch_rows=schema.batch_rows,
+        rank_sample=schema.rank_sample,
+        results_folder=schema.results_folder or "",
+        noise_seeds=tuple(schema.noise_seeds or ()),
+        lowercase=schema.lowercase,
         raw=raw,
     )
 
 
+def _privatizer_spec(index: int, entry: PrivatizerSchema, path: Path | None) -> PrivatizerSpec:
+    """One ``privatizers`` entry; a bad mechanism, ε or option fails now, before any task runs."""
+    spec = PrivatizerSpec(
+        mechanism=entry.mechanism,
+        epsilons=tuple(entry.epsilons),
+        postprocess=entry.postprocess,
+        options=dict(entry.options),
+        delta=entry.delta,
+        model=_model_path(entry.model or DEFAULT_MODEL, path),
+        label=entry.label,
+        tasks=tuple(entry.tasks) if entry.tasks else None,
+        candidates=parse_candidates(entry.candidates or DEFAULT_CANDIDATES).to_value(),
+    )
+    for eps in spec.epsilons:
+        try:
+            spec.config(eps)
+        except HfTextDPError as err:
+            raise type(err)(f"recipe privatizers[{index}]: {err}") from None
+    return spec
+
+
 def parse_recipe_yaml(path: Path) -> Any:
-    """The YAML document in the recipe file ``path``; a syntax error names the file, the line and the column."""
-    try:
-        import yaml
-    except ImportError as err:
-        raise InvalidParameterError("recipes need PyYAML: pip install 'hf-textdp[eval]'") from err
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise InputFileError(f"recipe {str(path)!r} is not valid YAML{where}: {problem}.") from None
+    """The YAML document in the recipe file ``path``, read with the size and alias limits of :mod:`.schema`."""
+    return read_recipe_file(path)
 
 
 def load_recipe_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a recipe YAML file as a mapping (not validated)."""
+    """Read a recipe YAML file as a mapping, checked against the recipe schema (:func:`~.schema.check_recipe`)."""
     p = Path(path)
     if not p.is_file():
         raise InvalidParameterError(f"recipe {str(p)!r} does not exist.")
-    raw = parse_recipe_yaml(p)
-    if not isinstance(raw, dict):
-        raise InvalidParameterError(f"a recipe must be a mapping, got {type(raw).__name__}.")
+    raw = read_recipe_file(p)
+    check_recipe(raw, f"recipe {str(p)!r}")
+    assert isinstance(raw, dict)
     return raw
 
 

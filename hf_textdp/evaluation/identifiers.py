@@ -34,11 +34,13 @@ import numpy as np
 from ..errors import InvalidParameterError, MissingExtraError
 from ..io.files import atomic_write_text
 from ..validation import check_int
+from .identifier_kinds import CARRIERS, PHRASINGS, REAL_KINDS, make_faker, real_value
 from .tasks import load_task
 
 
 __all__ = [
     "KINDS",
+    "REAL_KINDS",
     "IdentifierLists",
     "identifier_lists",
     "inject_identifiers",
@@ -148,8 +150,12 @@ def inject_identifiers(
     kinds: Sequence[str] = KINDS,
     per_row: tuple[int, int] = (1, 3),
     lists: IdentifierLists | None = None,
+    phrasing: str | None = None,
 ) -> list[dict[str, Any]]:
     """Insert ``per_row[0]``..``per_row[1]`` identifiers of distinct ``kinds`` into each text, at word boundaries.
+
+    With ``phrasing`` (``"tuning"`` or ``"heldout"``) the kinds are :data:`~.identifier_kinds.REAL_KINDS` and the
+    carrier phrases that phrasing's (:mod:`.identifier_kinds`); without it, :data:`KINDS` as above.
 
     Returns one dict per text: ``text`` (with the identifiers), ``spans`` (``[[start, end], ...]`` of each
     injected identifier, sorted) and ``kinds`` (each span's kind).
@@ -161,14 +167,19 @@ def inject_identifiers(
     >>> len(rows[0]["text"][a:b].replace(" ", "").replace("-", ""))
     16
     """
-    bad = [k for k in kinds if k not in KINDS]
+    allowed = KINDS if phrasing is None else REAL_KINDS
+    if phrasing is not None and phrasing not in PHRASINGS:
+        raise InvalidParameterError(f"phrasing must be one of {list(PHRASINGS)} or None, got {phrasing!r}.")
+    bad = [k for k in kinds if k not in allowed]
     if bad or not kinds:
-        raise InvalidParameterError(f"kinds must be a non-empty subset of {list(KINDS)}, got {list(kinds)}.")
+        raise InvalidParameterError(f"kinds must be a non-empty subset of {list(allowed)}, got {list(kinds)}.")
     lo, hi = per_row
     if not 1 <= lo <= hi <= len(kinds):
         raise InvalidParameterError(f"per_row must satisfy 1 <= low <= high <= {len(kinds)} (kinds), got {per_row}.")
     lists = lists or identifier_lists()
     rng = np.random.default_rng(seed)
+    fake = None if phrasing is None else make_faker(rng)
+    carriers = _CARRIERS if phrasing is None else CARRIERS[phrasing]
     out = []
     for text in texts:
         k = int(rng.integers(lo, hi + 1))
@@ -178,8 +189,8 @@ def inject_identifiers(
         points.append(len(text.rstrip()))
         inserts = []
         for kind in chosen:
-            value = _value(kind, rng, lists)
-            carrier = _CARRIERS[kind][rng.integers(len(_CARRIERS[kind]))]
+            value = _value(kind, rng, lists) if fake is None else real_value(kind, rng, fake)
+            carrier = carriers[kind][rng.integers(len(carriers[kind]))]
             inserts.append((points[rng.integers(len(points))], kind, carrier, value))
         inserts.sort(key=lambda x: x[0])  # stable: two at one point keep their draw order
         parts: list[str] = []
@@ -211,10 +222,12 @@ def identifier_set(
     kinds: Sequence[str] = KINDS,
     per_row: tuple[int, int] = (1, 3),
     data_dir: str | None = None,
+    phrasing: str | None = None,
 ) -> list[dict[str, Any]]:
     """The identifier-bearing set from SentEval's ``source`` (``"mr"`` or ``"cr"``): :func:`inject_identifiers` over
     its sentences (a stratified subsample of ``n`` rows drawn with ``seed``, or all), each row with its
-    ``label``, ``source_row``, ``seed`` and the lists' ``lists_source``.
+    ``label``, ``source_row``, ``seed`` and the lists' ``lists_source``; ``phrasing`` as in
+    :func:`inject_identifiers` (then pass ``kinds=REAL_KINDS``).
 
     Raises:
         InvalidParameterError: an unknown source or kind, or a missing SentEval file.
@@ -227,7 +240,7 @@ def identifier_set(
     lists = identifier_lists()
     data = load_task(source, data_dir=data_dir, max_rows=n, seed=seed)
     texts, labels, rows = data.texts["all"], data.labels["all"], data.source_rows["all"]
-    injected = inject_identifiers(texts, seed=seed, kinds=kinds, per_row=per_row, lists=lists)
+    injected = inject_identifiers(texts, seed=seed, kinds=kinds, per_row=per_row, lists=lists, phrasing=phrasing)
     return [
         {**row, "label": int(label), "source_row": int(r), "seed": seed, "lists_source": lists.source}
         for row, label, r in zip(injected, labels.tolist(), rows.tolist(), strict=True)

@@ -23,397 +23,30 @@ recipe may fix it to make its numbers reproducible. Never reuse a benchmark seed
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
-from ..accounting import Totals
 from ..config import parse_device_name
 from ..errors import InvalidParameterError
 from ..io.paths import folder_inside
-from ..privatizer import Privatizer
-from ..space import CANDIDATE
-from ..tokens import make_tokens
 from ..utils.logging import get_logger
 from ..utils.progress import progress_bar
-from .common import (
-    SETTINGS,
-    Metrics,
-    PrivatizerSpec,
-    Recipe,
-    TaskEntry,
-    load_recipe,
-    parse_recipe_yaml,
-    provenance,
-    result_name,
-    save_result,
-    versions,
-)
-from .diagnostics import rank_histogram, rank_of_outputs
-from .encoders import make_encoder
+from .common import SETTINGS, Recipe, load_recipe, load_recipe_yaml, result_name
 from .finetune import run_finetune
 from .finetune_full import run_full_finetune
-from .plots import plot_recipe
-from .protocol import run_protocol, summarize
+from .senteval import UnitKey, plot_folder, recipe_units, run_recipe
 from .summary import write_summary
-from .tasks import TaskData, load_task
 
 
 __all__ = ["run_recipe", "run_recipe_file", "run_recipes", "recipe_units", "UnitKey"]
 
 logger = get_logger(__name__)
-
-UnitKey = tuple[str, int | None, float | None]
-"""One unit of work: (task, privatizer index, ε); (task, None, None) is the clean baseline."""
-
-
-@dataclass
-class _Privatized:
-    texts: dict[str, list[str]]
-    report: dict[str, Any]
-    diagnostics: dict[str, Any]
-    seconds: float
-
-
-def _privatize_task(
-    data: TaskData,
-    spec: PrivatizerSpec,
-    epsilon: float,
-    recipe: Recipe,
-    metrics: Metrics,
-    seed: int,
-    device: str = "cpu",
-) -> _Privatized:
-
-    config = spec.config(epsilon, device)
-    t0 = time.perf_counter()
-    texts: dict[str, list[str]] = {}
-    totals = Totals()
-    orig_pos: list[npt.NDArray[np.int64]] = []
-    new_pos: list[npt.NDArray[np.int64]] = []
-    priv: Privatizer | None = None
-    for split, split_texts in data.texts.items():
-        # public benchmark data with the recipe's public seed (e.g. 1111): not a privacy key, so a small
-        # seed is allowed here; never reuse it on private data
-        priv = Privatizer(config, seed=seed, split=f"senteval/{data.spec.name}/{split}", allow_weak_seed=True)
-        space = priv.space
-        tokens = make_tokens(space)
-        out_texts: list[str] = []
-        for start in range(0, len(split_texts), recipe.batch_rows):
-            chunk = split_texts[start : start + recipe.batch_rows]
-            rows = list(range(start, start + len(chunk)))
-            out = priv({"text": chunk}, rows)
-            out_texts.extend(out["text"])
-            for enc, ids in zip(tokens.encode(chunk), out["input_ids"], strict=True):
-                cls, pos = space.classify(enc.ids)
-                _, pos_new = space.classify(np.asarray(ids, dtype=np.int64))
-                mask = cls == CANDIDATE
-                orig_pos.append(pos[mask])
-                new_pos.append(pos_new[mask])
-        texts[split] = out_texts
-        totals.merge(priv.totals)
-    assert priv is not None
-    seconds = time.perf_counter() - t0
-    report = priv.engine.build_report(totals)
-    ref = np.concatenate(orig_pos) if orig_pos else np.zeros(0, dtype=np.int64)
-    out_ids = np.concatenate(new_pos) if new_pos else np.zeros(0, dtype=np.int64)
-    diag = metrics.diagnostics.compute(
-        predictions=out_ids.tolist(),
-        references=ref.tolist(),
-        min_count=5,
-        epsilon=epsilon,
-        median_rho1=report["scale"]["median_rho1"],
-    )
-    rng = np.random.default_rng(recipe.seed)
-    sample = rng.choice(ref.size, size=min(recipe.rank_sample, ref.size), replace=False) if ref.size else ref
-    ranks = rank_of_outputs(priv.space.E, ref[sample], out_ids[sample])
-    diag["rank_histogram"] = rank_histogram(ranks)
-    diag["tokens_per_second"] = float(ref.size / seconds) if seconds > 0 else None
-    return _Privatized(texts=texts, report=report, diagnostics=diag, seconds=seconds)
-
-
-def _encode_splits(encoder: Any, texts: dict[str, list[str]]) -> dict[str, npt.NDArray[np.float32]]:
-    return {split: encoder.encode(t) for split, t in texts.items()}
-
-
-def _privacy_summary(report: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "mechanism",
-        "epsilon",
-        "delta",
-        "guarantee",
-        "certified",
-        "epsilon_token",
-        "delta_token",
-        "metric",
-        "postprocess",
-        "warnings",
-    )
-    out = {k: report.get(k) for k in keys}
-    out["scale"] = report.get("scale")
-    out["max_row_dp_epsilon"] = (report.get("totals") or {}).get("max_row_dp_epsilon")
-    return out
-
-
-def run_recipe(
-    recipe: Recipe,
-    output_dir: str | os.PathLike[str],
-    *,
-    resume: bool = True,
-    progress: Callable[[str], None] | None = None,
-    device: str = "cpu",
-    only: Collection[UnitKey] | None = None,
-    plots: bool = True,
-) -> list[Path]:
-    """Run a recipe; write result JSONs, plots and the summary into ``output_dir``.
-
-    Args:
-        device (`str`, defaults to `"cpu"`): where the privatizers run (``"cuda"`` for a GPU). Seeded
-            outputs depend on the device type (tem.md §4), so each result records it.
-        only (`Collection[UnitKey]`, *optional*): run just these units (see :func:`recipe_units`);
-            :func:`run_recipes` uses it to spread a recipe over worker processes.
-        plots (`bool`, defaults to `True`): draw the plots when done.
-
-    Returns the paths of the result files (existing ones included when ``resume``).
-    """
-    parse_device_name(device)
-
-    out_dir = Path(output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    say = progress or (lambda msg: logger.info(msg))
-    metrics = Metrics()
-    enc_cfg = dict(recipe.encoder)
-    encoder = make_encoder(enc_cfg.pop("name", "bag_of_vectors"), **enc_cfg)
-    written: list[Path] = []
-    recipe_info, command = provenance(recipe.name, recipe.path, recipe.raw, out_dir)
-    todo = set(recipe_units(recipe, out_dir, resume=resume) if only is None else only)
-    bar = progress_bar(total=len(todo), desc=recipe.name, unit="unit", enabled=progress is not None)
-
-    def base(task: TaskData, entry: TaskEntry) -> dict[str, Any]:
-        return {
-            "task": task.spec.name,
-            "task_title": task.spec.title,
-            "hub_id": task.spec.hub_id,
-            "protocol": task.spec.protocol,
-            "max_rows": entry.max_rows,
-            "n_rows": {s: len(t) for s, t in task.texts.items()},
-            "lowercase": recipe.lowercase,
-            "encoder": encoder.describe(),
-            "classifier": recipe.classifier.to_dict(),
-            "recipe": recipe_info,
-            "versions": versions(),
-            "command": command,
-        }
-
-    def score(view_values: list[float], n_test: int, per_fold: bool) -> dict[str, Any]:
-        mean, std, kind = summarize(view_values, n_test, per_fold)
-        return {
-            "accuracy": mean,
-            "accuracy_std": std,
-            "accuracy_std_kind": kind,
-            "values": [100.0 * v for v in view_values],
-        }
-
-    clean_cache: dict[str, dict[str, npt.NDArray[np.float32]]] = {}
-
-    def clean(task: TaskData) -> dict[str, npt.NDArray[np.float32]]:
-        if task.spec.name not in clean_cache:
-            t = time.perf_counter()
-            clean_cache.clear()  # one task's features at a time
-            clean_cache[task.spec.name] = _encode_splits(encoder, task.texts)
-            say(f"{task.spec.name}: encoded clean text in {time.perf_counter() - t:.1f} s")
-        return clean_cache[task.spec.name]
-
-    for entry in recipe.tasks:
-        data = load_task(
-            entry.name, data_dir=recipe.data_dir, max_rows=entry.max_rows, seed=recipe.seed, root=recipe.root
-        )
-        if recipe.lowercase:
-            data.texts = {split: [t.lower() for t in texts] for split, texts in data.texts.items()}
-        spec = data.spec
-        per_fold = spec.protocol == "cv"
-        train_split = "all" if per_fold else "train"
-
-        clean_path = out_dir / result_name(spec.name, None, None, "clean")
-        wanted = [
-            (i, eps)
-            for i, pspec in enumerate(recipe.privatizers)
-            if pspec.tasks is None or spec.name in pspec.tasks
-            for eps in pspec.epsilons
-            if only is None or (spec.name, i, eps) in only
-        ]
-        if only is not None and not wanted and (spec.name, None, None) not in only:
-            continue
-
-        def clean_accuracy(data: TaskData = data, entry: TaskEntry = entry, clean_path: Path = clean_path) -> float:
-            """The clean baseline's accuracy: read from its file, or computed (and saved) now."""
-            spec = data.spec
-            per_fold = spec.protocol == "cv"
-            if clean_path.exists() and (resume or only is not None and (spec.name, None, None) not in only):
-                return float(json.loads(clean_path.read_text())["accuracy"])
-            t = time.perf_counter()
-            feats = clean(data)
-            res = run_protocol(
-                spec.protocol,
-                feats["all" if per_fold else "train"],
-                data.labels,
-                {"clean": feats},
-                recipe.classifier,
-                dev=feats.get("dev"),
-            )
-            payload = {
-                **base(data, entry),
-                "setting": "clean",
-                "mechanism": "none",
-                "label": "clean",
-                "epsilon": None,
-                **score(res.values["clean"], res.n_test, per_fold),
-                "chosen_c": res.chosen_c,
-                "privacy": None,
-                "timing_s": {"total": time.perf_counter() - t},
-            }
-            save_result(clean_path, payload)
-            say(f"{spec.name}: clean {payload['accuracy']:.2f}")
-            return float(payload["accuracy"])
-
-        # a pooled private unit reads the baseline when it writes its files, by when the clean unit,
-        # run in another worker, has usually saved it
-        clean_acc: float | None = None
-        if only is None or (spec.name, None, None) in only:
-            clean_acc = clean_accuracy()
-        written.append(clean_path)
-        if (spec.name, None, None) in todo:
-            bar.update(1)
-
-        for index, epsilon in wanted:
-            pspec = recipe.privatizers[index]
-            paths = {
-                s: out_dir / result_name(spec.name, pspec.name, epsilon, s) for s in ("train_only", "train_and_test")
-            }
-            if resume and all(p.exists() for p in paths.values()):
-                written.extend(paths.values())
-                continue
-            seeds = recipe.noise_seeds or (recipe.seed,)
-            runs = []
-            for noise_seed in seeds:
-                priv = _privatize_task(data, pspec, epsilon, recipe, metrics, noise_seed, device)
-                t = time.perf_counter()
-                feats_priv = _encode_splits(encoder, priv.texts)
-                t_enc = time.perf_counter() - t
-                feats = clean(data)
-                t = time.perf_counter()
-                tests = {"train_only": feats, "train_and_test": feats_priv}
-                res = run_protocol(
-                    spec.protocol,
-                    feats_priv[train_split],
-                    data.labels,
-                    tests,
-                    recipe.classifier,
-                    dev=feats_priv.get("dev"),
-                )
-                runs.append((noise_seed, priv, res, t_enc, time.perf_counter() - t))
-                say(
-                    f"{spec.name}: {pspec.name} eps={epsilon:g} "
-                    f"rate={priv.diagnostics['replacement_rate']:.3f} "
-                    f"train_only={100 * np.mean(res.values['train_only']):.2f} "
-                    f"train_and_test={100 * np.mean(res.values['train_and_test']):.2f} "
-                    f"(privatize {priv.seconds:.0f} s, encode {t_enc:.0f} s, classify {runs[-1][4]:.0f} s)"
-                )
-            _, priv, res, _, _ = runs[0]
-            diagnostics = dict(priv.diagnostics)
-            if len(runs) > 1:
-                rates = [r[1].diagnostics["replacement_rate"] for r in runs]
-                diagnostics["replacement_rate"] = float(np.mean(rates))
-                diagnostics["replacement_rate_per_seed"] = rates
-            for setting, path in paths.items():
-                if len(runs) == 1:
-                    scored = score(res.values[setting], res.n_test, per_fold)
-                else:
-                    means = [float(np.mean(r[2].values[setting])) for r in runs]
-                    scored = {
-                        "accuracy": 100.0 * float(np.mean(means)),
-                        "accuracy_std": 100.0 * float(np.std(means, ddof=1)),
-                        "accuracy_std_kind": "std_over_noise_seeds",
-                        "values": [100.0 * m for m in means],
-                    }
-                payload = {
-                    **base(data, entry),
-                    "setting": setting,
-                    "mechanism": pspec.mechanism,
-                    "label": pspec.name,
-                    "postprocess": pspec.postprocess,
-                    "options": dict(pspec.options),
-                    "candidates": pspec.candidates,
-                    "epsilon": epsilon,
-                    "delta": priv.report.get("delta"),
-                    **scored,
-                    "per_seed": [
-                        {
-                            "noise_seed_index": i,
-                            "accuracy": 100.0 * float(np.mean(r[2].values[setting])),
-                            "values": [100.0 * v for v in r[2].values[setting]],
-                            "replacement_rate": r[1].diagnostics["replacement_rate"],
-                        }
-                        for i, r in enumerate(runs)
-                    ],
-                    "clean_accuracy": clean_acc if clean_acc is not None else clean_accuracy(),
-                    "chosen_c": res.chosen_c,
-                    "privacy": {**_privacy_summary(priv.report), "diagnostics": diagnostics},
-                    "privacy_report": priv.report,
-                    "device": device.split(":")[0],
-                    "timing_s": {
-                        "privatize": sum(r[1].seconds for r in runs),
-                        "encode_private": sum(r[3] for r in runs),
-                        "classify": sum(r[4] for r in runs),
-                    },
-                }
-                save_result(path, payload)
-                written.append(path)
-            bar.update(1)
-    bar.close()
-    if plots:
-        _plot(out_dir)
-    return written
-
-
-def _plot(folder: Path) -> None:
-    """The plots of a results folder; a warning instead when matplotlib is missing."""
-    try:
-        plot_recipe(folder)
-    except ImportError:
-        logger.warning("matplotlib is not installed: no plots (pip install 'hf-textdp[eval]')")
-
-
-def recipe_units(recipe: Recipe, output_dir: str | os.PathLike[str], *, resume: bool = True) -> list[UnitKey]:
-    """The units of a recipe still to run: clean baselines first, then (task, privatizer, ε).
-
-    A private unit writes both settings' files; with ``resume`` the units whose files all exist
-    are left out.
-    """
-    out_dir = Path(output_dir)
-    units: list[UnitKey] = []
-    for entry in recipe.tasks:
-        if not (resume and (out_dir / result_name(entry.name, None, None, "clean")).exists()):
-            units.append((entry.name, None, None))
-    for entry in recipe.tasks:
-        for i, pspec in enumerate(recipe.privatizers):
-            if pspec.tasks is not None and entry.name not in pspec.tasks:
-                continue
-            for eps in pspec.epsilons:
-                files = [out_dir / result_name(entry.name, pspec.name, eps, s) for s in SETTINGS[1:]]
-                if not (resume and all(f.exists() for f in files)):
-                    units.append((entry.name, i, eps))
-    return units
 
 
 # Rough relative cost of a unit (classifier fits dominate): bigger CV tasks and the samplers first,
@@ -478,8 +111,26 @@ def run_recipes(
         recipe = load_recipe(p)
         param = "results_folder" if recipe.results_folder else "name"
         recipes.append((recipe, folder_inside(output_root, recipe.folder, param)))
-    # one job per output file set: recipes sharing a results folder share their clean baselines
-    phases: list[list[tuple[float, str, str, UnitKey, str]]] = [[], []]
+    failures = _run_pool(_plan_jobs(recipes, resume), jobs, device, say, progress is not None)
+    results: list[tuple[Path, list[Path]]] = []
+    for recipe, folder in recipes:
+        results.append((folder, _result_files(recipe, folder)))
+        plot_folder(folder)
+    for p in finetunes:
+        results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, device=device, summary=False))
+    write_summary(Path(output_root))
+    if failures:
+        raise RuntimeError(f"{len(failures)} recipe unit(s) failed:\n" + "\n".join(failures))
+    return results
+
+
+_Job = tuple[float, str, str, UnitKey, str]  # (cost, recipe path, results folder, unit, label)
+
+
+def _plan_jobs(recipes: list[tuple[Recipe, Path]], resume: bool) -> list[_Job]:
+    """Every recipe's units still to run, one job per output file set (recipes sharing a results folder share
+    their clean baselines): the clean baselines first, then the private units, longest first."""
+    phases: list[list[_Job]] = [[], []]
     seen: set[tuple[str, str]] = set()
     for recipe, folder in recipes:
         folder.mkdir(parents=True, exist_ok=True)
@@ -490,22 +141,26 @@ def run_recipes(
             if key in seen:
                 continue
             seen.add(key)
-            job = (_unit_cost(recipe, unit), str(recipe.path), str(folder), unit, label)
-            phases[0 if index is None else 1].append(job)
-    failures: list[str] = []
+            phases[0 if index is None else 1].append(
+                (_unit_cost(recipe, unit), str(recipe.path), str(folder), unit, label)
+            )
     for phase in phases:
         phase.sort(key=lambda job: -job[0])
-    # clean baselines first (the executor starts jobs in submission order); private units that finish
-    # before their baseline compute it themselves
-    jobs_in_order = phases[0] + phases[1]
+    return phases[0] + phases[1]
+
+
+def _run_pool(jobs_in_order: list[_Job], jobs: int, device: str, say: Callable[[str], None], bar: bool) -> list[str]:
+    """Run the jobs on ``jobs`` spawned workers (the executor starts them in submission order: private units that
+    finish before their baseline compute it themselves); returns the failures, one line each."""
+    failures: list[str] = []
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {
             pool.submit(_run_unit, rp, where, unit, device): (where, unit, label)
             for _, rp, where, unit, label in jobs_in_order
         }
-        bar = progress_bar(total=len(futures), desc="evaluate", unit="unit", enabled=progress is not None)
+        progress = progress_bar(total=len(futures), desc="evaluate", unit="unit", enabled=bar)
         for n, fut in enumerate(as_completed(futures), 1):
-            bar.update(1)
+            progress.update(1)
             where, unit, label = futures[fut]
             name = f"{Path(where).name}: {unit[0]} {label}"
             err = fut.exception()
@@ -514,17 +169,8 @@ def run_recipes(
                 say(f"[{n}/{len(futures)}] FAILED {name}: {err}")
             else:
                 say(f"[{n}/{len(futures)}] done {name}")
-        bar.close()
-    results: list[tuple[Path, list[Path]]] = []
-    for recipe, folder in recipes:
-        results.append((folder, _result_files(recipe, folder)))
-        _plot(folder)
-    for p in finetunes:
-        results.append(run_recipe_file(p, output_root, resume=resume, progress=progress, device=device, summary=False))
-    write_summary(Path(output_root))
-    if failures:
-        raise RuntimeError(f"{len(failures)} recipe unit(s) failed:\n" + "\n".join(failures))
-    return results
+        progress.close()
+    return failures
 
 
 def _result_files(recipe: Recipe, folder: Path) -> list[Path]:
@@ -543,8 +189,8 @@ def _result_files(recipe: Recipe, folder: Path) -> list[Path]:
 def _finetune_raw(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The parsed YAML of a fine-tuning recipe (one with a ``finetune`` key); ``None`` for anything else."""
     p = Path(path)
-    raw = parse_recipe_yaml(p) if p.is_file() else None
-    return raw if isinstance(raw, dict) and "finetune" in raw else None
+    raw = load_recipe_yaml(p) if p.is_file() else None  # checked against the recipe schema
+    return raw if raw is not None and "finetune" in raw else None
 
 
 def run_recipe_file(
@@ -575,7 +221,7 @@ def run_recipe_file(
                     "use device='cpu' (whole-model recipes, finetune: {mode: full}, take a CUDA device)."
                 )
             written = run_finetune(raw, folder, recipe_path=p, progress=progress, resume=resume)
-            _plot(folder)
+            plot_folder(folder)
     else:
         recipe = load_recipe(p)
         folder = folder_inside(output_root, recipe.folder, "results_folder" if recipe.results_folder else "name")

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..sensitive.describe import card_fields
+
 
 __all__ = ["sensitive_rows"]
 
@@ -21,7 +23,7 @@ def sensitive_rows(report: dict[str, Any], _fmt: Callable[[Any], str]) -> dict[s
     if sens.get("column"):
         found.append(f"span column `{sens['column']}`")
     if sens.get("others") == "keep":
-        others = f"{_fmt(totals.get('kept_other_tokens', 0))} tokens released **unchanged** (no ε)"
+        others = f"{_fmt(totals.get('kept_other_tokens', 0))} tokens released **unchanged**, no protection"
     else:
         n_other = int(totals.get("dp_tokens") or 0) - int(totals.get("sensitive_tokens") or 0)
         others = f"{n_other} tokens at ε = {_fmt(report.get('epsilon'))}, ε_token {_fmt(report.get('epsilon_token'))}"
@@ -32,4 +34,5 @@ def sensitive_rows(report: dict[str, Any], _fmt: Callable[[Any], str]) -> dict[s
         ),
         "others": others,
         "statement": sens.get("statement"),
+        **card_fields(report, _fmt),
     }

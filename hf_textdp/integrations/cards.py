@@ -30,6 +30,7 @@ from ..accounting import recovery_statement
 from ..errors import InvalidParameterError
 from ..io.reports import load_bound_report
 from ..io.results import load_results
+from ..sensitive.describe import card_fields
 from ..version import __version__
 from .card_selective import sensitive_rows
 
@@ -57,7 +58,7 @@ _DATASET_TEMPLATE = """---
 {{ not_private_banner }}
 {% endif %}
 Text privatized token by token with hf-textdp
-(mechanism `{{ mechanism }}`, ε = {{ epsilon }} per token{% if delta %}, δ = {{ delta }}{% endif %}).
+(mechanism `{{ mechanism }}`, {{ epsilon_intro }}{% if delta %}, δ = {{ delta }}{% endif %}).
 Every privatized subword of `{{ model_id }}` was replaced by the output of the mechanism; special tokens
 pass through unchanged.
 
@@ -67,7 +68,7 @@ pass through unchanged.
 |---|---|
 | mechanism | `{{ mechanism }}` ({{ kind_line }}) |
 | guarantee | `{{ guarantee }}`{% if certified %} (certified){% else %} (**not certified**){% endif %} |
-| ε per token | {{ epsilon }} |
+| ε per token | {% if sensitive %}{{ sensitive.epsilon_row }}{% else %}{{ epsilon }}{% endif %} |
 | δ per token | {{ delta_line }} |
 | ε_token (pure-DP reading, ε·diam) | {{ epsilon_token }} |
 | ε · median ρ₁ (scale) | {{ epsilon_median_rho1 }} |
@@ -77,6 +78,8 @@ pass through unchanged.
 | candidate set | `{{ candidate_setting }}`: {{ candidate_size }} tokens, sha256 `{{ candidate_sha }}` |
 {% if sensitive %}| sensitive positions (selective) | {{ sensitive.line }} |
 | other positions | {{ sensitive.others }} |
+| detectors (reads: kinds found) | {{ sensitive.detectors }} |
+| kinds no detector finds | {{ sensitive.cannot_find }} |
 {% endif %}{% if users %}| per user | {{ users.summary }} |
 {% endif %}
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
@@ -256,6 +259,7 @@ def dataset_card(
             "candidates": candidate_setting(cand),
             "report_version": report.get("report_version"),
             **({"original_columns": original_columns, "private": False} if original_columns else {}),
+            **({"sensitive": card_fields(report, _fmt)["yaml"]} if report.get("sensitive") else {}),
         },
     )
     guarantee = str(report.get("guarantee"))
@@ -292,7 +296,8 @@ def dataset_card(
         hf_textdp_version=report.get("hf_textdp_version"),
         not_private_banner=_not_private_banner(original_columns),
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
-        sensitive=sensitive_rows(report, _fmt),
+        sensitive=(sens := sensitive_rows(report, _fmt)),
+        epsilon_intro=sens["intro"] if sens else f"ε = {_fmt(report.get('epsilon'))} per token",
         users={**report["users"], "guarantee": report.get("user_guarantee")} if report.get("users") else None,
     )
 

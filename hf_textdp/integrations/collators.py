@@ -39,7 +39,9 @@ from ..accounting import Totals
 from ..config import PrivatizerConfig
 from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeError
 from ..utils.logging import get_logger, warn_once
-from .tokenizer import EncodedBatch, PrivateEncoder, PrivateTokenizer, check_row_id
+from ..validation import check_row_ids
+from .encoder import EncodedBatch, EncoderFacade, PrivateEncoder
+from .tokenizer import PrivateTokenizer
 
 
 __all__ = ["DataCollatorWithPrivatization", "DataCollatorForInputsEmbeds", "PrivacyAccountingCallback"]
@@ -136,7 +138,7 @@ def _remove_spool(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class DataCollatorWithPrivatization:
+class DataCollatorWithPrivatization(EncoderFacade):
     """Privatize text as it is collated, with fresh noise each epoch, and pad it for the model.
 
     Each feature (a dataset row) holds the text (``text_column``, and ``text_pair_column`` for pairs),
@@ -237,14 +239,6 @@ class DataCollatorWithPrivatization:
             f"{type(self).__name__}(mechanism={cfg.mechanism!r}, epsilon={cfg.epsilon!r}, model={cfg.model!r}, "
             f"epoch={self.epoch}, {seeded})"
         )
-
-    @property
-    def config(self) -> PrivatizerConfig:
-        return self._encoder.config
-
-    @property
-    def tokenizer(self) -> Any:
-        return self._encoder.tokenizer
 
     # ---------------------------------------------------------------- epochs
     def _in_owner(self) -> bool:
@@ -362,7 +356,7 @@ class DataCollatorWithPrivatization:
         texts = [f[self.text_column] for f in features]
         pairs = [f[self.text_pair_column] for f in features] if self.text_pair_column is not None else None
         key_col = self._key_column(first)
-        keys = None if key_col is None else [check_row_id(f[key_col], key_col) for f in features]
+        keys = None if key_col is None else check_row_ids([f[key_col] for f in features], key_col)
         if keys is None:
             if self._encoder.seed is not None:
                 raise ColumnNotFoundError(
@@ -429,7 +423,7 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
         if self.return_tensors != "pt":
             raise InvalidParameterError(f"return_tensors must be 'pt' for inputs_embeds, got {self.return_tensors!r}.")
         self._encoder.check()
-        space = self._encoder.space
+        space = self._encoder.engine.space
         assert space.E_full is not None
         d = int(space.E_full.shape[1])
         k = self._encoder.vector_width()
@@ -442,8 +436,7 @@ class DataCollatorForInputsEmbeds(DataCollatorWithPrivatization):
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         enc, extra = self._privatize(features)
-        space = self._encoder.space
-        full = space.E_full
+        full = self._encoder.engine.space.E_full
         assert full is not None and enc.vectors is not None
         ids = torch.tensor(enc.data["input_ids"], dtype=torch.int64)
         n_rows, length = ids.shape

@@ -104,7 +104,7 @@ def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
     return {
         "format": fmt,
         "config_sha256": sha256_json(priv.config.to_dict()),
-        "space_sha256": priv.space.space_hash,
+        "space_sha256": priv.engine.space.space_hash,
         "text_column": priv.text_column,
         "id_column": priv.id_column,
         "seeded": priv.seed is not None,

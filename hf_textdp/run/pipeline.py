@@ -28,6 +28,8 @@ fingerprint, because the in-process fingerprint is a hash of the seeded :class:`
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import datasets
@@ -42,13 +44,13 @@ from ..io.outputs import check_not_input, input_paths, output_errors, refuse_exi
 from ..io.paths import FILE_FORMATS, output_path
 from ..io.sources import load_source
 from ..io.workdir import DEFAULT_SHARD_SIZE
-from ..privatizer import Privatizer, repeated_id_error
+from ..privatizer import Privatizer
 from ..rng import validate_secret_seed
 from ..utils.logging import get_logger
-from ..validation import check_bool, check_int
+from ..validation import check_bool, check_int, repeated_id_error
 from .sharded import ShardedRun
 from .streaming import save_streaming
-from .users import finish, fit_splits
+from .users import finish, fit_splits, mapped_drops
 from .workers import spawned_workers, uses_gpu_workers
 
 
@@ -80,12 +82,13 @@ def privatize_dataset(
     overwrite: bool = False,
     batch_size: int = 1000,
     shard_size: int = DEFAULT_SHARD_SIZE,
+    return_report: bool = False,
+    keep_spans: bool = False,
 ) -> Any:
     """Privatize the ``text_column`` of a dataset; optionally save it with its privacy report.
 
     Args:
-        source: a ``Dataset``, ``DatasetDict``, ``IterableDataset``, hub id, local dataset folder, or a
-            .jsonl/.csv/.parquet file.
+        source: a ``Dataset``, ``DatasetDict``, ``IterableDataset``, hub id, folder, or .jsonl/.csv/.parquet file.
         config (`PrivatizerConfig`): what to privatize with.
         text_column (`str`, defaults to `"text"`): the column to privatize.
         split (`str`, *optional*): select one split of a ``DatasetDict``; also the noise key.
@@ -110,6 +113,10 @@ def privatize_dataset(
         batch_size (`int`, defaults to `1000`): rows per ``map`` batch (outputs do not depend on it).
         shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume``
             (outputs do not depend on it).
+        return_report (`bool`, defaults to `False`): return ``(dataset, report)``: the report saved with the output
+            (less its ``output_sha256``).
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in the output
+            (it gives each identifier's character positions in the original text; dropped by default).
 
     Returns:
         The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
@@ -117,7 +124,7 @@ def privatize_dataset(
         With a folder output it is the saved dataset (memory-mapped); with a file output, the same rows in
         memory; with ``streaming=True`` and an output, a stream over the saved output (iterating it reads
         the saved rows and never privatizes the source again). The report is
-        ``hf_textdp.privacy_report(output_dir)``.
+        ``hf_textdp.privacy_report(output_dir)``, or the second item with ``return_report=True``.
 
     Raises:
         OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``); with
@@ -131,111 +138,131 @@ def privatize_dataset(
     >>> ds = privatize_dataset("reviews.jsonl", PrivatizerConfig(epsilon=10.0), seed=secrets.randbits(64),
     ...                        output_dir="reviews.private.jsonl")      # doctest: +SKIP
     """
-    if not isinstance(config, PrivatizerConfig):
-        raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
-    if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
-        raise InvalidParameterError(f"num_proc must be an int >= 1 or None, got {num_proc!r}.")
-    check_int(batch_size, "batch_size", minimum=1)
-    check_int(shard_size, "shard_size", minimum=1)
-    for name, value in (("streaming", streaming), ("resume", resume), ("overwrite", overwrite)):
-        check_bool(value, name)
+    job = _Job.checked(
+        config, output_dir, num_proc, batch_size, shard_size, streaming, resume, overwrite, return_report
+    )
     validate_secret_seed(seed, allow_weak_seed=allow_weak_seed)  # fail before loading anything
-    output = output_path(output_dir) if output_dir is not None else None
-    if output is not None:
-        check_not_input(output, input_paths(source, {}))
-        if not overwrite and not (resume and streaming):
-            refuse_existing_output(output, resume=resume)
-    _check_public_inputs(config, [source])
-    ds = load_source(source, split=split, streaming=streaming)
+    ds, parts = _load_checked(source, split, job)
+    privatizers = {
+        name: _privatizer(part, name, config, text_column, id_column, seed, allow_weak_seed, keep_spans)
+        for name, part in parts.items()
+    }
+    result, report = _privatize(ds, parts, privatizers, job)
+    return (result, report) if return_report else result
+
+
+@dataclass
+class _Job:
+    """The checked arguments of one :func:`privatize_dataset` call that say how it runs and where it writes."""
+
+    config: PrivatizerConfig
+    output: Path | None
+    num_proc: int | None
+    batch_size: int
+    shard_size: int
+    streaming: bool
+    resume: bool
+    overwrite: bool
+
+    @classmethod
+    def checked(
+        cls,
+        config: Any,
+        output_dir: Any,
+        num_proc: Any,
+        batch_size: Any,
+        shard_size: Any,
+        streaming: Any,
+        resume: Any,
+        overwrite: Any,
+        return_report: Any,
+    ) -> _Job:
+        """The types and ranges of the arguments, checked before anything is read."""
+        if not isinstance(config, PrivatizerConfig):
+            raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+        if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
+            raise InvalidParameterError(f"num_proc must be an int >= 1 or None, got {num_proc!r}.")
+        check_int(batch_size, "batch_size", minimum=1)
+        check_int(shard_size, "shard_size", minimum=1)
+        flags = (
+            ("streaming", streaming),
+            ("resume", resume),
+            ("overwrite", overwrite),
+            ("return_report", return_report),
+        )
+        for name, value in flags:
+            check_bool(value, name)
+        output = output_path(output_dir) if output_dir is not None else None
+        if return_report and output is None:
+            raise InvalidParameterError(
+                "return_report=True needs output_dir: the report counts the saved rows (a map served from the "
+                "datasets cache or run in worker processes is not counted in this process)."
+            )
+        return cls(config, output, num_proc, batch_size, shard_size, streaming, resume, overwrite)
+
+
+def _load_checked(source: Any, split: str | None, job: _Job) -> tuple[Any, dict[str, Any]]:
+    """Load the source (its splits by name) with every input checked once: the source's own path before loading
+    anything, its splits' files after; an existing output refused as ``resume``/``overwrite`` say."""
+    output = job.output
+    checked = _check_inputs(job.config, output, source, {}, set())
+    if output is not None and not job.overwrite and not (job.resume and job.streaming):
+        refuse_existing_output(output, resume=job.resume)
+    ds = load_source(source, split=split, streaming=job.streaming)
     is_dict = isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict))
     parts: dict[str, Any] = dict(ds.items()) if is_dict else {split or "": ds}
-    _check_public_inputs(config, [source, *parts.values(), *input_paths(source, parts)])
+    _check_inputs(job.config, output, source, parts, checked)
     if output is not None:
-        check_not_input(output, input_paths(source, parts))
-        if overwrite:  # after the input check, which names the more precise reason
+        if job.overwrite:  # after the input check, which names the more precise reason
             refuse_existing_output(output, overwrite=True)
         if is_dict and output.suffix.lower() in FILE_FORMATS:
             raise InvalidParameterError(
                 f"output {str(output)!r}: a dataset with splits {sorted(parts)} needs a folder output (no "
                 "extension) or split=."
             )
-    privatizers: dict[str, Privatizer] = {}
-    for name, part in parts.items():
-        cols = _columns(part)
-        if cols and text_column not in cols:
-            raise ColumnNotFoundError(
-                f"text_column={text_column!r} is not in the dataset. Current columns in the dataset: {cols}."
-            )
-        if id_column is not None and cols and id_column not in cols:
-            raise ColumnNotFoundError(
-                f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
-            )
-        span_column = (config.sensitive or {}).get("column")
-        user_column = (config.user or {}).get("column")  # per-person accounting (users.md)
-        for param, column in (('sensitive["column"]', span_column), ('user["column"]', user_column)):
-            if column is not None and cols and column not in cols:
-                raise ColumnNotFoundError(
-                    f"{param}={column!r} is not in the dataset. Current columns in the dataset: {cols}."
-                )
-        if id_column is not None and isinstance(part, datasets.Dataset):
-            _check_unique_ids(part, id_column, name)
-        privatizers[name] = Privatizer(
-            config,
-            seed=seed,
-            text_column=text_column,
-            id_column=id_column,
-            split=name,
-            allow_weak_seed=allow_weak_seed,
-        )
+    return ds, parts
+
+
+def _privatize(
+    ds: Any, parts: dict[str, Any], privatizers: dict[str, Privatizer], job: _Job
+) -> tuple[Any, dict[str, Any] | None]:
+    """Map every split with its privatizer; with an output, save it and return the report written with it."""
+    config, output = job.config, job.output
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
-    fit_splits(privatizers, parts, resume=resume, batch_size=batch_size)  # users.md §4: counts before any release
+    fit_splits(privatizers, parts, resume=job.resume, batch_size=job.batch_size)  # users.md §4: counts, no release
     release = None
-    if uses_gpu_workers(config.device, num_proc) and not iterable:
+    if uses_gpu_workers(config.device, job.num_proc) and not iterable:
         # the workers tokenize and decode; this process releases on the GPU (every split's privatizer has
         # the same configuration, and a release depends only on the keys the workers derive)
-        first = next(iter(privatizers.values()))
-        first.space  # noqa: B018 - loaded here, on the GPU, before the workers start
-        release = first.engine.release_keyed
-
+        first = next(iter(privatizers.values())).engine
+        first.load()  # on the GPU, before the workers start
+        release = first.release_keyed
     if output is None or iterable:
-        results: dict[str, Any] = {}
-        for name, part in parts.items():
-            kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
-            if isinstance(part, datasets.Dataset):
-                kwargs["num_proc"] = num_proc
-                kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
-            with spawned_workers(config.device, num_proc, release):
-                results[name] = part.map(privatizers[name], **kwargs)
-            if output is None:  # dropped rows and the user column out (users.md §6); a saved stream keeps them
-                results[name] = finish(results[name], privatizers[name])
-        out: Any
-        if is_dict:
-            kind = datasets.DatasetDict if isinstance(ds, datasets.DatasetDict) else datasets.IterableDatasetDict
-            out = kind(results)
-        else:
-            out = results[split or ""]
-        if output is not None:
-            with output_errors(output):
-                save_streaming(out, output, privatizers, resume=resume, overwrite=overwrite, shard_size=shard_size)
-            # a stream over the saved rows: iterating the mapped stream again would privatize the source
-            # a second time (fresh noise without a seed: a second release of the same text)
-            return load_source(output, streaming=True)
-        return out
-
+        out = _map(ds, parts, privatizers, config, batch_size=job.batch_size, num_proc=job.num_proc, release=release)
+        if output is None:  # dropped rows and the user column out (users.md §6); a saved stream keeps them
+            return finish(out, next(iter(privatizers.values()))), None
+        with output_errors(output):
+            report = save_streaming(
+                out, output, privatizers, resume=job.resume, overwrite=job.overwrite, shard_size=job.shard_size
+            )
+        # a stream over the saved rows: iterating the mapped stream again would privatize the source
+        # a second time (fresh noise without a seed: a second release of the same text)
+        return load_source(output, streaming=True), report
     for priv in privatizers.values():
-        priv.space  # noqa: B018 - load the model now: a bad model fails before anything is written
+        priv.engine.load()  # load the model now: a bad model fails before anything is written
+    is_dict = isinstance(ds, datasets.DatasetDict)
     run = ShardedRun(
         parts,
         privatizers,
         output,
         config,
         is_dict=is_dict,
-        shard_size=shard_size,
-        batch_size=batch_size,
-        num_proc=num_proc,
+        shard_size=job.shard_size,
+        batch_size=job.batch_size,
+        num_proc=job.num_proc,
     )
-    with output_errors(output), spawned_workers(config.device, num_proc, release):
-        result, report = run.execute(resume=resume, overwrite=overwrite)
+    with output_errors(output), spawned_workers(config.device, job.num_proc, release):
+        result, report = run.execute(resume=job.resume, overwrite=job.overwrite)
     totals = report["totals"]
     logger.info(
         "privatized %d rows (%s, epsilon=%g per token) into %s",
@@ -244,7 +271,91 @@ def privatize_dataset(
         config.epsilon,
         output,
     )
-    return result
+    return result, report
+
+
+def _check_inputs(
+    config: PrivatizerConfig, output: Path | None, source: Any, parts: dict[str, Any], checked: set[str]
+) -> set[str]:
+    """Refuse an output that is (or holds) an input and a public file that is the input, for the inputs not in
+    ``checked`` (the source's path before loading; the splits and their cache files after). Returns the paths
+    checked, ``checked`` included."""
+    paths = [p for p in dict.fromkeys(input_paths(source, parts)) if p not in checked]
+    if output is not None:
+        check_not_input(output, paths)
+    objects = [] if checked or isinstance(source, (str, os.PathLike)) else [source]  # a path is in ``paths``
+    objects += [part for part in parts.values() if part is not source]
+    _check_public_inputs(config, [*objects, *paths])
+    return checked | set(paths)
+
+
+def _privatizer(
+    part: Any,
+    name: str,
+    config: PrivatizerConfig,
+    text_column: str,
+    id_column: str | None,
+    seed: int | None,
+    allow_weak_seed: bool,
+    keep_spans: bool,
+) -> Privatizer:
+    """The privatizer of split ``name`` once its columns are checked (and its ids, for a ``Dataset``)."""
+    cols = _columns(part)
+    if cols and text_column not in cols:
+        raise ColumnNotFoundError(
+            f"text_column={text_column!r} is not in the dataset. Current columns in the dataset: {cols}."
+        )
+    if id_column is not None and cols and id_column not in cols:
+        raise ColumnNotFoundError(
+            f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
+        )
+    span_column = None if config.sensitive is None else config.sensitive.column
+    user_column = None if config.user is None else config.user.column  # per-person accounting (users.md)
+    for param, column in (('sensitive["column"]', span_column), ('user["column"]', user_column)):
+        if column is not None and cols and column not in cols:
+            raise ColumnNotFoundError(
+                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {cols}."
+            )
+    if id_column is not None and isinstance(part, datasets.Dataset):
+        _check_unique_ids(part, id_column, name)
+    return Privatizer(
+        config,
+        seed=seed,
+        text_column=text_column,
+        id_column=id_column,
+        split=name,
+        allow_weak_seed=allow_weak_seed,
+        keep_spans=keep_spans,
+    )
+
+
+def _map(
+    ds: Any,
+    parts: dict[str, Any],
+    privatizers: dict[str, Privatizer],
+    config: PrivatizerConfig,
+    *,
+    batch_size: int,
+    num_proc: int | None,
+    release: Any,
+) -> Any:
+    """``Dataset.map`` (or a stream's lazy map) of each split with its privatizer, in the kind of ``ds``."""
+    results: dict[str, Any] = {}
+    for name, part in parts.items():
+        kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
+        drop = mapped_drops(privatizers[name])  # the span column (selective.md §3), unless keep_spans=True
+        if drop:  # (the user column goes in finish, once the per-user figures are read: users.md §6)
+            kwargs["remove_columns"] = drop
+        if isinstance(part, datasets.Dataset):
+            kwargs["num_proc"] = num_proc
+            kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"
+        with spawned_workers(config.device, num_proc, release):
+            results[name] = part.map(privatizers[name], **kwargs)
+    if isinstance(ds, datasets.DatasetDict):
+        return datasets.DatasetDict(results)
+    if isinstance(ds, datasets.IterableDatasetDict):
+        return datasets.IterableDatasetDict(results)
+    return next(iter(results.values()))
 
 
 def _check_unique_ids(ds: datasets.Dataset, id_column: str, split: str) -> None:

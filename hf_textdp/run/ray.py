@@ -44,7 +44,7 @@ from ..users import user_totals_from_batches
 from ..utils.logging import get_logger
 from ..validation import check_int
 from .totals import totals_from_columns
-from .users import finish_parquet
+from .users import finish_parquet, mapped_drops
 
 
 __all__ = ["privatize_ray", "privatize_ray_files", "ray_report", "RAY_INSTALL"]
@@ -88,7 +88,7 @@ class _PrivatizeBatches:
             state = {**state, "config": dataclasses.replace(config, device="cuda").to_dict()}
         priv = Privatizer.__new__(Privatizer)
         priv.__setstate__(state)
-        priv.space  # noqa: B018 - load the matrix now, once per actor, not on the first batch
+        priv.engine.load()  # load the matrix now, once per actor, not on the first batch
         self.priv = priv
 
     def __call__(self, table: pa.Table) -> pa.Table:
@@ -96,9 +96,9 @@ class _PrivatizeBatches:
         batch: dict[str, list[Any]] = {priv.text_column: table.column(priv.text_column).to_pylist()}
         if priv.id_column is not None:
             batch[priv.id_column] = table.column(priv.id_column).to_pylist()
-        span_column = (priv.config.sensitive or {}).get("column")
-        user_column = (priv.config.user or {}).get("column")  # per-person accounting (users.md)
-        for column in (span_column, user_column):  # selective privatization's spans, each row's user
+        spans = None if priv.config.sensitive is None else priv.config.sensitive.column
+        users = None if priv.config.user is None else priv.config.user.column  # per-person accounting (users.md)
+        for column in (spans, users):  # selective privatization's spans, each row's user
             if column is not None and column in table.schema.names:
                 batch[column] = table.column(column).to_pylist()
         out = priv(batch)
@@ -106,7 +106,9 @@ class _PrivatizeBatches:
             column = pa.array(values, type=_COLUMN_TYPES.get(name, pa.string()))
             index = table.schema.get_field_index(name)
             table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
-        return table
+        # the span column unless keep_spans (the user column goes once the per-user figures are read: users.md §6)
+        drop = [c for c in mapped_drops(priv) if c in table.schema.names]
+        return table.drop_columns(drop) if drop else table
 
 
 def _compute(concurrency: int | tuple[int, int] | None) -> Any:
@@ -133,6 +135,41 @@ def _check_concurrency(concurrency: Any) -> None:
     )
 
 
+def _check_ray_arguments(
+    ds: Any,
+    config: PrivatizerConfig,
+    text_column: str,
+    id_column: str | None,
+    seed: int | None,
+    batch_size: int,
+    concurrency: int | tuple[int, int] | None,
+) -> None:
+    """The arguments of :func:`privatize_ray` and the columns its dataset's schema names (when Ray knows it)."""
+    ray = _import_ray()
+    if not isinstance(config, PrivatizerConfig):
+        raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+    if not isinstance(ds, ray.data.Dataset):
+        raise ParameterTypeError(f"ds must be a ray.data.Dataset, got {type(ds).__name__}.")
+    if seed is not None and id_column is None:
+        raise InvalidParameterError(
+            "id_column is required with a seed: Ray blocks have no global row index. Add an int column holding "
+            "each row's index in the source before any repartitioning (e.g. hf_ds.add_column('id', "
+            "range(len(hf_ds))) before ray.data.from_huggingface, or an id column in the parquet files) and pass "
+            "id_column=."
+        )
+    check_int(batch_size, "batch_size", minimum=1)
+    _check_concurrency(concurrency)
+    schema = ds.schema(fetch_if_missing=False)
+    names = list(schema.names) if schema is not None else []
+    span_column = ("sensitive['column']", None if config.sensitive is None else config.sensitive.column)
+    user_column = ("user['column']", None if config.user is None else config.user.column)  # users.md
+    for param, column in (("text_column", text_column), ("id_column", id_column), span_column, user_column):
+        if names and column is not None and column not in names:
+            raise ColumnNotFoundError(
+                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
+            )
+
+
 def privatize_ray(
     ds: Any,
     config: PrivatizerConfig,
@@ -146,6 +183,7 @@ def privatize_ray(
     concurrency: int | tuple[int, int] | None = None,
     num_cpus: float | None = None,
     num_gpus: float | None = None,
+    keep_spans: bool = False,
 ) -> Any:
     """Privatize the ``text_column`` of a ``ray.data.Dataset`` with an actor pool (lazy, like all of Ray Data).
 
@@ -186,37 +224,22 @@ def privatize_ray(
     ...                    id_column="id", seed=seed, concurrency=8)              # doctest: +SKIP
     >>> ds.write_parquet("s3://bucket/imdb-private/")                             # doctest: +SKIP
     """
-    ray = _import_ray()
-    if not isinstance(config, PrivatizerConfig):
-        raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
-    if not isinstance(ds, ray.data.Dataset):
-        raise ParameterTypeError(f"ds must be a ray.data.Dataset, got {type(ds).__name__}.")
-    if seed is not None and id_column is None:
-        raise InvalidParameterError(
-            "id_column is required with a seed: Ray blocks have no global row index. Add an int column holding "
-            "each row's index in the source before any repartitioning (e.g. hf_ds.add_column('id', "
-            "range(len(hf_ds))) before ray.data.from_huggingface, or an id column in the parquet files) and pass "
-            "id_column=."
-        )
-    check_int(batch_size, "batch_size", minimum=1)
-    _check_concurrency(concurrency)
+    _check_ray_arguments(ds, config, text_column, id_column, seed, batch_size, concurrency)
     priv = Privatizer(
-        config, seed=seed, text_column=text_column, id_column=id_column, split=split, allow_weak_seed=allow_weak_seed
+        config,
+        seed=seed,
+        text_column=text_column,
+        id_column=id_column,
+        split=split,
+        allow_weak_seed=allow_weak_seed,
+        keep_spans=keep_spans,
     )
-    schema = ds.schema(fetch_if_missing=False)
-    names = list(schema.names) if schema is not None else []
-    span_column = ("sensitive['column']", (config.sensitive or {}).get("column"))
-    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
-        if names and column is not None and column not in names:
-            raise ColumnNotFoundError(
-                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
-            )
     if num_gpus is None and config.device.startswith("cuda"):
         num_gpus = 1
     resources = {name: n for name, n in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if n is not None}
     return ds.map_batches(
         _PrivatizeBatches,
-        fn_constructor_kwargs={"state": _counted(priv, ds, names, batch_size).__getstate__()},  # users.md §4
+        fn_constructor_kwargs={"state": _counted(priv, ds, batch_size).__getstate__()},  # users.md §4
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=_compute(concurrency),
@@ -224,14 +247,9 @@ def privatize_ray(
     )
 
 
-def _counted(priv: Privatizer, ds: Any, names: list[str], batch_size: int) -> Privatizer:
+def _counted(priv: Privatizer, ds: Any, batch_size: int) -> Privatizer:
     """``priv`` after the counting pass (users.md §4) in the driver, over the rows' text, user, id and span
-    columns (where its release needs one); the user column is checked first."""
-    user_column = (priv.config.user or {}).get("column")
-    if names and user_column is not None and user_column not in names:
-        raise ColumnNotFoundError(
-            f"user['column']={user_column!r} is not in the dataset. Current columns in the dataset: {names}."
-        )
+    columns (where its release needs one)."""
     users = priv.users
     if users is None or not users.needs_counts:
         return priv
@@ -240,7 +258,8 @@ def _counted(priv: Privatizer, ds: Any, names: list[str], batch_size: int) -> Pr
             "id_column is required with a user budget, user['bound'] = 'rows' or sensitive['consistent'] = 'user' "
             "under Ray: the counting pass and the actors must name each row alike."
         )
-    span_column = (priv.config.sensitive or {}).get("column")
+    span_column = None if priv.config.sensitive is None else priv.config.sensitive.column
+    user_column = None if users.spec is None else users.spec.column
     columns = [c for c in (priv.text_column, priv.id_column, user_column, span_column) if c]
     batches = ds.select_columns(columns).iter_batches(batch_size=batch_size, batch_format="pyarrow")
     priv.fit_users((t.to_pydict() for t in batches), batch_size=batch_size)
@@ -345,6 +364,7 @@ def privatize_ray_files(
     batch_size: int = 1000,
     concurrency: int | tuple[int, int] | None = None,
     overwrite: bool = False,
+    keep_spans: bool = False,
 ) -> dict[str, Any]:
     """Read a file or folder with Ray Data, privatize it, write parquet and the report (``--engine ray``).
 
@@ -385,6 +405,7 @@ def privatize_ray_files(
             split=split,
             batch_size=batch_size,
             concurrency=(1, concurrency) if isinstance(concurrency, int) else concurrency,
+            keep_spans=keep_spans,
         )
         is_file = out.suffix.lower() == ".parquet"
         with atomic_path(out, is_dir=not is_file) as tmp:

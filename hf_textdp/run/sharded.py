@@ -27,7 +27,7 @@ from ..io.workdir import (
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from .totals import dataset_report
-from .users import finish, user_totals
+from .users import finish, mapped_drops, user_totals
 
 
 __all__ = ["ShardedRun"]
@@ -70,6 +70,7 @@ def _privatized_table(
         keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
         load_from_cache_file=False,
         desc=desc,
+        remove_columns=mapped_drops(priv) or None,  # the span column unless keep_spans=True (the user column: finish)
     )
     if len(res) != len(data):  # pragma: no cover - an invariant of Dataset.map
         raise RuntimeError(f"rows {offset}-: {len(res)} rows out for {len(data)} in.")

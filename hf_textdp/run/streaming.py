@@ -274,11 +274,11 @@ class _StreamRun(WorkFolderRun):
         for name, part in loaded.items():
             priv = self.privatizers[name]
             if "input_ids" in part.column_names or part.num_rows == 0:
-                totals.merge(totals_from_dataset(priv.space, part))
+                totals.merge(totals_from_dataset(priv.engine.space, part))
             else:  # postprocess="vector": the classes this process counted (the run was not resumed)
                 totals.merge(self._run_totals.get(name, Totals()))
         first = next(iter(self.privatizers.values()))
-        report = first.build_report(totals, users=users)
+        report = first.engine.build_report(totals, users=users)
         out: Any = datasets.DatasetDict(loaded) if self.is_dict else loaded[next(iter(self.parts))]
         save_output(out, self.output, report, tmp_root=self.work)
         return report

@@ -77,7 +77,7 @@ def _totals_from_source(priv: Privatizer, source: Any, released: Any) -> Totals:
 
     Only token classes are read from the input (as the privatizer did); no text leaves this function.
     """
-    space = priv.space
+    space = priv.engine.space
     tokens = make_tokens(space)
     totals = Totals()
     rows_in = source.select_columns([priv.text_column]).iter(batch_size=1000)
@@ -155,5 +155,5 @@ def dataset_report(
         if "input_ids" not in part.column_names and sources is not None and name in sources:
             totals.merge(_totals_from_source(p, sources[name], part))
             continue
-        totals.merge(totals_from_dataset(p.space, part))
+        totals.merge(totals_from_dataset(p.engine.space, part))
     return priv.engine.build_report(totals, users=users)  # users: the per-user figures (users.md §6)

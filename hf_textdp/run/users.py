@@ -4,8 +4,9 @@ per-user figures of released rows, and the finished output (dropped rows out, th
 
 Every engine runs the same three steps: ``privatize_dataset`` (in memory, sharded, streaming) and ``--engine ray``
 count each split once before any row is released (:func:`fit_splits`), keep the user column and ``dp_dropped`` in
-their work folders, recount the per-user figures from the released rows (:func:`user_totals`) and then finish the
-output (:func:`finish`, :func:`finish_parquet`).
+their work folders (the map removes the other :attr:`~hf_textdp.Privatizer.drop_columns`: :func:`mapped_drops`),
+recount the per-user figures from the released rows (:func:`user_totals`) and then finish the output
+(:func:`finish`, :func:`finish_parquet`), which drops the user column with the rest of ``drop_columns``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..privatizer import Privatizer
 from ..users import UserTotals, user_totals_from_batches
 
 
-__all__ = ["DROPPED", "finish", "finish_parquet", "finish_table", "fit_splits", "user_totals"]
+__all__ = ["DROPPED", "finish", "finish_parquet", "finish_table", "fit_splits", "mapped_drops", "user_totals"]
 
 #: the column that flags a row dropped by ``bound="rows"`` (removed from finished outputs)
 DROPPED = "dp_dropped"
@@ -51,7 +52,14 @@ def fit_splits(privatizers: dict[str, Privatizer], parts: dict[str, Any], *, res
 
 
 def _spec(priv: Privatizer) -> Any:
-    return priv.config.user_spec
+    return priv.config.user
+
+
+def mapped_drops(priv: Privatizer) -> list[str]:
+    """The :attr:`~hf_textdp.Privatizer.drop_columns` a map removes at once: all but the user column, which the
+    per-user figures are recounted from before :func:`finish` removes it (users.md §6)."""
+    spec = _spec(priv)
+    return [c for c in priv.drop_columns if spec is None or c != spec.column]
 
 
 def user_totals(parts: dict[str, Any], privatizers: dict[str, Privatizer]) -> UserTotals | None:
@@ -70,7 +78,8 @@ def user_totals(parts: dict[str, Any], privatizers: dict[str, Privatizer]) -> Us
 
 def finish(ds: Any, priv: Privatizer) -> Any:
     """A released ``Dataset`` / ``IterableDataset`` (or dict of them) without its dropped rows, the ``dp_dropped``
-    flag, and the user column unless ``user["keep_column"]``."""
+    flag, and the privatizer's :attr:`~hf_textdp.Privatizer.drop_columns` (the user column unless
+    ``user["keep_column"]``, with the span column where the map left it)."""
     spec = _spec(priv)
     if spec is None:
         return ds
@@ -82,26 +91,26 @@ def finish(ds: Any, priv: Privatizer) -> Any:
     if DROPPED in names:
         kwargs = {"keep_in_memory": True} if isinstance(ds, datasets.Dataset) else {}
         ds = ds.filter(lambda flags: [not f for f in flags], input_columns=[DROPPED], batched=True, **kwargs)
-    drop = [c for c in (DROPPED, None if spec.keep_column else spec.column) if c is not None and c in names]
+    drop = [c for c in (DROPPED, *priv.drop_columns) if c in names]
     return ds.remove_columns(drop) if drop else ds
 
 
 def finish_table(table: pa.Table, priv_config: Any) -> pa.Table:
     """:func:`finish` of an Arrow table (Ray's parquet parts)."""
-    spec = priv_config.user_spec
+    spec = priv_config.user
     if spec is None:
         return table
     if DROPPED in table.schema.names:
         table = table.filter(pc.invert(table.column(DROPPED))).drop_columns([DROPPED])
-    if not spec.keep_column and spec.column in table.schema.names:
-        table = table.drop_columns([spec.column])
+    if spec.dropped_column is not None and spec.dropped_column in table.schema.names:
+        table = table.drop_columns([spec.dropped_column])
     return table
 
 
 def finish_parquet(folder: Path, config: Any) -> None:
     """:func:`finish_table` of every parquet file under ``folder``, rewritten in place (before the output is
     renamed into place)."""
-    if config.user_spec is None:
+    if config.user is None:
         return
     for path in sorted(folder.rglob("*.parquet")):
         table = finish_table(pq.read_table(path), config)

@@ -8,16 +8,23 @@ the mapping of character spans to token positions (:func:`sensitive_mask`).
 from __future__ import annotations
 
 from .builtin import luhn_valid
+from .defaults import KINDS, best_english_ner, english_ner_pipelines, resolve_detectors
 from .detectors import Detector, build_detectors, detector_reads, selection_info, sensitive_spans
 from .positions import expand_words, overlap_mask, sensitive_mask, static_offsets
 from .spans import RowSpans, column_spans, union
 from .spec import BUILTIN_DETECTORS, DEFAULT_SPACY_LABELS, SensitiveSpec, parse_sensitive
+from .view import detection_view
 
 
 __all__ = [
     "BUILTIN_DETECTORS",
     "DEFAULT_SPACY_LABELS",
     "Detector",
+    "KINDS",
+    "best_english_ner",
+    "detection_view",
+    "english_ner_pipelines",
+    "resolve_detectors",
     "RowSpans",
     "SensitiveSpec",
     "build_detectors",

@@ -2,7 +2,9 @@
 
 Both are optional extras, imported only when a detector names them, and both read the whole text (a word's
 label depends on the words around it). Batches go through ``nlp.pipe`` and Presidio's
-``BatchAnalyzerEngine``. Nothing is downloaded: a spaCy pipeline must be installed or be a folder.
+``BatchAnalyzerEngine``. Nothing is downloaded: a spaCy pipeline must be installed or be a folder. Presidio's
+NLP engine runs ``en_core_web_lg`` where it is installed, otherwise the best installed English pipeline with NER
+(:func:`~hf_textdp.sensitive.defaults.best_english_ner`); the report names the one it used.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MissingExtraError, ModelNotFoundError
+from .defaults import NER_INSTALL, english_ner_pipelines
 from .spans import RowSpans
 
 
@@ -19,6 +22,12 @@ __all__ = ["SpacyDetector", "PresidioDetector"]
 
 _BATCH = 256  # texts per nlp.pipe batch: spaCy's default is 1000, smaller keeps memory flat on long texts
 PRESIDIO_SPACY_MODEL = "en_core_web_lg"  # the pipeline Presidio's default AnalyzerEngine loads
+
+
+def presidio_pipeline() -> str | None:
+    """The spaCy pipeline Presidio runs here: ``en_core_web_lg`` if installed, else the best English one with NER."""
+    names = [n for n, _ in english_ner_pipelines()]
+    return PRESIDIO_SPACY_MODEL if PRESIDIO_SPACY_MODEL in names else (names[0] if names else None)
 
 
 def _import_spacy(detector: str) -> Any:
@@ -85,14 +94,20 @@ class PresidioDetector:
                     "sensitive[\"detectors\"]: 'presidio' needs presidio-analyzer, which is not installed: "
                     "pip install 'hf-textdp[presidio]'."
                 ) from err
-            spacy = _import_spacy(self.name)
-            # Presidio downloads its spaCy pipeline when it is missing; hf-textdp never downloads on its own
-            if not spacy.util.is_package(PRESIDIO_SPACY_MODEL):
+            from presidio_analyzer.nlp_engine import NlpEngineProvider
+
+            _import_spacy(self.name)
+            # Presidio downloads a missing spaCy pipeline; hf-textdp never downloads: it names an installed one
+            pipeline = presidio_pipeline()
+            if pipeline is None:
                 raise MissingExtraError(
-                    f"sensitive[\"detectors\"]: 'presidio' needs the spaCy pipeline {PRESIDIO_SPACY_MODEL!r}, which "
-                    f"is not installed: python -m spacy download {PRESIDIO_SPACY_MODEL}."
+                    "sensitive[\"detectors\"]: 'presidio' needs an English spaCy pipeline with NER, and none is "
+                    f"installed: {NER_INSTALL}."
                 )
-            self._engine = BatchAnalyzerEngine(analyzer_engine=AnalyzerEngine())
+            models = [{"lang_code": "en", "model_name": pipeline}]
+            nlp = NlpEngineProvider(nlp_configuration={"nlp_engine_name": "spacy", "models": models}).create_engine()
+            analyzer = AnalyzerEngine(nlp_engine=nlp, supported_languages=["en"])
+            self._engine = BatchAnalyzerEngine(analyzer_engine=analyzer)
         return self._engine
 
     def detect(self, texts: Sequence[str]) -> RowSpans:

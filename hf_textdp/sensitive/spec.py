@@ -1,11 +1,14 @@
 """The ``sensitive=`` setting of selective privatization, validated (docs/mechanisms/selective.md §2).
 
-``{"epsilon": ε_s, "detectors": [...], "column": name, "labels": [...], "others": "privatize" | "keep"}``:
-``epsilon`` (required) is the per-token ε of sensitive positions; ``detectors`` name what finds them
-(:data:`BUILTIN_DETECTORS`, ``"spacy:NAME"``, ``"presidio"``); ``column`` names a column of character spans
-``[[start, end], ...]`` per row; ``labels`` are the entity labels a spaCy detector keeps; ``others`` says
-whether the other positions are privatized at the config's ε or released unchanged; ``consistent`` (``"row"`` or
-``"user"``) releases every occurrence of one sensitive string in a row (or of one user) as one draw.
+``{"epsilon": ε_s, "detectors": [...] | "default", "column": name, "labels": [...], "others": "privatize" | "keep",
+"render": "token" | "placeholder", "consistent": "row" | "user"}``: ``epsilon`` (required) is the per-token ε of
+sensitive positions; ``detectors`` name what finds them (:data:`BUILTIN_DETECTORS`, ``"rare"`` or ``"rare:ZIPF"``,
+``"spacy:NAME"``, ``"presidio"``), ``"default"`` (or no ``detectors`` key) the default set (:mod:`.defaults`), ``[]``
+none (the span column alone); ``column`` names a column of character spans ``[[start, end], ...]`` per row;
+``labels`` are the entity labels a spaCy detector keeps; ``others`` says whether the other positions are privatized
+at the config's ε or released unchanged; ``render`` whether each sensitive word is released as privatized tokens or
+as one placeholder; ``consistent`` (``"row"`` or ``"user"``) releases every occurrence of one sensitive string in a
+row (or of one user) as one draw.
 """
 
 from __future__ import annotations
@@ -24,16 +27,34 @@ __all__ = [
     "DEFAULT_SPACY_LABELS",
     "OTHERS",
     "SPEC_KEYS",
+    "RENDER",
+    "DEFAULT",
 ]
 
-BUILTIN_DETECTORS = ("email", "url", "phone", "card", "ip", "number", "id")
-DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "NORP", "FAC", "DATE")
+BUILTIN_DETECTORS = (
+    "email",
+    "url",
+    "phone",
+    "card",
+    "ip",
+    "number",
+    "id",
+    "iban",
+    "handle",
+    "address",
+    "date",
+    "context",
+)
+DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "FAC")  # dates: the date rule; NORP: see selective.md
 OTHERS = ("privatize", "keep")
-SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "consistent")
+RENDER = ("token", "placeholder")
+SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "render", "consistent")
+DEFAULT: Literal["default"] = "default"
 #: consistent pseudonyms (docs/mechanisms/selective.md §8): one draw per distinct sensitive string per row or user
 CONSISTENT = (None, "row", "user")
 
 Others = Literal["privatize", "keep"]
+Render = Literal["token", "placeholder"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,28 +63,46 @@ class SensitiveSpec:
 
     Args:
         epsilon (`float`): per-token ε of sensitive positions (finite, > 0).
-        detectors (`tuple[str, ...]`): detector names, in the order given, without repeats.
+        detectors (`tuple[str, ...]` or `"default"`): detector names, in the order given, without repeats, or
+            ``"default"``: the default set, resolved where the detectors run (:func:`.defaults.resolve_detectors`).
         column (`str`, *optional*): the column of character spans supplied by the user.
         labels (`tuple[str, ...]`): entity labels kept from spaCy detectors (:data:`DEFAULT_SPACY_LABELS`
             unless given).
         others (`str`, defaults to `"privatize"`): ``"privatize"`` (at the config's ε) or ``"keep"``
             (released unchanged, no ε).
+        render (`str`, defaults to `"token"`): ``"token"`` (each sensitive position's privatized token) or
+            ``"placeholder"`` (each sensitive word as one placeholder).
     """
 
     epsilon: float
-    detectors: tuple[str, ...] = ()
+    detectors: tuple[str, ...] | Literal["default"] = DEFAULT
     column: str | None = None
     labels: tuple[str, ...] = DEFAULT_SPACY_LABELS
     others: Others = "privatize"
+    render: Render = "token"
     consistent: Literal["row", "user"] | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.detectors == DEFAULT
+
+    def named(self) -> tuple[str, ...]:
+        """The detectors named explicitly (none for the default set)."""
+        return () if isinstance(self.detectors, str) else self.detectors
 
     def to_value(self) -> dict[str, Any]:
         """The JSON form (what a config stores); :func:`parse_sensitive` reads it back to an equal spec."""
-        out: dict[str, Any] = {"epsilon": self.epsilon, "detectors": list(self.detectors), "others": self.others}
+        out: dict[str, Any] = {
+            "epsilon": self.epsilon,
+            "detectors": self.detectors if isinstance(self.detectors, str) else list(self.detectors),
+            "others": self.others,
+        }
         if self.column is not None:
             out["column"] = self.column
-        if any(d.startswith("spacy:") for d in self.detectors):
+        if self.is_default or any(d.startswith("spacy:") for d in self.named()):
             out["labels"] = list(self.labels)
+        if self.render != "token":
+            out["render"] = self.render
         if self.consistent is not None:
             out["consistent"] = self.consistent
         return out
@@ -75,7 +114,8 @@ def _name(key: str) -> str:
 
 def _str_list(value: Any, key: str) -> list[str]:
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ParameterTypeError(f"{_name(key)} must be a list of str, got {type(value).__name__} ({value!r}).")
+        what = "a list of str or 'default'" if key == "detectors" else "a list of str"
+        raise ParameterTypeError(f"{_name(key)} must be {what}, got {type(value).__name__} ({value!r}).")
     bad = [v for v in value if not isinstance(v, str) or not v.strip()]
     if bad:
         raise InvalidParameterError(f"{_name(key)} must hold non-empty str, got {bad[0]!r}.")
@@ -83,7 +123,18 @@ def _str_list(value: Any, key: str) -> list[str]:
 
 
 def _detector(name: str) -> str:
-    if name in BUILTIN_DETECTORS or name == "presidio":
+    if name in BUILTIN_DETECTORS or name in ("presidio", "rare"):
+        return name
+    if name.startswith("rare:"):
+        try:
+            zipf = float(name[len("rare:") :])
+        except ValueError:
+            zipf = float("nan")
+        if not 0.0 < zipf < 8.0:
+            raise InvalidParameterError(
+                f'{_name("detectors")}: {name!r}: write "rare:ZIPF" with a Zipf frequency threshold in (0, 8), '
+                'such as "rare:2" (words rarer than 10**(ZIPF - 9) of running English text are selected).'
+            )
         return name
     if name.startswith("spacy:"):
         if not name[len("spacy:") :].strip():
@@ -92,7 +143,7 @@ def _detector(name: str) -> str:
                 'name or path, such as "spacy:en_core_web_sm".'
             )
         return name
-    allowed = [*BUILTIN_DETECTORS, "spacy:NAME", "presidio"]
+    allowed = [*BUILTIN_DETECTORS, "rare", "rare:ZIPF", "spacy:NAME", "presidio"]
     raise InvalidParameterError(f"{_name('detectors')}: unknown detector {name!r}. Allowed: {allowed}.")
 
 
@@ -128,31 +179,51 @@ def parse_sensitive(value: Any) -> SensitiveSpec:
             f"{_name('epsilon')} is required: the per-token ε of sensitive positions (a finite float > 0)."
         )
     epsilon = check_float(value["epsilon"], _name("epsilon"), minimum=0.0)
-    detectors = [_detector(d) for d in _str_list(value.get("detectors", []), "detectors")]
-    repeated = sorted({d for d in detectors if detectors.count(d) > 1})
-    if repeated:
-        raise InvalidParameterError(f"{_name('detectors')}: {repeated} named more than once.")
+    detectors = _detectors(value.get("detectors", DEFAULT))
     column = value.get("column")
     if column is not None and (not isinstance(column, str) or not column):
         raise InvalidParameterError(f"{_name('column')} must be a non-empty str (a column name), got {column!r}.")
     if not detectors and column is None:
         raise InvalidParameterError(
-            f"sensitive: nothing selects sensitive positions; give {_name('detectors')} (such as ['email', 'card']) "
-            f"or {_name('column')} (a column of [[start, end], ...] character spans)."
+            f"sensitive: nothing selects sensitive positions; give {_name('detectors')} (such as ['email', 'card'] "
+            f"or 'default') or {_name('column')} (a column of [[start, end], ...] character spans)."
         )
-    spacy = any(d.startswith("spacy:") for d in detectors)
-    labels: tuple[str, ...] = DEFAULT_SPACY_LABELS
-    if "labels" in value:
-        if not spacy:
-            raise InvalidParameterError(
-                f"{_name('labels')} sets the entity labels of spaCy detectors, but {_name('detectors')} names none "
-                f"({detectors})."
-            )
-        labels = tuple(dict.fromkeys(_str_list(value["labels"], "labels")))
-        if not labels:
-            raise InvalidParameterError(f"{_name('labels')} must name at least one entity label, got [].")
+    spacy = detectors == DEFAULT or any(d.startswith("spacy:") for d in detectors)
+    labels = _labels(value, spacy, detectors)
     others = check_choice(value.get("others", "privatize"), _name("others"), OTHERS)
+    render = check_choice(value.get("render", "token"), _name("render"), RENDER)
     consistent = check_choice(value.get("consistent"), _name("consistent"), CONSISTENT)
     return SensitiveSpec(
-        epsilon=epsilon, detectors=tuple(detectors), column=column, labels=labels, others=others, consistent=consistent
+        epsilon=epsilon,
+        detectors=detectors,
+        column=column,
+        labels=labels,
+        others=others,
+        render=render,
+        consistent=consistent,
     )
+
+
+def _detectors(value: Any) -> tuple[str, ...] | Literal["default"]:
+    """``"default"`` or the validated names, without repeats."""
+    if value == DEFAULT:
+        return DEFAULT
+    detectors = [_detector(d) for d in _str_list(value, "detectors")]
+    repeated = sorted({d for d in detectors if detectors.count(d) > 1})
+    if repeated:
+        raise InvalidParameterError(f"{_name('detectors')}: {repeated} named more than once.")
+    return tuple(detectors)
+
+
+def _labels(value: dict[str, Any], spacy: bool, detectors: Any) -> tuple[str, ...]:
+    if "labels" not in value:
+        return DEFAULT_SPACY_LABELS
+    if not spacy:
+        raise InvalidParameterError(
+            f"{_name('labels')} sets the entity labels of spaCy detectors, but {_name('detectors')} names none "
+            f"({list(detectors)})."
+        )
+    labels = tuple(dict.fromkeys(_str_list(value["labels"], "labels")))
+    if not labels:
+        raise InvalidParameterError(f"{_name('labels')} must name at least one entity label, got [].")
+    return labels

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .allocation import LEVELS_PER_OCTAVE, choose_levels, keep_prefix, level_scale
 from .counting import BatchCounts, UserCounter, distinct_sensitive
 from .entities import EntityRuns, find_entities
-from .fit import count_batch, fit_counts, others_kept, per_person, spec_consistent, user_values
+from .fit import count_batch, fit_counts, others_kept, per_person, spec_consistent, user_secret, user_values
 from .keys import entity_digest, entity_keys, row_priorities, user_keys
 from .levels import LevelEngines, scaled_config
 from .plan import UserBatch, UserRelease, blank_dropped
@@ -36,6 +36,7 @@ __all__ = [
     "others_kept",
     "per_person",
     "spec_consistent",
+    "user_secret",
     "user_section",
     "user_totals_from_batches",
     "user_values",

@@ -8,35 +8,41 @@ uses: the ``id_column`` values, else the rows' indices in the source order.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ..errors import ColumnNotFoundError, InvalidRowError, ParameterTypeError
-from ..space import CANDIDATE
-from ..validation import row_id_fault
+from ..errors import ColumnNotFoundError, ParameterTypeError
+from ..validation import check_row_ids
 from .counting import BatchCounts, UserCounter
 from .spec import UserSpec
 from .table import UserTable
 
 
-__all__ = ["count_batch", "fit_counts", "others_kept", "per_person", "spec_consistent", "user_values"]
+__all__ = ["count_batch", "fit_counts", "others_kept", "per_person", "spec_consistent", "user_secret", "user_values"]
 
 
 def spec_consistent(config: Any) -> str | None:
     """The config's ``sensitive["consistent"]`` (``None`` without it)."""
-    return None if config.sensitive is None else config.sensitive.get("consistent")
+    return None if config.sensitive is None else config.sensitive.consistent
 
 
 def others_kept(config: Any) -> bool:
     """Whether ``sensitive["others"] = "keep"``: the other positions are released unchanged (and count nothing)."""
-    return config.sensitive is not None and config.sensitive["others"] == "keep"
+    return config.sensitive is not None and config.sensitive.others == "keep"
 
 
 def per_person(config: Any) -> bool:
     """Whether a config needs the per-person release: a ``user`` setting or consistent pseudonyms."""
     return config.user is not None or spec_consistent(config) is not None
+
+
+def user_secret(config: Any, seed: int | None) -> int | None:
+    """The key of an unseeded privatizer's row priorities and pseudonyms (users.md §5): 64 fresh random bits, drawn
+    once per privatizer and pickled to its workers as a seed is (``None`` with a seed or without per-person work)."""
+    return secrets.randbits(64) if seed is None and per_person(config) else None
 
 
 def user_values(batch: Any, spec: UserSpec | None, single: bool) -> list[Any] | None:
@@ -74,17 +80,10 @@ def _batches(source: Any, columns: list[str], batch_size: int) -> Iterator[dict[
 
 
 def _row_ids(batch: dict[str, list[Any]], id_column: str | None, offset: int, n: int) -> list[int]:
+    """The batch's row ids as the release takes them (``validation.check_row_ids``, rows named by their index)."""
     if id_column is None:
         return list(range(offset, offset + n))
-    ids = []
-    for i, v in enumerate(batch[id_column]):
-        fault = row_id_fault(v)
-        if fault is not None:
-            raise InvalidRowError(
-                f"row {offset + i}: id_column={id_column!r} must hold ints in [0, 2**63), got {fault}."
-            )
-        ids.append(int(v))
-    return ids
+    return check_row_ids(batch[id_column], id_column, column=True, indices=range(offset, offset + n))
 
 
 def fit_counts(priv: Any, source: Any, *, batch_size: int = 1000) -> UserTable:
@@ -92,12 +91,12 @@ def fit_counts(priv: Any, source: Any, *, batch_size: int = 1000) -> UserTable:
     users = priv.users
     spec = users.spec or UserSpec(column="")
     counter = UserCounter(spec, users.consistent)
-    span_column = (priv.config.sensitive or {}).get("column")
+    span_column = None if priv.config.sensitive is None else priv.config.sensitive.column
     columns = [c for c in (priv.text_column, users.spec and spec.column, priv.id_column, span_column) if c]
     offset = 0
     for batch in _batches(source, list(dict.fromkeys(columns)), batch_size):
         n = len(batch[priv.text_column])
-        counter.add(priv._count_batch(batch, _row_ids(batch, priv.id_column, offset, n)))
+        counter.add(count_batch(priv, batch, _row_ids(batch, priv.id_column, offset, n)))
         offset += n
     table: UserTable = counter.finish(users.levels.token_bounds)
     return table
@@ -107,18 +106,12 @@ def count_batch(priv: Any, batch: dict[str, list[Any]], row_ids: list[int]) -> B
     """One batch of the counting pass: each row's privatized sensitive tokens (every occurrence) and other tokens,
     and its sensitive strings, tokenized, classified and detected as the privatizer's release does them."""
     texts = list(batch[priv.text_column])
-    priv._check_texts(texts, row_ids)
-    spec = priv.config.sensitive_spec
+    spec = priv.config.sensitive
     spans = None if spec is None or spec.column is None else list(batch[spec.column])
     plan = priv.users.batch(user_values(batch, priv.users.spec, False), row_ids, counting=True)
-    flat, lengths, rows = priv._tokens.encode_flat(texts)
-    cls, _ = priv.engine.space.classify(flat)
-    n = len(texts)
-    row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    cand = cls == CANDIDATE
-    sizes = np.bincount(row_of[cand], minlength=n)
-    marked = None if spec is None else priv._sensitive(texts, rows, lengths, spans, row_ids)
-    n_s = np.zeros(n, np.int64) if marked is None else np.bincount(row_of[marked & cand], minlength=n)
-    n_o = np.zeros_like(sizes) if others_kept(priv.config) else sizes - n_s
-    counts: BatchCounts = priv.users.counts(plan, n_s, n_o, priv.users.entities(flat, lengths, marked, cand))
+    read = priv.read_batch(texts, row_ids, spans)  # as the release reads it (a TokenBatch)
+    n, marked, cand = len(texts), read.marked, read.cand
+    n_s = np.zeros(n, np.int64) if marked is None else np.bincount(read.row_of[marked & cand], minlength=n)
+    n_o = np.zeros_like(read.sizes) if others_kept(priv.config) else read.sizes - n_s
+    counts: BatchCounts = priv.users.counts(plan, n_s, n_o, priv.users.entities(read.flat, read.lengths, marked, cand))
     return counts

@@ -23,7 +23,7 @@ def scaled_config(config: Any, factor: float) -> Any:
     return dataclasses.replace(
         config,
         epsilon=config.epsilon * factor,
-        sensitive=None if sens is None else {**sens, "epsilon": sens["epsilon"] * factor},
+        sensitive=None if sens is None else dataclasses.replace(sens, epsilon=sens.epsilon * factor),
     )
 
 

@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..accounting import selective_rows
+from ..accounting import Totals, selective_rows
 from ..errors import InvalidParameterError
 from ..mechanisms.context import RowContext
 from .counting import BatchCounts
 from .entities import EntityRuns, find_entities
+from .fit import others_kept, per_person, spec_consistent
 from .keys import entity_keys, row_priorities, user_keys
 from .levels import LevelEngines
+from .report import UserTotals
 from .spec import UserSpec
 from .table import UserTable, pair_keys
 
@@ -57,6 +59,26 @@ class UserRelease:
         self.secret = secret
         self.levels = LevelEngines(engine)
         self.table: UserTable | None = None
+        self.totals = UserTotals()  # per-user sums of this process's rows (users.md §6)
+
+    @classmethod
+    def of(cls, config: Any, seed: int | None, secret: int | None, engine: Any) -> UserRelease | None:
+        """The per-person side of a privatizer of ``config`` (``None`` without ``user`` or ``consistent``), keyed by
+        its seed, or without one by ``secret`` (:func:`~hf_textdp.users.fit.user_secret`)."""
+        if not per_person(config):
+            return None
+        key = seed if seed is not None else secret
+        assert key is not None
+        return cls(config.user, spec_consistent(config), key, engine)
+
+    def state(self, secret: int | None) -> dict[str, Any]:
+        """The pickled part of a privatizer (users.md §4): an unseeded run's ``secret`` and the counts."""
+        return {"user_secret": secret, "user_table": None if self.table is None else self.table.to_state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """The counts of a pickled :meth:`state`."""
+        if state.get("user_table") is not None:
+            self.table = UserTable.from_state(state["user_table"])
 
     @property
     def needs_counts(self) -> bool:
@@ -215,6 +237,27 @@ class UserRelease:
         return out
 
     # ---------------------------------------------------------------- accounting
+    def row_columns(
+        self, result: dict[str, list[Any]], batch: UserBatch, sizes: np.ndarray, n_sens: np.ndarray | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None, bool]:
+        """Each row's ``(dp_epsilon, dp_delta, has_delta)`` at its level (:meth:`row_epsilon`; ``sizes``: each row's
+        privatized tokens), and the ``dp_dropped`` column of ``bound="rows"`` in ``result`` (users.md §3)."""
+        n_other = sizes - (0 if n_sens is None else n_sens)
+        out = self.row_epsilon(batch, n_sens, n_other, others_kept(self.levels.base.config))
+        if self.spec is not None and self.spec.bound == "rows":
+            result["dp_dropped"] = (~batch.keep).tolist()
+        return out
+
+    def add_rows(self, totals: Totals, batch: UserBatch, columns: tuple[Any, ...]) -> None:
+        """Count a batch in ``totals`` (``columns``: :meth:`Totals.add_rows`'s, per row) without its dropped rows,
+        which are not released (users.md §3), and, with a user setting, each user's sums (users.md §6)."""
+        eps, deltas = columns[4], columns[5]
+        if not batch.keep.all():
+            columns = tuple(None if c is None else c[batch.keep] for c in columns)
+        totals.add_rows(*columns)
+        if self.spec is not None:
+            self.totals.add(batch.users, eps, deltas, ~batch.keep)
+
     def row_epsilon(
         self, batch: UserBatch, n_sens: np.ndarray | None, n_other: np.ndarray, keep_others: bool
     ) -> tuple[np.ndarray | None, np.ndarray | None, bool]:

@@ -187,7 +187,7 @@ def per_person_report(report: dict[str, Any], config: Any, users: UserTotals | N
     spec = config.user_spec
     if users is not None and spec is not None:
         add_user_section(report, user_section(users, spec))
-    consistent = None if config.sensitive is None else config.sensitive.get("consistent")
+    consistent = None if config.sensitive is None else config.sensitive.consistent
     if consistent is not None and report.get("sensitive") is not None:
         statement = CONSISTENT_STATEMENT.format(scope=consistent)
         report["sensitive"]["consistent"] = consistent

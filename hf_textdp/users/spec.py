@@ -45,6 +45,11 @@ class UserSpec:
     keep_column: bool = False
 
     @property
+    def dropped_column(self) -> str | None:
+        """The user column a finished output leaves out (an identifier, users.md §6): ``None`` with ``keep_column``."""
+        return None if self.keep_column else self.column
+
+    @property
     def needs_counts(self) -> bool:
         """Whether a release needs each user's counts first (a budget, or rows to choose): the counting pass."""
         return self.budget is not None or self.bound == "rows"
@@ -114,8 +119,9 @@ def parse_user(value: Any) -> UserSpec:
     return UserSpec(column=column, budget=budget, bound=bound, max_rows=max_rows, keep_column=keep)
 
 
-def check_user_setting(user: Any, sensitive: SensitiveSpec | None) -> dict[str, Any] | None:
-    """The config's ``user`` value, validated against its ``sensitive`` setting (the JSON form, or ``None``).
+def check_user_setting(user: Any, sensitive: SensitiveSpec | None) -> UserSpec | None:
+    """The config's ``user`` value (a dict or a :class:`UserSpec`), parsed and validated against its ``sensitive``
+    setting (``None`` without one).
 
     Raises:
         InvalidParameterError: ``sensitive["consistent"] = "user"`` without ``user``; a budget with
@@ -134,4 +140,4 @@ def check_user_setting(user: Any, sensitive: SensitiveSpec | None) -> dict[str, 
             f'{_name("budget")} = {spec.budget!r} bounds the sum of dp_epsilon, but sensitive["others"] = "keep" '
             "releases the other positions unchanged (no finite ε); use others='privatize' or no budget."
         )
-    return spec.to_value()
+    return spec

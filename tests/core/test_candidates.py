@@ -211,19 +211,19 @@ def test_every_mechanism_emits_only_candidates(mechanism, family):
         {"text": texts},
         list(range(len(texts))),
     )
-    cand = set(priv.space.candidate_ids.tolist())
+    cand = set(priv.engine.space.candidate_ids.tolist())
     for i, ids in enumerate(out["input_ids"]):
-        cls, _ = priv.space.classify(np.asarray(priv.space.tokenizer(texts[i])["input_ids"]))
+        cls, _ = priv.engine.space.classify(np.asarray(priv.engine.space.tokenizer(texts[i])["input_ids"]))
         privatized = [t for t, c in zip(ids, cls, strict=True) if c == CANDIDATE]
         assert set(privatized) <= cand
         assert out["dp_tokens"][i] == len(privatized)
-        if priv.claim.rows_bounded:
-            assert out["dp_epsilon"][i] == pytest.approx(len(privatized) * priv.claim.epsilon_token)
+        if priv.engine.claim.rows_bounded:
+            assert out["dp_epsilon"][i] == pytest.approx(len(privatized) * priv.engine.claim.epsilon_token)
         else:  # santext_plus with p < 1: no row bound (accounting.md §2)
             assert out["dp_epsilon"][i] is None and mechanism == "santext_plus"
     report = priv.privacy_report()
     assert report["candidate_set"]["setting"] == "no_reserved" and report["candidate_set"]["scripts"] == ["latin"]
-    assert report["candidate_set"]["size"] == priv.space.V
+    assert report["candidate_set"]["size"] == priv.engine.space.V
 
 
 def test_default_is_no_reserved_and_all_reproduces_old_outputs(wordpiece):
@@ -231,9 +231,9 @@ def test_default_is_no_reserved_and_all_reproduces_old_outputs(wordpiece):
     no_reserved."""
     old = load_space(wordpiece)
     priv = Privatizer(PrivatizerConfig(epsilon=5.0, model=wordpiece, candidates="all"), seed=SEED)
-    assert priv.space.space_hash == old.space_hash
+    assert priv.engine.space.space_hash == old.space_hash
     new = Privatizer(PrivatizerConfig(epsilon=5.0, model=wordpiece), seed=SEED)
-    assert new.space.V == old.V - len(RESERVED)
+    assert new.engine.space.V == old.V - len(RESERVED)
 
 
 # --------------------------------------------------------------------------- public_vocab
@@ -242,10 +242,10 @@ def test_public_vocab(wordpiece, tmp_path):
     vocab.write_text("the movie was good\nbad film\n", encoding="utf-8")
     cfg = PrivatizerConfig(epsilon=2.0, model=wordpiece, candidates={"set": "public_vocab", "vocab": str(vocab)})
     priv = Privatizer(cfg, seed=SEED)
-    tok = priv.space.tokenizer
+    tok = priv.engine.space.tokenizer
     expected = set(tok(["the movie was good", "bad film"], add_special_tokens=False)["input_ids"][0])
     expected |= set(tok("bad film", add_special_tokens=False)["input_ids"])
-    assert set(priv.space.candidate_ids.tolist()) == expected
+    assert set(priv.engine.space.candidate_ids.tolist()) == expected
     out = priv({"text": ["a scene with music", "rather long plot"]}, [0, 1])
     for ids in out["input_ids"]:
         assert set(ids[1:-1]) <= expected if tok.cls_token_id is not None else set(ids) <= expected
@@ -287,7 +287,7 @@ def test_public_vocab_missing_file(wordpiece, tmp_path):
         epsilon=2.0, model=wordpiece, candidates={"set": "public_vocab", "vocab": str(tmp_path / "none.txt")}
     )
     with pytest.raises(InvalidParameterError, match="candidates: vocab .* is not an existing file"):
-        Privatizer(cfg, seed=SEED).space  # noqa: B018
+        Privatizer(cfg, seed=SEED).engine.load()
 
 
 def test_too_few_candidates(tmp_path):

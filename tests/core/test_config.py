@@ -110,3 +110,21 @@ def test_unknown_keys_strict_and_lenient(tmp_path):
 def test_from_pretrained_missing_repo_is_clear(tmp_path):
     with pytest.raises(HfTextDPError, match="no privatizer_config.json"):
         PrivatizerConfig.from_pretrained("nobody/no-such-config-repo")
+
+
+def test_sensitive_is_parsed_once_and_written_back(monkeypatch):
+    """Issue 55 item 3: the config holds the parsed spec; reading it never parses again; to_dict writes its JSON."""
+    import hf_textdp.config as config_module
+    from hf_textdp.sensitive import SensitiveSpec, parse_sensitive
+
+    calls = []
+    monkeypatch.setattr(config_module, "parse_sensitive", lambda v: calls.append(v) or parse_sensitive(v))
+    cfg = PrivatizerConfig(epsilon=2.0, sensitive={"epsilon": 1, "detectors": ["card"]})
+    assert isinstance(cfg.sensitive, SensitiveSpec) and cfg.sensitive.epsilon == 1.0
+    for _ in range(3):
+        assert cfg.sensitive_spec is cfg.sensitive and cfg.sensitive.others == "privatize"
+    assert len(calls) == 1
+    value = cfg.to_dict()["sensitive"]
+    assert value == {"epsilon": 1.0, "detectors": ["card"], "others": "privatize"}
+    assert PrivatizerConfig(**cfg.to_dict()) == cfg
+    assert PrivatizerConfig(epsilon=2.0, sensitive=cfg.sensitive) == cfg  # a spec is accepted as it is

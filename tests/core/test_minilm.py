@@ -20,8 +20,8 @@ pytestmark = [
 def _kept_rate(epsilon: float, texts: list[str]) -> float:
     priv = Privatizer(PrivatizerConfig(epsilon=epsilon), seed=2**40 + 31415)
     out = priv({"text": texts}, list(range(len(texts))))
-    tok = priv.space.tokenizer
-    cand = set(priv.space.candidate_ids.tolist())
+    tok = priv.engine.space.tokenizer
+    cand = set(priv.engine.space.candidate_ids.tolist())
     kept = total = 0
     for text, ids in zip(texts, out["input_ids"], strict=False):
         orig = tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
@@ -45,8 +45,8 @@ def test_default_model_keep_rates_on_mr(shared_dir):
 def test_default_model_all_candidates_is_the_old_space():
     """candidates="all" is the space of space.md §3.4 (V = 30,517, the [unusedN] rows included)."""
     priv = Privatizer(PrivatizerConfig(epsilon=100.0, candidates="all"), seed=2**40 + 7)
-    assert priv.space.V == 30517 and priv.space.d == 384
-    assert priv.space.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
+    assert priv.engine.space.V == 30517 and priv.engine.space.d == 384
+    assert priv.engine.space.space_hash == "cad79c596253f58d7771cc9a702b536a8467d1abbe91ea51db4b96a6c64cef6f"
 
 
 def test_default_model_space_and_report():
@@ -54,12 +54,12 @@ def test_default_model_space_and_report():
     The card declares ``language: en``, so by default the candidates are also Latin-script only (§6.3)."""
     every = PrivatizerConfig(epsilon=100.0, candidates={"set": "no_reserved", "scripts": ["all"]})
     priv = Privatizer(every, seed=2**40 + 7)
-    assert priv.space.V == 29523 and priv.space.d == 384
-    assert priv.space.space_hash == "b664ef6cda2977aac23f388806a24011ccac9449d642144cd05bd8dcfc522d29"
+    assert priv.engine.space.V == 29523 and priv.engine.space.d == 384
+    assert priv.engine.space.space_hash == "b664ef6cda2977aac23f388806a24011ccac9449d642144cd05bd8dcfc522d29"
     priv = Privatizer(PrivatizerConfig(epsilon=100.0), seed=2**40 + 7)
-    assert priv.space.V == 27754 and priv.space.candidates["scripts"] == ["latin"]
-    assert priv.space.space_hash == "e935e9a5ed60adb150587bf3e6351bff0f811b59a3a1886fcb9b480b28cf53b9"
-    tokens = priv.space.tokenizer.convert_ids_to_tokens(priv.space.candidate_ids.tolist())
+    assert priv.engine.space.V == 27754 and priv.engine.space.candidates["scripts"] == ["latin"]
+    assert priv.engine.space.space_hash == "e935e9a5ed60adb150587bf3e6351bff0f811b59a3a1886fcb9b480b28cf53b9"
+    tokens = priv.engine.space.tokenizer.convert_ids_to_tokens(priv.engine.space.candidate_ids.tolist())
     assert not any(t.startswith("[unused") for t in tokens)
     out = priv.privatize(["a gorgeous, witty, seductive movie."])
     assert isinstance(out[0], str) and out[0]

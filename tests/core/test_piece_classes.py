@@ -119,14 +119,14 @@ def test_a_class_too_small_falls_back_to_one_space(tmp_path, caplog):
 def _class_changes(priv: Privatizer, texts: list[str]) -> tuple[int, int, int]:
     """(positions whose class changed, positions replaced, privatized positions) over ``texts``."""
     out = priv({"text": texts}, list(range(len(texts))))
-    tok = priv.space.tokenizer
+    tok = priv.engine.space.tokenizer
     changed = replaced = total = 0
     for text, ids in zip(texts, out["input_ids"], strict=True):
         inp = tok(text)["input_ids"]
         assert len(inp) == len(ids)
         a, b = np.array(inp), np.array(ids)
-        cand = priv.space.is_member(a)
-        ca, cb = _classes_of(priv.space, a[cand]), _classes_of(priv.space, b[cand])
+        cand = priv.engine.space.is_member(a)
+        ca, cb = _classes_of(priv.engine.space, a[cand]), _classes_of(priv.engine.space, b[cand])
         changed += int((ca != cb).sum())
         replaced += int((a[cand] != b[cand]).sum())
         total += int(cand.sum())
@@ -161,7 +161,7 @@ def test_every_output_stays_in_its_input_class(wordpiece, public_corpus, mechani
 def test_vector_release_is_not_split(wordpiece):
     """postprocess='vector' releases noisy vectors before any token is chosen: one space."""
     priv = Privatizer(PrivatizerConfig(epsilon=5.0, model=wordpiece, postprocess="vector"), seed=SEED)
-    assert [c.name for c in priv.classes] == ["all"]
+    assert [c.name for c in priv.engine.classes] == ["all"]
     assert priv.privacy_report()["candidate_set"]["per_class"] is None
 
 
@@ -179,8 +179,8 @@ def test_per_class_claims_report_and_row_columns(wordpiece):
     report = priv.privacy_report()
     per_class = report["candidate_set"]["per_class"]
     assert [c["name"] for c in per_class] == ["word_initial", "continuation"]
-    assert sum(c["size"] for c in per_class) == report["candidate_set"]["size"] == priv.space.V
-    for c, part in zip(per_class, priv.classes, strict=True):
+    assert sum(c["size"] for c in per_class) == report["candidate_set"]["size"] == priv.engine.space.V
+    for c, part in zip(per_class, priv.engine.classes, strict=True):
         assert c["marker"] == "##"
         assert c["diam"] == pytest.approx(_diam(part.space.E), rel=1e-6)  # float64 brute force
         assert c["epsilon_token"] == pytest.approx(eps * c["diam"], rel=1e-12)
@@ -200,9 +200,14 @@ def test_per_class_claims_report_and_row_columns(wordpiece):
 
 def test_pair_bound_holds_within_a_class_only(cluster_model):
     priv = Privatizer(PrivatizerConfig(epsilon=1.0, model=cluster_model), seed=SEED)
-    claim = priv.claim
+    claim = priv.engine.claim
     assert claim.pair_bound is not None
-    pos = {t: i for i, t in enumerate(priv.space.tokenizer.convert_ids_to_tokens(priv.space.candidate_ids.tolist()))}
+    pos = {
+        t: i
+        for i, t in enumerate(
+            priv.engine.space.tokenizer.convert_ids_to_tokens(priv.engine.space.candidate_ids.tolist())
+        )
+    }
     assert claim.pair_bound(pos["wa"], pos["wb"]) == pytest.approx(1.0)  # ε·|0 − 1|
     assert claim.pair_bound(pos["##wa"], pos["##wc"]) == pytest.approx(2.0)
     assert claim.pair_bound(pos["wa"], pos["##wa"]) == math.inf  # different classes: no claim
@@ -211,8 +216,8 @@ def test_pair_bound_holds_within_a_class_only(cluster_model):
 # --------------------------------------------------------------------------- the law on a class space
 def _counts(priv: Privatizer, position: int, n: int, row: int) -> np.ndarray:
     """Outputs (positions in C) of ``n`` releases of the candidate at ``position`` through the privatizer."""
-    out = priv.release_positions([torch.full((n,), position, dtype=torch.int64)], [row])[0]
-    return np.bincount(out.numpy(), minlength=priv.space.V)
+    out = priv.engine.release_positions([torch.full((n,), position, dtype=torch.int64)], [row])[0]
+    return np.bincount(out.numpy(), minlength=priv.engine.space.V)
 
 
 @pytest.mark.parametrize("mechanism", ["santext", "tem"])
@@ -223,12 +228,12 @@ def test_selection_law_on_a_class_space(cluster_model, mechanism, token):
     eps = 3.0
     cfg = PrivatizerConfig(mechanism=mechanism, epsilon=eps, model=cluster_model)
     priv = Privatizer(cfg, seed=SEED)
-    tokens = priv.space.tokenizer.convert_ids_to_tokens(priv.space.candidate_ids.tolist())
+    tokens = priv.engine.space.tokenizer.convert_ids_to_tokens(priv.engine.space.candidate_ids.tolist())
     w = tokens.index(token)
-    part = next(p for p in priv.classes if w in p.positions)
+    part = next(p for p in priv.engine.classes if w in p.positions)
     E = part.space.E.double().numpy()
     gamma = Tem(epsilon=eps).gamma_for(part.space.V) if mechanism == "tem" else math.inf
-    law = np.zeros(priv.space.V)
+    law = np.zeros(priv.engine.space.V)
     law[part.positions] = exp_mech_law(E, eps, gamma)[int(np.flatnonzero(part.positions == w)[0])]
     counts = _counts(priv, w, 100_000, row=5)
     assert chi2_gof_pvalue(counts, law) > ALPHA
@@ -296,8 +301,8 @@ def test_calibration_matches_the_privatizer_per_class(wordpiece, mechanism):
     result = calibrate(config=cfg, epsilons=[eps], n=4000, calibration_seed=11)
     rate, se = result.rates[eps]
     priv = Privatizer(cfg, seed=SEED)
-    w = torch.from_numpy(np.random.default_rng(5).integers(0, priv.space.V, 20_000))
-    out = priv.release_positions([w], [3])[0]
+    w = torch.from_numpy(np.random.default_rng(5).integers(0, priv.engine.space.V, 20_000))
+    out = priv.engine.release_positions([w], [3])[0]
     measured = float((out != w).double().mean())
     assert abs(rate - measured) < 4 * math.hypot(se, math.sqrt(measured * (1 - measured) / w.numel()))
     mixed = calibrate(

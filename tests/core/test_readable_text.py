@@ -39,7 +39,7 @@ def _no_noise(model: str) -> Privatizer:
 
 
 def _normalised(priv: Privatizer, text: str) -> str:
-    norm = priv.space.tokenizer.backend_tokenizer.normalizer
+    norm = priv.engine.space.tokenizer.backend_tokenizer.normalizer
     return text if norm is None else str(norm.normalize_str(text))
 
 
@@ -144,7 +144,7 @@ def test_wordpiece_unknown_token_and_dropped_characters(tiny_bert):
 def test_input_ids_unchanged_one_to_one(tiny_bert):
     priv = _no_noise(tiny_bert)
     res = priv({"text": TEXTS}, list(range(len(TEXTS))))
-    tok = priv.space.tokenizer
+    tok = priv.engine.space.tokenizer
     for text, ids in zip(TEXTS, res["input_ids"], strict=True):
         assert ids == tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
 

@@ -184,7 +184,7 @@ def test_hard_rows_are_privatized_not_dropped(case, model, unicode_runs):
     text, out, inf, file_rows = run["texts"][i], run["out"], run["inf"], run["file"]
     assert len(out) == len(inf) == len(file_rows) == len(UNICODE_CASES)  # nothing dropped, order kept
     assert file_rows[i]["text"] == out[i]["text"] and file_rows[i]["case"] == case  # the file holds what we return
-    space = run["priv"].space
+    space = run["priv"].engine.space
     tok = space.tokenizer
     ids_in = tok(text, add_special_tokens=True, split_special_tokens=True)["input_ids"]
     ids_out = out[i]["input_ids"]

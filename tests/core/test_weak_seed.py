@@ -117,7 +117,7 @@ def test_pickled_weak_privatizer_still_works(cfg):
     texts = corpus(4, seed=3)
     assert clone.privatize(texts) == priv.privatize(texts)
     collator = pickle.loads(pickle.dumps(_collator(cfg, WEAK, allow_weak_seed=True)))
-    assert collator._encoder.privatizer.seed == WEAK
+    assert collator._encoder.engine.seed == WEAK
 
 
 def test_strong_seed_fingerprint_is_unchanged_by_the_flag(cfg):

@@ -53,7 +53,7 @@ SMALL = AttackSettings(train_rows=150, bootstrap=200, epochs=2, neighbours=20)
 def _draws(priv: Privatizer, x: int, n: int) -> np.ndarray:
     """n releases of input position x, as rows of 100 tokens."""
     rows = [torch.full((100,), x, dtype=torch.int64) for _ in range(n // 100)]
-    return torch.cat(priv.release_positions(rows, list(range(len(rows))))).numpy()
+    return torch.cat(priv.engine.release_positions(rows, list(range(len(rows))))).numpy()
 
 
 def _law_column(law: ExactLaw, V: int, x: int, eps_scale: float = 1.0) -> np.ndarray:
@@ -68,7 +68,7 @@ def _law_column(law: ExactLaw, V: int, x: int, eps_scale: float = 1.0) -> np.nda
 def test_exact_law_matches_the_mechanism(tiny_random_vocab: str, mechanism: str) -> None:
     """χ² of 20,000 releases of w0 against ExactLaw's P[· | w0]; the law with ε doubled is rejected."""
     priv = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=2.0, model=tiny_random_vocab), seed=2**40 + 71)
-    V = priv.space.V
+    V = priv.engine.space.V
     law = ExactLaw(priv)
     counts = np.bincount(_draws(priv, 0, 20_000), minlength=V)
     p = _law_column(law, V, 0)
@@ -81,7 +81,7 @@ def test_exact_law_matches_the_mechanism(tiny_random_vocab: str, mechanism: str)
 def test_exact_law_self_likelihood(tiny_random_vocab: str) -> None:
     priv = Privatizer(PrivatizerConfig(mechanism="santext", epsilon=2.0, model=tiny_random_vocab), seed=2**40 + 3)
     law = ExactLaw(priv)
-    V = priv.space.V
+    V = priv.engine.space.V
     lists = law.lists(np.arange(V), np.zeros(V), 0.0, V)
     for y in range(V):
         assert law.self_log_lik(np.array([y]))[0] == pytest.approx(lists.scores[y][lists.guesses[y] == y][0])
@@ -90,10 +90,10 @@ def test_exact_law_self_likelihood(tiny_random_vocab: str) -> None:
 def test_fitted_law_neighbourhoods(tiny_random_vocab: str) -> None:
     """The token itself first at distance 0, neighbours by distance, and a huge λ guesses the released token."""
     priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=2.0, model=tiny_random_vocab), seed=2**40 + 9)
-    V = priv.space.V
+    V = priv.engine.space.V
     law = FittedLaw(priv, neighbours=5)
     law.prepare(np.arange(V), (0.01, 1000.0))
-    E = priv.space.E.double().numpy()
+    E = priv.engine.space.E.double().numpy()
     for u, y in enumerate(law.ys):
         assert law.nb[u, 0] == y and law.nd[u, 0] == 0.0
         d = np.linalg.norm(E - E[y], axis=1)
@@ -253,7 +253,7 @@ def test_bayes_check_catches_a_prior_only_attacker(attack_records: dict[str, dic
     priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=200.0, model=rec["model"]), seed=2**40 + 5)
     law = FittedLaw(priv, neighbours=20)
     law.prepare(released.released, (1e-6,))
-    logp = log_prior(np.bincount(released.inputs, minlength=priv.space.V), 0.5)  # even the private frequencies
+    logp = log_prior(np.bincount(released.inputs, minlength=priv.engine.space.V), 0.5)  # even the private frequencies
     g, _ = law.lists(released.released, logp, 1.0, 1, 0).for_tokens(released.released)
     hits = g[:, 0] == released.inputs
     _, _, hi = row_bootstrap(hits, released.row_sizes, 200, 3)

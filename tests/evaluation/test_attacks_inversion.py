@@ -366,9 +366,9 @@ def test_recipe_family_pool(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match="inversion_pool must be a list of ε, 'family' or a mapping"):
         load_attack_recipe(path)
     for bad, match in [
-        ("private_split: 1.5", "private_split must be a fraction in"),
-        ("private_split: half", "private_split must be a fraction in"),
-        ("public_ngram: 0", "public_ngram must be a positive number of words"),
+        ("private_split: 1.5", "private_split = 1.5: Input should be less than 1"),
+        ("private_split: half", "private_split = 'half': Input should be a valid number"),
+        ("public_ngram: 0", "public_ngram = 0: Input should be greater than or equal to 1"),
     ]:  # refused on loading, before any task is read
         path.write_text(body % "family" + bad + "\n")
         with pytest.raises(InvalidParameterError, match=match):

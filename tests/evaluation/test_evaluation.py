@@ -192,7 +192,7 @@ def test_summary_flags_cells_below_chance(tmp_path):
     """CR, mahalanobis ε = 40: train_only 44.8 is below CR's majority-class rate (63.8), train_and_test 70.0 not."""
     import json
 
-    from hf_textdp.evaluation.summary import BELOW_CHANCE, CHANCE_NOTE, summary_markdown
+    from hf_textdp.evaluation.summary import BELOW_CHANCE, CHANCE_NOTE, folder_markdown
 
     folder = tmp_path / "full"
     folder.mkdir()
@@ -203,12 +203,12 @@ def test_summary_flags_cells_below_chance(tmp_path):
     for setting, acc in (("train_only", 44.8), ("train_and_test", 70.0)):
         res = {**base, "setting": setting, "label": "mahalanobis", "epsilon": 40.0, "accuracy": acc}
         (folder / f"cr__mahalanobis__eps40__{setting}.json").write_text(json.dumps(res))
-    text = summary_markdown(tmp_path)
+    text = folder_markdown(folder)
     assert "| chance (majority class) | – | 63.8 |" in text
     assert f"| mahalanobis | 40 | 44.8{BELOW_CHANCE} / 70.0 |" in text
     assert "| clean | – | 79.0 |" in text and CHANCE_NOTE in text
     (folder / "cr__mahalanobis__eps40__train_only.json").unlink()  # nothing below chance: no footnote
-    assert BELOW_CHANCE not in summary_markdown(tmp_path)
+    assert BELOW_CHANCE not in folder_markdown(folder)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_summary_flags_cells_below_chance(tmp_path):
         ({"name": "x", "tasks": ["nope"]}, "Known tasks"),
         ({"name": "x", "tasks": []}, "at least one"),
         ({"name": "x", "tasks": ["mr"], "typo": 1}, "unknown key"),
-        ({"name": "x y", "tasks": ["mr"]}, "recipe name"),
+        ({"name": "x y", "tasks": ["mr"]}, "recipe: name = 'x y': String should match pattern"),
         ({"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": []}]}, "epsilons"),
         (
             {"name": "x", "tasks": ["mr"], "privatizers": [{"mechanism": "madlib", "epsilons": [10, -1]}]},
@@ -346,7 +346,9 @@ def test_cli_evaluate_writes_summary(tiny_bert, shared_dir, tmp_path, monkeypatc
     recipe.write_text(yaml.safe_dump(raw))
     assert main(["evaluate", str(recipe), "--output", str(tmp_path / "results")]) == 0
     summary = (tmp_path / "results" / "README.md").read_text()
-    assert "| clean | – |" in summary and "trec" in summary and "madlib" in summary
+    assert "[`tiny`](tiny/README.md)" in summary  # the index links the recipe folder's README, which has the table
+    table = (tmp_path / "results" / "tiny" / "README.md").read_text()
+    assert "| clean | – |" in table and "trec" in table and "madlib" in table
     assert main(["evaluate", str(tmp_path / "missing.yaml")]) == 2
 
 
@@ -628,3 +630,23 @@ def test_save_result_outside_a_git_checkout_is_quiet(tmp_path, monkeypatch, capf
     assert saved["accuracy"] == 0.5 and saved["std"] is None and saved["_git_commit_hash"] is None
     assert {"_timestamp", "_evaluate_version", "_python_version", "_interpreter_path"} <= saved.keys()
     assert capfd.readouterr().err == ""
+
+
+def test_results_readme_is_an_index_of_the_folders_readmes(tmp_path):
+    """Issue 55 item 6: results/README.md links each folder's README; a folder's table goes into its own README,
+    and a README written by hand is kept."""
+    from hf_textdp.evaluation.summary import GENERATED, write_summary
+
+    base = {"task": "cr", "protocol": "cv", "max_rows": None, "setting": "clean", "label": "clean", "epsilon": None}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        recipe = {"content": {"description": f"Recipe {name}. More words."}}
+        (tmp_path / name / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 79.0, "recipe": recipe}))
+    (tmp_path / "b" / "README.md").write_text("# Folder b, by hand\n", encoding="utf-8")
+    (tmp_path / "FINDINGS.md").write_text("# Findings\n", encoding="utf-8")
+    index = write_summary(tmp_path).read_text(encoding="utf-8")
+    assert "| [`a`](a/README.md) | Recipe a. |" in index and "| [`b`](b/README.md) | Recipe b. |" in index
+    assert "[FINDINGS.md](FINDINGS.md)" in index and "| clean |" not in index
+    own = (tmp_path / "a" / "README.md").read_text(encoding="utf-8")
+    assert own.startswith(GENERATED) and "| clean | – | 79.0 |" in own
+    assert (tmp_path / "b" / "README.md").read_text(encoding="utf-8") == "# Folder b, by hand\n"

@@ -8,7 +8,7 @@ import pytest
 
 from hf_textdp.evaluation.finetune_full import full_table, parse_full, run_full_finetune
 from hf_textdp.evaluation.recipe import run_recipe_file
-from hf_textdp.evaluation.summary import summary_markdown
+from hf_textdp.evaluation.summary import folder_markdown, summary_markdown
 from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV
 
 
@@ -84,7 +84,9 @@ def test_full_finetune_tiny_end_to_end(tiny_bert, shared_dir, tmp_path, monkeypa
     assert all(p.stat().st_mtime_ns == m for p, m in mtimes.items())
     table = "\n".join(full_table(list(recs.values())))
     assert "| trec | madlib | 50 | on_the_fly | 1 |" in table and "| trec | clean |" in table
-    assert "## `ft_full`" in summary_markdown(tmp_path) and "on_the_fly" in summary_markdown(tmp_path)
+    assert "[`ft_full`](ft_full/README.md)" in summary_markdown(tmp_path)
+    folder_readme = folder_markdown(tmp_path / "ft_full")
+    assert folder_readme is not None and "# `ft_full`" in folder_readme and "on_the_fly" in folder_readme
     # no text of the task in any record
     lines = (shared_dir / "data" / "senteval" / "trec.train.jsonl").read_text(encoding="utf-8").splitlines()
     texts = [json.loads(line)["text"] for line in lines]

@@ -125,3 +125,23 @@ def test_faker_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "faker", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'hf-textdp\[eval\]'"):
         identifier_lists()
+
+
+def test_real_kinds_with_both_phrasings():
+    """Issue 54 item 6: the fifteen real-world kinds, each span on its value, in two disjoint phrasings; one seed
+    gives one set."""
+    from hf_textdp.evaluation.identifier_kinds import CARRIERS, REAL_KINDS
+
+    texts = ["a fine film with a weak ending"] * 60
+    a = inject_identifiers(texts, seed=5401, kinds=REAL_KINDS, per_row=(2, 3), phrasing="tuning")
+    assert a == inject_identifiers(texts, seed=5401, kinds=REAL_KINDS, per_row=(2, 3), phrasing="tuning")
+    seen = {k for r in a for k in r["kinds"]}
+    assert seen == set(REAL_KINDS)
+    for r in a:
+        for s, e in r["spans"]:
+            value = r["text"][s:e]
+            assert value == value.strip() and value not in texts[0]
+    for kind in REAL_KINDS:  # no carrier phrase of the held-out set is a tuning one
+        assert not set(CARRIERS["tuning"][kind]) & set(CARRIERS["heldout"][kind])
+    with pytest.raises(InvalidParameterError, match="phrasing"):
+        inject_identifiers(texts, seed=1, kinds=REAL_KINDS, phrasing="other")

@@ -111,17 +111,17 @@ def test_shipped_glove_recipe_names_the_fetched_file():
 
 
 def test_summary_names_a_vector_file_encoder(tmp_path):
-    from hf_textdp.evaluation.summary import summary_markdown
+    from hf_textdp.evaluation.summary import folder_markdown
 
     folder = tmp_path / "g"
     folder.mkdir()
     base = {"task": "cr", "protocol": "cv", "max_rows": None, "setting": "clean", "label": "clean", "epsilon": None}
     enc = {"name": "bag_of_vectors", "model": "glove.840B.300d_filtered.txt", "kind": "glove"}
     (folder / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 80.0, "encoder": enc}))
-    assert "Encoder: `bag_of_vectors` on `glove.840B.300d_filtered.txt`;" in summary_markdown(tmp_path)
+    assert "Encoder: `bag_of_vectors` on `glove.840B.300d_filtered.txt`;" in folder_markdown(folder)
     enc = {"name": "bag_of_vectors", "model": "sentence-transformers/all-MiniLM-L6-v2"}
     (folder / "cr__clean.json").write_text(json.dumps({**base, "accuracy": 80.0, "encoder": enc}))
-    assert "Encoder: `bag_of_vectors`;" in summary_markdown(tmp_path)
+    assert "Encoder: `bag_of_vectors`;" in folder_markdown(folder)
 
 
 def test_results_card_on_static_vectors_names_no_hub_base_model(tmp_path):

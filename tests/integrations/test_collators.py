@@ -244,7 +244,7 @@ def test_inputs_embeds_shapes_and_public_positions(tiny_bert):
     feats = _features(n=5)
     batch = collator(feats)
     plain = collator.tokenizer([f["text"] for f in feats], padding=True, truncation=True, return_tensors="pt")
-    E = collator._encoder.space.E_full
+    E = collator._encoder.engine.space.E_full
     B, L = plain["input_ids"].shape
     assert batch["inputs_embeds"].shape == (B, L, E.shape[1]) and batch["inputs_embeds"].dtype == torch.float32
     assert "input_ids" not in batch and torch.equal(batch["attention_mask"], plain["attention_mask"])

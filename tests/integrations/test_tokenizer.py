@@ -13,8 +13,8 @@ import torch
 
 from hf_textdp import PrivateTokenizer, PrivatizerConfig, privacy_report
 from hf_textdp.errors import InvalidParameterError, ParameterTypeError, TokenizerNotSupportedError
-from hf_textdp.integrations.tokenizer import check_row_id
 from hf_textdp.space import CANDIDATE
+from hf_textdp.validation import check_row_ids
 from tests.utils import corpus
 
 
@@ -100,7 +100,7 @@ def test_shapes_masks_and_specials_equal_for_small_epsilon(model, kwargs):
             assert _equal(got[key], want[key]), key
     ids_got, ids_want = (np.asarray(got["input_ids"], dtype=object), np.asarray(want["input_ids"], dtype=object))
     assert ids_got.shape == ids_want.shape
-    space, claim = ptok.privatizer.space, ptok.privatizer.claim
+    space, claim = ptok._encoder.engine.space, ptok._encoder.engine.claim
     changed = 0
     for j, enc in enumerate(want.encodings):
         seq = np.array([s is not None for s in enc.sequence_ids])
@@ -121,7 +121,7 @@ def test_truncation_counts_only_kept_positions(tiny_bert):
     cut = ptok(text, indices=0, truncation=True, max_length=10)
     assert len(cut["input_ids"]) == 10 and cut["dp_tokens"] == 8
     assert full["dp_tokens"] > 300
-    eps_tok = ptok.privatizer.claim.epsilon_token
+    eps_tok = ptok._encoder.engine.claim.epsilon_token
     assert cut["dp_epsilon"] == 8 * eps_tok
     left = ptok(text, indices=0, truncation=True, max_length=10, truncation_side="left")
     assert len(left["input_ids"]) == 10
@@ -171,7 +171,7 @@ def test_unseeded_calls_draw_fresh_noise(tiny_bert):
 
 @pytest.mark.parametrize("stream", [-1, True, 2**63, "0"])
 def test_bad_stream_refused_by_tokenizer_and_encoder(tiny_bert, stream):
-    from hf_textdp.integrations.tokenizer import PrivateEncoder
+    from hf_textdp.integrations.encoder import PrivateEncoder
 
     cfg = PrivatizerConfig(epsilon=1.0, model=tiny_bert)
     for build in (PrivateTokenizer, PrivateEncoder):
@@ -238,7 +238,7 @@ def test_report_counts_an_example_once_over_its_overflow_windows(tiny_bert):
     assert len(enc["dp_tokens"]) > 2 and sum(enc["dp_tokens"]) > whole  # overlapping windows
     rep = privacy_report(ptok)["totals"]
     assert rep["rows"] == 2 and rep["max_row_dp_tokens"] == whole  # the whole call, then the windows: one each
-    assert rep["max_row_dp_epsilon"] == pytest.approx(whole * ptok.privatizer.claim.epsilon_token)
+    assert rep["max_row_dp_epsilon"] == pytest.approx(whole * ptok._encoder.engine.claim.epsilon_token)
     assert rep["max_row_dp_epsilon"] > max(enc["dp_epsilon"])
 
 
@@ -379,7 +379,7 @@ def test_texts_the_tokenizer_refuses_are_named(tiny_bert, text, pair, error, mat
         (2**63, InvalidParameterError, "an int >= 2\\*\\*63"),
     ],
 )
-def test_check_row_id_names_the_fault_with_its_error_class(value, error, said):
+def test_check_row_ids_names_the_fault_with_its_error_class(value, error, said):
     with pytest.raises(error, match=f"indices must hold ints in \\[0, 2\\*\\*63\\), got {said}\\.$"):
-        check_row_id(value, "indices")
-    assert check_row_id(np.int64(7), "indices") == 7
+        check_row_ids([0, value], "indices")
+    assert check_row_ids([np.int64(7)], "indices") == [7]

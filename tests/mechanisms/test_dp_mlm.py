@@ -216,10 +216,10 @@ def test_every_position_counted_and_no_special(mlm: str) -> None:
     """dp_tokens = every non-structural position; dp_epsilon = n·ε; released ids never special and class-preserved."""
     out = _privatize(mlm, ROWS, eps=0.5)
     priv = out["_priv"][0]
-    tok = priv.space.tokenizer
+    tok = priv.engine.space.tokenizer
     special = set(tok.all_special_ids)
-    classes = priv.space.position_class()
-    pos_of = {int(i): k for k, i in enumerate(priv.space.candidate_ids.tolist())}
+    classes = priv.engine.space.position_class()
+    pos_of = {int(i): k for k, i in enumerate(priv.engine.space.candidate_ids.tolist())}
     for r, text in enumerate(ROWS):
         ids = tok(text)["input_ids"]
         # [CLS]/<s> and [SEP]/</s> are structural; an unknown piece (",": not in the tiny vocabulary) passes through
@@ -268,7 +268,7 @@ def test_refusals(tiny_bert: str, bert_mlm: str) -> None:
     cfg = PrivatizerConfig(mechanism="dp_mlm", epsilon=1.0, model=bert_mlm)
     priv = Privatizer(cfg, seed=2**40 + 4440)
     with pytest.raises(InvalidParameterError, match="contextual"):
-        priv.release_positions([torch.tensor([3, 4])], [0])
+        priv.engine.release_positions([torch.tensor([3, 4])], [0])
     with pytest.raises(InvalidParameterError, match="a < b"):
         DpMlm(epsilon=1.0, clip=[1.0, 1.0])
     with pytest.raises(ParameterTypeError, match="clip"):
@@ -280,9 +280,9 @@ def test_refusals(tiny_bert: str, bert_mlm: str) -> None:
 def test_claim_and_details(bert_mlm: str) -> None:
     cfg = PrivatizerConfig(mechanism="dp_mlm", epsilon=3.0, model=bert_mlm, options={"clip": [-2.0, 6.0]})
     priv = Privatizer(cfg, seed=2**40 + 4450)
-    claim = priv.claim
+    claim = priv.engine.claim
     assert (claim.guarantee, claim.metric, claim.epsilon_token, claim.delta_token) == ("dp", None, 3.0, 0.0)
-    d = priv.mechanism.details(priv.space)
+    d = priv.engine.mechanism.details(priv.engine.space)
     assert d["sensitivity"] == 8.0 and d["exponent_scale"] == pytest.approx(3.0 / 16.0, rel=1e-15)
 
 
@@ -353,7 +353,7 @@ def test_once_runs_the_encoder_once_per_batch(bert_mlm: str) -> None:
     out = _privatize(bert_mlm, ROWS[:1], context="once")  # loads the model and the classes
     priv = out["_priv"][0]
     scorer = priv.engine.class_mechanisms[0][1]._scorer
-    assert len(priv.classes) == 2
+    assert len(priv.engine.classes) == 2
     parts = split_head(scorer.model)
     assert parts is not None
     calls: list[int] = []

@@ -223,7 +223,7 @@ def test_privacy_report_resolves_rank_c(tiny_bert):
     priv = Privatizer(PrivatizerConfig(epsilon=20.0, model=tiny_bert, postprocess="rank"), seed=2**40 + 3)
     priv.privatize(["a short text"])
     params = priv.privacy_report()["postprocess_parameters"]
-    c = Rank().rank_constant(priv.mechanism, priv.space)
+    c = Rank().rank_constant(priv.engine.mechanism, priv.engine.space)
     assert params == {"rank_c": "auto", "rank_c_value": c, "rank_lambda": c * 20.0}
 
 
@@ -380,7 +380,7 @@ def test_vector_release_without_noise_is_the_input_rows(small_path):
     )
     priv = Privatizer(cfg, seed=2**40 + 2)
     out = priv({"text": ["w4 w9"]}, [0])
-    E = priv.space.E.numpy()
+    E = priv.engine.space.E.numpy()
     np.testing.assert_array_equal(np.asarray(out["inputs_embeds"][0], dtype=np.float32), E[[4, 9]])
 
 

@@ -228,3 +228,30 @@ def test_cli_end_to_end(fmt, cfg, reference, tiny_bert, tmp_path):
     assert [r["input_ids"] for r in rows] == reference["input_ids"]
     assert [r["label"] for r in rows] == list(range(N))
     assert json.loads(report_path_for(output).read_text())["totals"]["rows"] == N
+
+
+# ---------------------------------------------------------------- issue 55 item 3: one check, the report returned
+@pytest.mark.parametrize("streaming", [False, True])
+def test_return_report_gives_the_report_saved_with_the_output(streaming, cfg, tmp_path):
+    src = _source("jsonl", tmp_path)
+    out = tmp_path / "out.jsonl"
+    ds, report = privatize_dataset(src, cfg, seed=SEED, output_dir=out, streaming=streaming, return_report=True)
+    saved = json.loads(report_path_for(out).read_text(encoding="utf-8"))
+    assert report == {k: v for k, v in saved.items() if k != "output_sha256"}  # the saved one binds the output too
+    assert report["totals"]["rows"] == N == sum(1 for _ in ds)
+    with pytest.raises(InvalidParameterError, match="^return_report=True needs output_dir"):
+        privatize_dataset(src, cfg, seed=SEED, return_report=True)
+
+
+def test_each_input_is_checked_once(cfg, tmp_path, monkeypatch):
+    """The source path is compared with the public files once, not before and again after loading."""
+    vocab = tmp_path / "public.txt"
+    vocab.write_text("good\nmovie\n", encoding="utf-8")
+    cfg = PrivatizerConfig(epsilon=3.0, model=cfg.model, candidates={"set": "public_vocab", "vocab": str(vocab)})
+    src = _source("jsonl", tmp_path)
+    seen: list[tuple[str, str]] = []
+    real = pipeline.check_public
+    monkeypatch.setattr(pipeline, "check_public", lambda p, s, **kw: seen.append((str(p), str(s))) or real(p, s, **kw))
+    privatize_dataset(src, cfg, seed=SEED, output_dir=tmp_path / "out.jsonl")
+    assert seen.count((str(vocab), src)) == 1
+    assert len(seen) == len(set(seen))

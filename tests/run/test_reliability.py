@@ -369,7 +369,7 @@ def test_an_epsilon_whose_token_bound_overflows_is_refused(mechanism, tmp_path):
         priv.privacy_report()
     largest = float(re.search(r"the largest epsilon with a finite bound here is ([0-9.e+]+)\.$", str(info.value))[1])
     ok = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest, model=str(vec)), seed=SEED)
-    assert math.isfinite(ok.claim.epsilon_token)
+    assert math.isfinite(ok.engine.claim.epsilon_token)
     over = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest * (1 + 1e-9), model=str(vec)), seed=SEED)
     with pytest.raises(InvalidParameterError, match="epsilon too large"):
         over.privacy_report()

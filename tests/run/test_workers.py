@@ -55,9 +55,9 @@ def test_release_service_workers_write_the_local_rows(tiny_bert, tmp_path, shard
     out = {"output_dir": tmp_path / "local.jsonl", "shard_size": 16} if sharded else {}
     local = privatize_dataset(ds, cfg, seed=seed, batch_size=8, **out)
     parent = Privatizer(cfg, seed=seed)
-    parent.space  # noqa: B018 - loaded before the service runs, as the pipeline does
+    parent.engine.load()  # loaded before the service runs, as the pipeline does
     out = {"output_dir": tmp_path / "served.jsonl", "shard_size": 16} if sharded else {}
-    with spawned_workers("cuda", 2), serving(parent.release_keyed) as service:
+    with spawned_workers("cuda", 2), serving(parent.engine.release_keyed) as service:
         served = privatize_dataset(ds, cfg, seed=seed, num_proc=2, batch_size=8, **out)
     assert service.batches >= 60 // 8
     for col in ("text", "input_ids", "dp_tokens"):

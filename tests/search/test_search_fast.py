@@ -351,13 +351,13 @@ def test_batch_split_and_release_list_api_agree(tmp_path: Path) -> None:
         for key, v in b.items():
             parts.setdefault(key, []).extend(v)
     assert parts == whole
-    space = priv.space
+    space = priv.engine.space
     pos = [
         torch.from_numpy(space.classify(np.asarray(ids))[1])
         for ids in priv({"text": texts}, list(range(40)))["input_ids"]
     ]
     pos = [p[p >= 0] for p in pos]
-    rel = priv.release_positions(pos, list(range(len(pos))))
+    rel = priv.engine.release_positions(pos, list(range(len(pos))))
     flat = priv.engine.release_flat(torch.cat(pos), [int(p.numel()) for p in pos], list(range(len(pos))))
     assert torch.equal(torch.cat(rel), flat)
     assert all(r.dtype == torch.int64 and r.numel() == p.numel() for r, p in zip(rel, pos, strict=True))

@@ -86,7 +86,8 @@ def test_detectors_keep_nothing_of_emails_phones_and_cards(rows, tokenizer):
 
 
 def test_span_column_keeps_nothing_of_the_names(rows, tokenizer):
-    cfg = PrivatizerConfig(epsilon=50.0, sensitive={"epsilon": 1.0, "column": "spans", "others": "keep"})
+    sens = {"epsilon": 1.0, "column": "spans", "detectors": [], "others": "keep"}
+    cfg = PrivatizerConfig(epsilon=50.0, sensitive=sens)
     priv = Privatizer(cfg, seed=SEED)
     out = priv({"text": [r["text"] for r in rows], "spans": [r["spans"] for r in rows]}, list(range(len(rows))))
     found, total = _survivors(rows, out["text"], {"name", "email", "phone", "card", "city", "id"})
@@ -111,7 +112,8 @@ def test_cli_flags_give_the_api_output(rows, tmp_path, tokenizer, capsys):
     argv += ["--others", "privatize"]
     assert main(argv) == 0
     line = capsys.readouterr().out
-    assert re.search(r"\), \d+ sensitive at epsilon=1, 0 passthrough; report: ", line), line
+    assert re.search(r"sensitive: \d+ tokens at epsilon_s=1 per token; others: \d+ tokens at epsilon=50 ", line)
+    assert "detectors email, phone, card, span column 'spans'" in line and "0 passthrough; report: " in line
     cli = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
     sens = {"epsilon": 1.0, "detectors": ["email", "phone", "card"], "column": "spans", "others": "privatize"}
     api = Privatizer(PrivatizerConfig(epsilon=50.0, sensitive=sens), seed=SEED)(

@@ -66,7 +66,7 @@ def test_madlib_sensitive_positions_follow_the_law_at_sensitive_epsilon(t1d, mon
     releases sensitive positions at config.epsilon is rejected at every input (α)."""
     if mutated:
         _mutant(monkeypatch)
-    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1.0, "column": "spans"})
+    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1.0, "column": "spans", "detectors": []})
     priv = Privatizer(cfg, seed=SEED)
     for i in range(3):
         sens, other = _class_counts(priv, f"x{i}")
@@ -82,7 +82,11 @@ def test_tem_sensitive_positions_follow_the_law_at_sensitive_epsilon(t1d, monkey
     if mutated:
         _mutant(monkeypatch)
     cfg = PrivatizerConfig(
-        epsilon=2.0, mechanism="tem", model=t1d, options={"beta": 0.01}, sensitive={"epsilon": 0.5, "column": "spans"}
+        epsilon=2.0,
+        mechanism="tem",
+        model=t1d,
+        options={"beta": 0.01},
+        sensitive={"epsilon": 0.5, "column": "spans", "detectors": []},
     )
     priv = Privatizer(cfg, seed=SEED + 1)
     law = {e: exp_mech_law(X, e, tem_gamma(epsilon=e, beta=0.01, V=3)) for e in (0.5, 2.0)}
@@ -99,7 +103,9 @@ def test_row_columns_sum_the_two_classes(t1d):
     others='keep' dp_epsilon is null, dp_tokens counts the sensitive positions and the others are unchanged."""
     texts = ["x0 x1 x2 x0 x1", "x2 x2", "x1"]
     spans = [[[0, 2], [6, 8]], [], [[0, 2]]]
-    priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans"}), SEED)
+    priv = Privatizer(
+        PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans", "detectors": []}), SEED
+    )
     out = priv({"text": texts, "spans": spans}, [0, 1, 2])
     assert out["dp_sensitive_tokens"] == [2, 0, 1]
     assert out["dp_tokens"] == [5, 2, 1]
@@ -109,7 +115,9 @@ def test_row_columns_sum_the_two_classes(t1d):
     assert rep["totals"]["sensitive_tokens"] == 3 and rep["totals"]["max_row_dp_epsilon"] == pytest.approx(21.0)
     assert "same class (sensitive or other) at every position" in rep["row_guarantee"]
 
-    keep = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans", "others": "keep"})
+    keep = PrivatizerConfig(
+        epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans", "detectors": [], "others": "keep"}
+    )
     priv_k = Privatizer(keep, SEED)
     out_k = priv_k({"text": texts, "spans": spans}, [0, 1, 2])
     assert out_k["dp_tokens"] == [2, 0, 1] and out_k["dp_epsilon"] == [None, None, None]
@@ -138,7 +146,7 @@ def test_sensitive_word_missing_from_the_vector_file_is_never_verbatim(t1d):
 
 
 def test_spans_are_required_and_named(t1d):
-    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1.0, "column": "spans"})
+    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1.0, "column": "spans", "detectors": []})
     priv = Privatizer(cfg, SEED)
     with pytest.raises(InvalidParameterError, match="spans"):
         priv.privatize(["x0 x1"])
@@ -149,7 +157,7 @@ def test_spans_are_required_and_named(t1d):
 def test_remote_release_carries_the_mask(t1d):
     """The release service's handler reads a sensitive position p sent as -1 - p: the same draws as the local
     release with the mask."""
-    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans"})
+    cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 0.5, "column": "spans", "detectors": []})
     engine = Privatizer(cfg, SEED).engine
     engine.load()
     pos = torch.tensor([0, 1, 2, 0, 1, 2] * 50)
@@ -173,7 +181,7 @@ def test_private_tokenizer_refuses_sensitive(t1d):
 
 def test_config_round_trip_and_bad_values(tmp_path, t1d):
     cfg = PrivatizerConfig(epsilon=2.0, model=t1d, sensitive={"epsilon": 1, "detectors": ["card"]})
-    assert cfg.sensitive == {"epsilon": 1.0, "detectors": ["card"], "others": "privatize"}
+    assert cfg.to_dict()["sensitive"] == {"epsilon": 1.0, "detectors": ["card"], "others": "privatize"}
     cfg.save_pretrained(tmp_path)
     assert PrivatizerConfig.from_pretrained(tmp_path) == cfg
     with pytest.raises(InvalidParameterError, match='sensitive\\["epsilon"\\]'):
@@ -200,7 +208,7 @@ def test_tiny_bert_batch_invariance_and_classes(tiny_bert):
             runs.append(out)
         assert runs[0] == runs[1] == runs[2]
         assert all(n > 0 for n in runs[0]["dp_sensitive_tokens"])
-        assert len(Privatizer(cfg, SEED).classes) == 2
+        assert len(Privatizer(cfg, SEED).engine.classes) == 2
 
 
 def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):
@@ -216,15 +224,62 @@ def test_report_card_and_cli_report_show_both_classes(tmp_path, t1d, capsys):
     privatize_dataset(str(src), PrivatizerConfig(epsilon=2.0, model=t1d, sensitive=sens), seed=SEED, output_dir=out)
     report = json.loads((tmp_path / "out.jsonl.privacy_report.json").read_text(encoding="utf-8"))
     assert report["totals"]["sensitive_tokens"] == 1  # x0 (the email is a passthrough word of this file)
-    assert report["sensitive"]["detectors"] == [{"name": "email", "reads": "match"}]
+    assert [(d["name"], d["reads"]) for d in report["sensitive"]["detectors"]] == [("email", "match")]
+    assert report["sensitive"]["others_epsilon"] == 2.0
     assert main(["report", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "sensitive:   1 tokens at ε 0.5, ε_tok 1.5; others at ε 2, ε_tok 6; selected by email (match)" in text
-    assert "span column 'spans'" in text and "Which positions are sensitive is visible" in text
+    assert "sensitive:   1 tokens at ε_s 0.5 per token, ε_tok 1.5; others: 4 tokens at ε 2, ε_tok 6" in text
+    assert "detectors:   email (match), span column 'spans'; kinds none of them finds: URL, phone number" in text
+    assert "Which positions are sensitive is visible" in text
     card = str(render_card(out))
     assert "sensitive positions (selective) | 1 tokens at ε = 0.5, ε_token 1.5" in card
     assert "other positions | 4 tokens at ε = 2, ε_token 6" in card
+    assert "| ε per token | sensitive 0.5; others 2 |" in card
+    assert "sensitive positions at ε_s = 0.5 per token, other positions at ε = 2 per token" in card
+    assert "| detectors (reads: kinds found) | email (match: email address) |" in card
     assert "Which positions are sensitive is visible" in card
+    yaml_block = card.split("---")[1]
+    for line in ("epsilon: 0.5", "others: privatize", "others_epsilon: 2.0", "- email", "span_column: spans"):
+        assert line in yaml_block, line
+    # the span column (each identifier's character positions in the original) is not in the output
+    assert all("spans" not in json.loads(line) for line in out.read_text(encoding="utf-8").splitlines())
+
+
+def test_keep_mode_never_names_the_config_epsilon_and_counts_kept_tokens_unprotected(tmp_path, t1d, capsys):
+    """Issue 54 item 5: with others='keep' no token is privatized at --epsilon; the summary line, report and card
+    give the sensitive class's ε_s, call the others unprotected and count them so; --keep-spans keeps the spans."""
+    from hf_textdp.cli import main
+    from hf_textdp.integrations.cards import render_card
+
+    src = tmp_path / "in.jsonl"
+    rows = [{"text": "x0 x1 x2 x1", "spans": [[0, 2]]}, {"text": "x2 x2", "spans": []}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    seed = tmp_path / "seed"
+    seed.write_text(str(SEED), encoding="ascii")
+    base = ["privatize", str(src), "", "--model", t1d, "--epsilon", "90", "--seed-file", str(seed)]
+    base += ["--sensitive-epsilon", "1", "--sensitive-detectors", "none", "--sensitive-column", "spans"]
+    out = tmp_path / "out.jsonl"
+    base[2] = str(out)
+    assert main([*base, "--others", "keep"]) == 0
+    line = capsys.readouterr().out
+    assert "epsilon=90" not in line and "90" not in line.split("report:")[0]
+    assert "sensitive: 1 tokens at epsilon_s=1 per token; others: 5 tokens released unchanged, no protection" in line
+    assert "detectors span column 'spans'; none finds: email address" in line
+    assert main(["report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "guarantee:   sensitive positions only (see sensitive); the other positions are released unchanged" in text
+    assert "others: 5 tokens released unchanged, no protection" in text
+    assert "tokens:      1 privatized, 5 unprotected (5 released unchanged by others='keep', 0 passed through)" in text
+    assert "ε 90" not in text
+    card = str(render_card(out))
+    assert "| ε per token | sensitive 1; others released unchanged, no protection |" in card
+    assert "ε = 90" not in card and "others: keep" in card.split("---")[1]
+    assert all("spans" not in json.loads(r) for r in out.read_text(encoding="utf-8").splitlines())
+    kept = tmp_path / "kept.jsonl"
+    base[2] = str(kept)
+    assert main([*base, "--keep-spans"]) == 0
+    capsys.readouterr()
+    assert [json.loads(r)["spans"] for r in kept.read_text(encoding="utf-8").splitlines()] == [[[0, 2]], []]
 
 
 def test_saved_totals_of_keep_count_kept_and_passthrough_apart(tmp_path, t1d):
@@ -236,7 +291,7 @@ def test_saved_totals_of_keep_count_kept_and_passthrough_apart(tmp_path, t1d):
     rows = [{"text": "x0 x1 x2 zzz", "spans": [[0, 2]]}, {"text": "x2 x2", "spans": [[3, 5]]}]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    sens = {"epsilon": 0.5, "column": "spans", "others": "keep"}
+    sens = {"epsilon": 0.5, "column": "spans", "detectors": [], "others": "keep"}
     privatize_dataset(str(src), PrivatizerConfig(epsilon=2.0, model=t1d, sensitive=sens), seed=SEED, output_dir=out)
     totals = json.loads((tmp_path / "out.jsonl.privacy_report.json").read_text(encoding="utf-8"))["totals"]
     assert (totals["sensitive_tokens"], totals["kept_other_tokens"], totals["passthrough_tokens"]) == (2, 3, 1)

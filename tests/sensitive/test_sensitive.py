@@ -41,11 +41,13 @@ from hf_textdp.sensitive.models import PresidioDetector, SpacyDetector
     "spec, others, detectors",
     [
         ({"epsilon": 1.0, "detectors": ["email"]}, "privatize", ("email",)),
-        ({"epsilon": 2, "column": "spans", "others": "keep"}, "keep", ()),
+        ({"epsilon": 2, "column": "spans", "others": "keep"}, "keep", "default"),
+        ({"epsilon": 2, "column": "spans", "detectors": []}, "privatize", ()),
+        ({"epsilon": 1.0, "detectors": "default", "render": "placeholder"}, "privatize", "default"),
         ({"epsilon": 0.5, "detectors": ["spacy:en_core_web_sm", "card"], "labels": ["PERSON"]}, "privatize", None),
         ({"epsilon": 0.5, "detectors": ["presidio"], "column": "c"}, "privatize", ("presidio",)),
     ],
-    ids=["builtin", "column-keep", "spacy-labels", "presidio-column"],
+    ids=["builtin", "column-keep-default", "column-only", "spacy-labels", "presidio-column", "default-placeholder"],
 )
 def test_valid_specs(spec, others, detectors):
     parsed = parse_sensitive(spec)
@@ -73,7 +75,7 @@ def test_spacy_labels_default_and_given():
         ({"epsilon": 1.0, "detectors": ["emial"]}, InvalidParameterError, r"unknown detector 'emial'. Allowed"),
         ({"epsilon": 1.0, "detectors": ["spacy:"]}, InvalidParameterError, r"names no spaCy pipeline"),
         ({"epsilon": 1.0, "detectors": ["email", "email"]}, InvalidParameterError, r"named more than once"),
-        ({"epsilon": 1.0}, InvalidParameterError, r"nothing selects sensitive positions"),
+        ({"epsilon": 1.0, "detectors": []}, InvalidParameterError, r"nothing selects sensitive positions"),
         ({"epsilon": 1.0, "column": ""}, InvalidParameterError, r'sensitive\["column"\] must be a non-empty str'),
         ({"epsilon": 1.0, "detectors": ["email"], "others": "drop"}, InvalidParameterError, r'sensitive\["others"\]'),
         ({"epsilon": 1.0, "detectors": ["email"], "labels": ["PERSON"]}, InvalidParameterError, r"names none"),
@@ -150,11 +152,16 @@ def test_a_batch_finds_what_each_row_finds_alone():
 
 
 def test_detectors_read_match_or_context():
-    assert [detector_reads(d) for d in BUILTIN_DETECTORS] == ["match"] * len(BUILTIN_DETECTORS)
+    reads = {d: detector_reads(d) for d in BUILTIN_DETECTORS}
+    assert reads.pop("context") == "context" and set(reads.values()) == {"match"}
     assert detector_reads("spacy:en_core_web_sm") == "context" and detector_reads("presidio") == "context"
+    assert detector_reads("rare") == detector_reads("rare:3") == "match"
     info = selection_info(parse_sensitive({"epsilon": 1.0, "detectors": ["email", "presidio"], "column": "c"}))
-    assert info["detectors"] == [{"name": "email", "reads": "match"}, {"name": "presidio", "reads": "context"}]
+    assert [(d["name"], d["reads"]) for d in info["detectors"]] == [("email", "match"), ("presidio", "context")]
+    assert info["detectors"][0]["covers"] == ["email address"] and "person name" in info["detectors"][1]["covers"]
     assert info["column"] == "c" and "visible" in info["statement"] and info["labels"] is None
+    assert "handle or username" in info["cannot_find"] and "email address" not in info["cannot_find"]
+    assert info["default_set"] is False and info["left_out"] == []
 
 
 # --------------------------------------------------------------------------- spans
@@ -341,47 +348,12 @@ def test_a_missing_extra_names_it(monkeypatch, module, detector, extra):
     assert "\n" not in str(info.value) and isinstance(info.value, ImportError)
 
 
-def test_presidio_without_its_spacy_pipeline_refuses_to_download(monkeypatch):
-    """Presidio's default engine would download en_core_web_lg; the detector names the pipeline instead (a stand-in
-    presidio_analyzer module, whose engine must never be built)."""
-    import types
+def test_presidio_without_an_english_pipeline_refuses_to_download(monkeypatch):
+    """Presidio's engine downloads a missing pipeline; with no English pipeline installed the detector refuses and
+    names the install lines instead (its engine is never built)."""
+    pytest.importorskip("presidio_analyzer")
+    from hf_textdp.sensitive import models
 
-    pytest.importorskip("spacy")
-    import spacy
-
-    built = []
-    fake = types.ModuleType("presidio_analyzer")
-    fake.AnalyzerEngine = lambda: built.append("engine")  # type: ignore[attr-defined]
-    fake.BatchAnalyzerEngine = lambda analyzer_engine: built.append("batch")  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "presidio_analyzer", fake)
-    monkeypatch.setattr(spacy.util, "is_package", lambda name: False)
-    with pytest.raises(MissingExtraError, match=r"needs the spaCy pipeline 'en_core_web_lg'.*spacy download"):
+    monkeypatch.setattr(models, "english_ner_pipelines", lambda: ())
+    with pytest.raises(MissingExtraError, match=r"English spaCy pipeline with NER.*spacy download en_core_web_sm"):
         PresidioDetector().detect(["x"])
-    assert built == []
-
-
-def test_presidio_results_become_spans(monkeypatch):
-    """Presidio's results (start, end per entity, per text) map to the batch's spans, empty entities dropped."""
-    import types
-
-    pytest.importorskip("spacy")
-    import spacy
-
-    class Result:
-        def __init__(self, start, end):
-            self.start, self.end = start, end
-
-    class Batch:
-        def __init__(self, analyzer_engine):
-            pass
-
-        def analyze_iterator(self, texts, language, batch_size):
-            assert language == "en"
-            return [[Result(0, 3), Result(5, 5)] if t.startswith("Ann") else [] for t in texts]
-
-    fake = types.ModuleType("presidio_analyzer")
-    fake.AnalyzerEngine = lambda: object()  # type: ignore[attr-defined]
-    fake.BatchAnalyzerEngine = Batch  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "presidio_analyzer", fake)
-    monkeypatch.setattr(spacy.util, "is_package", lambda name: True)
-    assert PresidioDetector().detect(["Ann was here", "nobody"]).to_lists() == [[(0, 3)], []]

@@ -330,13 +330,13 @@ def test_work_per_token_follows_the_classes_and_the_projected_space(tiny_bert: s
         return ops, shapes, priv
 
     ops, shapes, priv = work(candidates={"classes": "mix"})
-    V, d = priv.space.V, priv.space.d
+    V, d = priv.engine.space.V, priv.engine.space.d
     assert ops == 2.0 * V * d and shapes == f"{V:,}x{d} (100%)"
     ops, shapes, priv = work(mechanism="privemb", candidates={"classes": "mix"})
-    m = priv.mechanism.search_index(priv.space).d
+    m = priv.engine.mechanism.search_index(priv.engine.space).d
     assert m != d and ops == 2.0 * V * m  # the projected dimension, not the model's
     ops, shapes, priv = work()
-    sizes = [part.space.V for part, _ in priv.class_mechanisms]
+    sizes = [part.space.V for part, _ in priv.engine.class_mechanisms]
     assert len(sizes) == 2 and sum(sizes) == V
     assert 2.0 * min(sizes) * d < ops < 2.0 * max(sizes) * d < 2.0 * V * d
     assert shapes.count("%") == 2

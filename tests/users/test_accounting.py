@@ -112,7 +112,7 @@ def test_consistent_counts_a_repeated_string_once(t1d):
     e_o, e_s = 6.0, 1.5  # ε 2 and ε_s 0.5 on diam 3
 
     def rows_eps(consistent: str | None) -> list[float]:
-        sens = {"epsilon": 0.5, "column": "spans", "consistent": consistent}
+        sens = {"epsilon": 0.5, "column": "spans", "detectors": [], "consistent": consistent}
         priv = Privatizer(PrivatizerConfig(epsilon=2.0, model=t1d, user={"column": "uid"}, sensitive=sens), SEED)
         if consistent == "user":
             priv.fit_users(ds)
@@ -150,7 +150,7 @@ def test_seeded_output_does_not_depend_on_batches_or_pickling(t1d):
         epsilon=2.0,
         model=t1d,
         user={"column": "uid", "budget": 60.0, "bound": "rows", "max_rows": 4},
-        sensitive={"epsilon": 0.5, "column": "spans", "consistent": "user"},
+        sensitive={"epsilon": 0.5, "column": "spans", "detectors": [], "consistent": "user"},
     )
     priv = Privatizer(cfg, SEED)
     priv.fit_users(ds)

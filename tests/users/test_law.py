@@ -90,7 +90,7 @@ def test_consistent_occurrences_are_one_draw_at_the_sensitive_law(t1d, monkeypat
         epsilon=2.0,
         model=t1d,
         user={"column": "uid"},
-        sensitive={"epsilon": 1.0, "column": "spans", "consistent": "user"},
+        sensitive={"epsilon": 1.0, "column": "spans", "detectors": [], "consistent": "user"},
     )
     priv = Privatizer(cfg, seed=SEED + 1)
     ds = _consistent_rows(2000)

@@ -148,12 +148,6 @@ def load_attack_recipe(path: str | Path) -> AttackRecipe:
         },
         path=Path(path),
     )
-    split = raw.get("private_split")
-    if split is not None and not (isinstance(split, (int, float)) and 0 < float(split) < 1):
-        raise InvalidParameterError(f"attack recipe: private_split must be a fraction in (0, 1), got {split!r}.")
-    ngram = raw.get("public_ngram")
-    if ngram is not None and not (isinstance(ngram, int) and ngram >= 1):
-        raise InvalidParameterError(f"attack recipe: public_ngram must be a positive number of words, got {ngram!r}.")
     opts: dict[str, Any] = dict(raw.get("attack") or {})
     family_pool: bool | dict[str, tuple[float, ...]] = False
     given = opts.get("inversion_pool")

@@ -5,141 +5,37 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from ...config import PrivatizerConfig
 from ...errors import InvalidParameterError
 from ...io.models import resolved_candidates
 from ...privatizer import Privatizer
-from ...utils.cache_path import cache_dir
 from ...utils.progress import progress_bar
 from .bayes import ExactLaw, GuessLists, has_exact_law, log_prior, with_identity
 from .contextual import BigramModel, ContextualAttack
 from .corpus import ReleasedCorpus, RowLayout, release_corpus
 from .fitted import FittedLaw
-from .intervals import row_bootstrap
-from .inversion import InversionAttack, InversionBudget, load_encoder
-from .scoring import frequent_mask, score_groups, span_recovery, token_groups, word_hits
+from .inversion import InversionAttack
+from .inversion_model import inversion_model
+from .record import Hits, grouped, headline, span_scores
+from .scoring import frequent_mask
+from .settings import HOLDOUT_SPLIT, STATS_SPLIT, TRAIN_SPLIT, AttackSettings, attacker
 
 
 __all__ = ["AttackSettings", "run_attack", "shares_ngram", "ATTACKS"]
 
 ATTACKS = ("identity", "prior", "bayes", "contextual", "inversion")
 
-# Keys of the attacker's own privatizations (public data only): distinct from any victim key.
-_STATS_SPLIT, _TRAIN_SPLIT = "attack-public-stats", "attack-public-train"
-_HOLDOUT_SPLIT, _INVERSION_SPLIT = "attack-public-holdout", "attack-public-inversion"
 _NOT_ALNUM = re.compile(r"[\W_]+")
-
-
-@dataclass(frozen=True)
-class AttackSettings:
-    """What the adversary does (docs/attacks.md §1–§4).
-
-    Attributes:
-        top_k (`int`): inputs kept per released token by the Bayes attack (the contextual attack's list).
-        prior_alpha (`float`): add-α smoothing of the public frequencies.
-        taus (`tuple[float, ...]`): weights of the prior the attacker tries on their own privatized public
-            rows, keeping the best (τ = 0 is maximum likelihood, τ = 1 the plain posterior).
-        lambda_rho (`tuple[float, ...]`): the fitted law's grid of λ·ρ (fitted.py), tried the same way.
-        neighbours (`int`): the fitted law's neighbourhood: inputs considered per released token.
-        contextual (`bool`): train and run the contextual attack.
-        train_rows (`int`): public rows the attacker privatizes to choose τ and λ and to train the
-            contextual model on (the other half of the public corpus gives the prior and the bigram model).
-        window (`int`), rank (`int`), epochs (`int`): the contextual model (contextual.py).
-        bootstrap (`int`): row-bootstrap resamples of the 95 % intervals.
-        min_count (`int`): input types seen fewer times are left out of the N_w / S_w means.
-        holdout_rows (`int`): public rows (out of the training half) the attacker privatizes and keeps out of
-            every fit, to choose the headline attack per group of tokens (never the private rows).
-        content_top (`int`): replaced inputs outside this many most frequent public tokens are content tokens.
-        inversion (`bool`): train and run the inversion attack (inversion.py).
-        inversion_rows, inversion_epochs, inversion_max_length, inversion_lr, inversion_batch,
-        inversion_max_minutes, inversion_bf16: its budget (:class:`~.inversion.InversionBudget`);
-        inversion_check_every, inversion_patience: its convergence rule (blocks of steps, blocks without a 1 %
-        gain before it stops).
-        inversion_pool (`tuple[float, ...]`): train one model on pairs pooled over these ε of the family (the
-            release's ε among them), ε given as an input; reused for every ε of the pool.
-        inversion_cache (`bool`): keep each trained inversion model in the cache folder
-            (``<HF_TEXTDP_CACHE>/attacks/inversion/``), keyed by everything it was trained on (public rows,
-            configuration less ε, pool, budget, attacker key, space, versions), and reuse it in a later run.
-        attacker_seed (`int`): the attacker's own key and the bootstrap seed.
-        stats_rows (`int`, *optional*): at most this many public rows give the prior and the bigram model
-            (default: half of the public corpus).
-    """
-
-    top_k: int = 10
-    prior_alpha: float = 0.5
-    contextual: bool = True
-    train_rows: int = 8000
-    window: int = 3
-    rank: int = 32
-    epochs: int = 4
-    bootstrap: int = 1000
-    min_count: int = 5
-    taus: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    lambda_rho: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-    neighbours: int = 50
-    holdout_rows: int = 500
-    content_top: int = 100
-    inversion: bool = False
-    inversion_rows: int = 4000
-    inversion_epochs: int = 4
-    inversion_max_length: int = 64
-    inversion_lr: float = 1e-4
-    inversion_batch: int = 32
-    inversion_max_minutes: float | None = None
-    inversion_bf16: bool = False
-    inversion_check_every: int = 25
-    inversion_patience: int = 3
-    inversion_pool: tuple[float, ...] = ()
-    inversion_cache: bool = True
-    attacker_seed: int = 2**40 + 2222
-    stats_rows: int | None = None
-
-    @classmethod
-    def sized(cls, n_private_rows: int, **kwargs: Any) -> AttackSettings:
-        """Settings whose public work grows with the private rows (``hf-textdp attack`` on a user's file).
-
-        Training ``min(8000, max(200, 8·n))`` rows, held out ``min(500, max(100, 2·n))``, statistics
-        ``max(2000, 40·n)`` rows: for n ≥ 1,000 private rows these are the defaults of the recipes.
-        """
-        n = max(1, int(n_private_rows))
-        return cls(
-            train_rows=min(8000, max(200, 8 * n)),
-            holdout_rows=min(500, max(100, 2 * n)),
-            stats_rows=max(2000, 40 * n),
-            **kwargs,
-        )
-
-    def budget(self) -> InversionBudget:
-        return InversionBudget(
-            rows=self.inversion_rows,
-            epochs=self.inversion_epochs,
-            max_length=self.inversion_max_length,
-            lr=self.inversion_lr,
-            batch_rows=self.inversion_batch,
-            max_minutes=self.inversion_max_minutes,
-            bf16=self.inversion_bf16,
-            check_every=self.inversion_check_every,
-            patience=self.inversion_patience,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("attacker_seed")
-        if out["stats_rows"] is None:  # the recipes' records keep their keys
-            out.pop("stats_rows")
-        return out
 
 
 def _split_public(
@@ -207,21 +103,12 @@ def first_rows(corpus: ReleasedCorpus, n: int) -> ReleasedCorpus:
     return ReleasedCorpus(corpus.inputs[:m], corpus.released[:m], corpus.row_sizes[:n], corpus.texts[:n], rows)
 
 
-def _score(hits: npt.NDArray[np.bool_], corpus: ReleasedCorpus, settings: AttackSettings, salt: int) -> dict[str, Any]:
-    mean, lo, hi = row_bootstrap(hits, corpus.row_sizes, settings.bootstrap, settings.attacker_seed + salt)
-    return {"value": mean, "ci95": [lo, hi]}
-
-
 @lru_cache(maxsize=1)
 def _diagnostics() -> Any:
     """The local ``privacy_diagnostics`` evaluate module (N_w, S_w), loaded once per process."""
     from ..common import Metrics
 
     return Metrics().diagnostics
-
-
-def _attacker(config: PrivatizerConfig, settings: AttackSettings, split: str) -> Privatizer:
-    return Privatizer(config, seed=settings.attacker_seed, split=split, allow_weak_seed=True)
 
 
 def build_law(attacker: Privatizer, settings: AttackSettings) -> ExactLaw | FittedLaw:
@@ -293,6 +180,79 @@ def run_attack(
     timing: dict[str, float] = {}
     stages = 4 + int(settings.contextual) + int(settings.inversion)
     bar = progress_bar(total=stages, desc="attack", unit="stage", enabled=progress is not None)
+    shared, private_texts = _private_rows(config, private_texts, public_texts, spans, span_kinds, settings)
+    t = time.perf_counter()
+    victim = Privatizer(config, seed=seed, allow_weak_seed=True)
+    private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
+    timing["release_private"] = time.perf_counter() - t
+    bar.update(1)
+    say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
+    t = time.perf_counter()
+    public = _release_public(config, settings, public_texts, int(victim.engine.space.V))
+    timing["release_public"] = time.perf_counter() - t
+    bar.update(1)
+    t = time.perf_counter()
+    bayes = _bayes(public, private, settings)
+    timing["bayes"] = time.perf_counter() - t
+    bar.update(1)
+    say(
+        f"bayes lists ({bayes.law.method} law, λ = {bayes.law.lambdas[bayes.lam]:.4g}, prior weight {bayes.tau:g}) "
+        f"for {bayes.lists.released.size:,} released tokens"
+    )
+    guesser = _Guesser(bayes, public.prior_top, float(config.epsilon))
+    _train_models(guesser, config, victim, public, settings, timing, lambda: bar.update(1), say)
+    t = time.perf_counter()
+    hits = guesser.hits(private)
+    groups = grouped(private, hits, public.frequent, settings.bootstrap, settings.attacker_seed)
+    heldout: dict[str, dict[str, float]] = {}
+    if public.hold is not None:
+        for name, per in grouped(public.hold, guesser.hits(public.hold), public.frequent, 0, 0).items():
+            heldout[name] = {g: e["top1"]["value"] for g, e in per.items()}
+    timing["predict_and_score"] = time.perf_counter() - t
+    bar.update(1)
+    bar.close()
+    if not heldout:
+        say("no held-out public rows: the headline attack is chosen on the private rows")
+    record = _record(config, settings, private, public, guesser, groups, heldout, int(shared.sum()))
+    record["timing_s"] = timing
+    if spans is not None:
+        new_row = np.cumsum(~shared) - 1  # a kept row's index after the shared rows are left out
+        record["spans"] = span_scores(private, hits, spans, span_kinds, shared, new_row, settings)
+    return record, private
+
+
+def _train_models(
+    guesser: _Guesser,
+    config: PrivatizerConfig,
+    victim: Privatizer,
+    public: _Public,
+    settings: AttackSettings,
+    timing: dict[str, float],
+    done: Callable[[], None],
+    say: Callable[[str], None],
+) -> None:
+    """Train the contextual reranker and the inversion model the settings ask for, on the attacker's public rows."""
+    if settings.contextual and public.train is not None:
+        t = time.perf_counter()
+        guesser.contextual, guesser.contextual_info = _contextual(victim, public, guesser.bayes, settings)
+        timing["contextual"] = time.perf_counter() - t
+        done()
+    if settings.inversion and public.train_texts:
+        t = time.perf_counter()
+        guesser.inverter = inversion_model(config, settings, victim, public.train_texts, public.train_all, say)
+        timing["inversion_train"] = time.perf_counter() - t
+        done()
+
+
+def _private_rows(
+    config: PrivatizerConfig,
+    private_texts: Sequence[str],
+    public_texts: Sequence[str],
+    spans: Sequence[tuple[int, int, int]] | None,
+    span_kinds: Sequence[str] | None,
+    settings: AttackSettings,
+) -> tuple[npt.NDArray[np.bool_], list[str]]:
+    """The arguments checked; which private rows also occur in the public text, and the others (attacked)."""
     bad = [r for r, _, _ in spans or () if not 0 <= r < len(private_texts)]
     if bad:
         raise InvalidParameterError(f"spans: row {bad[0]} is not a row of the {len(private_texts)} private rows.")
@@ -302,126 +262,156 @@ def run_attack(
             f"{0 if spans is None else len(spans)} spans."
         )
     shared = in_public(private_texts, public_texts)
-    n_overlap = int(shared.sum())
-    new_row = np.cumsum(~shared) - 1  # a kept row's index after the shared rows are left out
-    private_texts = [t for t, f in zip(private_texts, shared, strict=True) if not f]
-    if not private_texts:
+    kept = [t for t, f in zip(private_texts, shared, strict=True) if not f]
+    if not kept:
         raise InvalidParameterError("--private: every private row also occurs in the public text; nothing to attack.")
     if settings.inversion_pool and config.epsilon not in settings.inversion_pool:
         raise InvalidParameterError(
             f"inversion_pool: the release's ε = {config.epsilon:g} must be one of the pool, got "
             f"{list(settings.inversion_pool)}."
         )
-    t = time.perf_counter()
-    victim = Privatizer(config, seed=seed, allow_weak_seed=True)
-    private = release_corpus(victim, private_texts, keep_texts=keep_texts, keep_rows=True)
-    timing["release_private"] = time.perf_counter() - t
-    bar.update(1)
-    V = int(victim.space.V)
-    say(f"released {private.inputs.size:,} private tokens (replacement rate {private.replacement_rate():.3f})")
+    return shared, kept
 
-    t = time.perf_counter()
+
+@dataclass
+class _Public:
+    """The attacker's public corpus, privatized under its own keys: statistics (prior, bigrams), training rows
+    (tuning, the contextual and inversion models) and held-out rows (the headline attack per group)."""
+
+    attacker: Privatizer  # the statistics rows' privatizer: the Bayes law is read from it
+    stats: ReleasedCorpus
+    train_texts: list[str]
+    train_all: ReleasedCorpus | None  # every training row released (a single-ε inversion model reads them all)
+    train: ReleasedCorpus | None  # its first train_rows
+    hold: ReleasedCorpus | None
+    logp: npt.NDArray[np.float64]
+    frequent: npt.NDArray[np.bool_]
+    prior_top: npt.NDArray[np.int64]
+
+
+def _release_public(
+    config: PrivatizerConfig, settings: AttackSettings, public_texts: Sequence[str], V: int
+) -> _Public:
     n_train = max(settings.train_rows, settings.inversion_rows if settings.inversion else 0)
     stats_texts, train_texts, hold_texts = _split_public(
         list(public_texts), n_train, settings.attacker_seed, settings.holdout_rows, settings.stats_rows
     )
-    attacker = _attacker(config, settings, _STATS_SPLIT)
-    stats = release_corpus(attacker, stats_texts)
+    stats_priv = attacker(config, settings, STATS_SPLIT)
+    stats = release_corpus(stats_priv, stats_texts)
     counts = np.bincount(stats.inputs, minlength=V)
-    logp = log_prior(counts, settings.prior_alpha)
-    frequent = frequent_mask(counts, settings.content_top)
-    prior_top = np.argsort(-counts, kind="stable")[:5]
     # Bayes tuning and the contextual model read the first train_rows; a single-ε inversion model reads them all (a
     # pooled one releases its own). Rows are keyed by index, so the first rows are the same either way.
     n_released = len(train_texts) if settings.inversion and not settings.inversion_pool else settings.train_rows
     train_all = (
-        release_corpus(_attacker(config, settings, _TRAIN_SPLIT), train_texts[:n_released], keep_rows=True)
+        release_corpus(attacker(config, settings, TRAIN_SPLIT), train_texts[:n_released], keep_rows=True)
         if train_texts
         else None
     )
-    train = first_rows(train_all, settings.train_rows) if train_all is not None else None
     hold = (
-        release_corpus(_attacker(config, settings, _HOLDOUT_SPLIT), hold_texts, keep_rows=True) if hold_texts else None
+        release_corpus(attacker(config, settings, HOLDOUT_SPLIT), hold_texts, keep_rows=True) if hold_texts else None
     )
-    timing["release_public"] = time.perf_counter() - t
-    bar.update(1)
+    return _Public(
+        attacker=stats_priv,
+        stats=stats,
+        train_texts=train_texts,
+        train_all=train_all,
+        train=first_rows(train_all, settings.train_rows) if train_all is not None else None,
+        hold=hold,
+        logp=log_prior(counts, settings.prior_alpha),
+        frequent=frequent_mask(counts, settings.content_top),
+        prior_top=np.argsort(-counts, kind="stable")[:5],
+    )
 
-    t = time.perf_counter()
-    wanted = np.concatenate([c.released for c in (private, train, hold) if c is not None])
-    law = build_law(attacker, settings)
+
+@dataclass
+class _Bayes:
+    """The Bayes attack: its law (with λ at grid index ``lam``), the prior's weight τ and its guess lists."""
+
+    law: ExactLaw | FittedLaw
+    lam: int
+    tau: float
+    tuning: dict[str, float]
+    lists: GuessLists
+
+
+def _bayes(public: _Public, private: ReleasedCorpus, settings: AttackSettings) -> _Bayes:
+    """The law read from the attacker's privatizer, λ and τ tuned on its training rows, the top-k lists of every
+    released token of the private, training and held-out rows."""
+    wanted = np.concatenate([c.released for c in (private, public.train, public.hold) if c is not None])
+    law = build_law(public.attacker, settings)
     law.prepare(wanted, settings.lambda_rho)
-    lam, tau, tuning = tune(law, logp, train, settings)
-    lists = law.lists(wanted, logp, tau, settings.top_k, lam)
-    timing["bayes"] = time.perf_counter() - t
-    bar.update(1)
-    say(
-        f"bayes lists ({law.method} law, λ = {law.lambdas[lam]:.4g}, prior weight {tau:g}) "
-        f"for {lists.released.size:,} released tokens"
-    )
+    lam, tau, tuning = tune(law, public.logp, public.train, settings)
+    return _Bayes(law, lam, tau, tuning, law.lists(wanted, public.logp, tau, settings.top_k, lam))
 
+
+def _contextual(
+    victim: Privatizer, public: _Public, bayes: _Bayes, settings: AttackSettings
+) -> tuple[tuple[ContextualAttack, GuessLists], dict[str, Any]]:
+    """The contextual reranker trained on the attacker's privatized training rows, and what the record says of it."""
+    assert public.train is not None
+    lists, tau, lam = bayes.lists, bayes.tau, bayes.lam
+    full = with_identity(lists, tau * public.logp[lists.released] + bayes.law.self_log_lik(lists.released, lam))
+    bigram = BigramModel.fit(public.stats.inputs, public.stats.row_sizes, int(victim.engine.space.V))
+    attack = ContextualAttack(
+        E=victim.engine.space.E.float().cpu(),
+        logp=public.logp,
+        bigram=bigram,
+        window=settings.window,
+        rank=settings.rank,
+        epochs=settings.epochs,
+        seed=settings.attacker_seed % 2**31,
+    )
+    attack.fit(public.train, *full.for_tokens(public.train.released))
+    info = {
+        "model": "reranker of the Bayes top-k plus the released token: linear over 5 features + rank-"
+        f"{settings.rank} bilinear context (window {settings.window})",
+        "train_tokens": attack.train_tokens,
+        "train_rows": public.train.n_rows,
+    }
+    return (attack, full), info
+
+
+@dataclass
+class _Guesser:
+    """Every attack's guesses for a released corpus: top-1 and top-5 hits against its true inputs."""
+
+    bayes: _Bayes
+    prior_top: npt.NDArray[np.int64]
+    epsilon: float
     contextual: tuple[ContextualAttack, GuessLists] | None = None
     contextual_info: dict[str, Any] | None = None
-    if settings.contextual and train is not None:
-        t = time.perf_counter()
-        full = with_identity(lists, tau * logp[lists.released] + law.self_log_lik(lists.released, lam))
-        bigram = BigramModel.fit(stats.inputs, stats.row_sizes, V)
-        attack = ContextualAttack(
-            E=victim.space.E.float().cpu(),
-            logp=logp,
-            bigram=bigram,
-            window=settings.window,
-            rank=settings.rank,
-            epochs=settings.epochs,
-            seed=settings.attacker_seed % 2**31,
-        )
-        attack.fit(train, *full.for_tokens(train.released))
-        contextual = (attack, full)
-        timing["contextual"] = time.perf_counter() - t
-        bar.update(1)
-        contextual_info = {
-            "model": "reranker of the Bayes top-k plus the released token: linear over 5 features + rank-"
-            f"{settings.rank} bilinear context (window {settings.window})",
-            "train_tokens": attack.train_tokens,
-            "train_rows": train.n_rows,
-        }
-
     inverter: InversionAttack | None = None
-    if settings.inversion and train_texts:
-        t = time.perf_counter()
-        inverter = _inversion(config, settings, victim, train_texts, train_all, say)
-        timing["inversion_train"] = time.perf_counter() - t
-        bar.update(1)
 
-    def hits_for(c: ReleasedCorpus) -> dict[str, Hits]:
-        truth = c.inputs
-        g, _ = lists.for_tokens(c.released)
+    def hits(self, c: ReleasedCorpus) -> dict[str, Hits]:
+        truth, prior_top = c.inputs, self.prior_top
+        g, _ = self.bayes.lists.for_tokens(c.released)
         out: dict[str, Hits] = {
             "identity": (c.released == truth, None),
             "prior": (truth == prior_top[0], np.isin(truth, prior_top)),
             "bayes": (g[:, 0] == truth, (g[:, :5] == truth[:, None]).any(1)),
         }
-        if contextual is not None:
-            ranked = contextual[0].rank_lists(c, *contextual[1].for_tokens(c.released))
+        if self.contextual is not None:
+            ranked = self.contextual[0].rank_lists(c, *self.contextual[1].for_tokens(c.released))
             out["contextual"] = (ranked[:, 0] == truth, (ranked[:, :5] == truth[:, None]).any(1))
-        if inverter is not None:
-            pred = inverter.predict(c, float(config.epsilon))
+        if self.inverter is not None:
+            pred = self.inverter.predict(c, self.epsilon)
             out["inversion"] = (pred[:, 0] == truth, (pred == truth[:, None]).any(1))
         return out
 
-    t = time.perf_counter()
-    hits = hits_for(private)
-    groups = _grouped(private, hits, frequent, settings.bootstrap, settings.attacker_seed)
-    heldout: dict[str, dict[str, float]] = {}
-    if hold is not None:
-        for name, per in _grouped(hold, hits_for(hold), frequent, 0, 0).items():
-            heldout[name] = {g: e["top1"]["value"] for g, e in per.items()}
-    timing["predict_and_score"] = time.perf_counter() - t
-    bar.update(1)
-    bar.close()
-    headline = _headline(heldout or {a: {g: e["top1"]["value"] for g, e in per.items()} for a, per in groups.items()})
-    if not heldout:
-        say("no held-out public rows: the headline attack is chosen on the private rows")
 
+def _record(
+    config: PrivatizerConfig,
+    settings: AttackSettings,
+    private: ReleasedCorpus,
+    public: _Public,
+    guesser: _Guesser,
+    groups: dict[str, dict[str, dict[str, Any]]],
+    heldout: dict[str, dict[str, float]],
+    n_overlap: int,
+) -> dict[str, Any]:
+    """The attack record (docs/attacks.md): the release, the corpora's sizes, every attack's recovery overall and
+    per group, the headline attack per group (chosen on held-out public rows where there are some)."""
+    chosen = headline(heldout or {a: {g: e["top1"]["value"] for g, e in per.items()} for a, per in groups.items()})
     attacks: dict[str, Any] = {
         name: {"recovery_top1": per["all"]["top1"], "recovery_top5": per["all"]["top5"]}
         for name, per in groups.items()
@@ -429,8 +419,8 @@ def run_attack(
     diag = _diagnostics().compute(
         predictions=private.released.tolist(), references=private.inputs.tolist(), min_count=settings.min_count
     )
-    best = headline["all"]
-    record: dict[str, Any] = {
+    best, bayes = chosen["all"], guesser.bayes
+    return {
         "mechanism": config.mechanism,
         "epsilon": config.epsilon,
         "delta": config.delta,
@@ -444,165 +434,24 @@ def run_attack(
         "n_private_rows_in_public": n_overlap,
         "n_private_tokens": int(private.inputs.size),
         "n_public_rows": {
-            "statistics": stats.n_rows,
-            "training": 0 if train is None else train.n_rows,
-            "heldout": 0 if hold is None else hold.n_rows,
+            "statistics": public.stats.n_rows,
+            "training": 0 if public.train is None else public.train.n_rows,
+            "heldout": 0 if public.hold is None else public.hold.n_rows,
         },
         "replacement_rate": private.replacement_rate(),
         "recovery_top1": attacks[best]["recovery_top1"]["value"],
         "best_attack": best,
-        "headline": {g: {"attack": a, "heldout_top1": heldout.get(a, {}).get(g)} for g, a in headline.items()},
+        "headline": {g: {"attack": a, "heldout_top1": heldout.get(a, {}).get(g)} for g, a in chosen.items()},
         "attacks": attacks,
         "groups": groups,
         "heldout_top1": heldout,
         "content_top": settings.content_top,
         "deniability": {k: diag[k] for k in ("n_w_mean", "s_w_mean", "s_w_per_occurrence_mean", "n_types")},
-        "bayes_law": law.method,
-        "bayes_lambda": float(law.lambdas[lam]),
-        "bayes_prior_weight": tau,
-        "bayes_tuning_top1": tuning,
-        "contextual_model": contextual_info,
-        "inversion_model": None if inverter is None else inverter.info,
+        "bayes_law": bayes.law.method,
+        "bayes_lambda": float(bayes.law.lambdas[bayes.lam]),
+        "bayes_prior_weight": bayes.tau,
+        "bayes_tuning_top1": bayes.tuning,
+        "contextual_model": guesser.contextual_info,
+        "inversion_model": None if guesser.inverter is None else guesser.inverter.info,
         "settings": settings.to_dict(),
-        "timing_s": timing,
     }
-    if spans is not None:
-        record["spans"] = _span_scores(private, hits, spans, span_kinds, shared, new_row, settings)
-    return record, private
-
-
-def _span_scores(
-    private: ReleasedCorpus,
-    hits: dict[str, Hits],
-    spans: Sequence[tuple[int, int, int]],
-    kinds: Sequence[str] | None,
-    shared: npt.NDArray[np.bool_],
-    new_row: npt.NDArray[np.int64],
-    settings: AttackSettings,
-) -> dict[str, Any]:
-    """Whole-span recovery (scoring.span_recovery) of the spans in rows kept, overall and per kind."""
-    keep = [i for i, (r, _, _) in enumerate(spans) if not shared[r]]
-    kept = [(int(new_row[spans[i][0]]), spans[i][1], spans[i][2]) for i in keep]
-    seed = settings.attacker_seed + 77
-    out: dict[str, Any] = {
-        "n_given": len(spans),
-        "n_in_public_rows": len(spans) - len(kept),
-        "attacks": span_recovery(private, hits, kept, settings.bootstrap, seed),
-    }
-    if kinds is not None:
-        out["by_kind"] = {
-            kind: span_recovery(
-                private,
-                hits,
-                [s for s, i in zip(kept, keep, strict=True) if kinds[i] == kind],
-                settings.bootstrap,
-                seed,
-            )
-            for kind in dict.fromkeys(kinds[i] for i in keep)
-        }
-    return out
-
-
-Hits = tuple[npt.NDArray[np.bool_], "npt.NDArray[np.bool_] | None"]
-
-
-def _grouped(
-    c: ReleasedCorpus, hits: dict[str, Hits], frequent: npt.NDArray[np.bool_], resamples: int, seed: int
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every attack's recovery per token group and per whole-word group (scoring.py)."""
-    out = score_groups(hits, c.row_of, c.n_rows, token_groups(c, frequent), resamples, seed)
-    w_hits, w_rows, w_groups = word_hits(c, hits)
-    for name, per in score_groups(w_hits, w_rows, c.n_rows, w_groups, resamples, seed + 7).items():
-        out[name].update(per)
-    return out
-
-
-def _headline(top1: dict[str, dict[str, float]]) -> dict[str, str]:
-    """Per group, the attack with the best top-1 in ``top1`` (held-out values); ties go to the earlier attack."""
-    groups = next(iter(top1.values())).keys()
-    out = {}
-    for g in groups:
-        vals = {a: v[g] for a, v in top1.items() if v.get(g) is not None and not np.isnan(v[g])}
-        out[g] = max(vals, key=lambda a: vals[a]) if vals else "identity"
-    return out
-
-
-_POOLED: dict[str, InversionAttack] = {}
-
-
-def _inversion_key(
-    config: PrivatizerConfig, settings: AttackSettings, victim: Privatizer, train_texts: Sequence[str]
-) -> str:
-    """What a trained inversion model depends on, hashed: the configuration (less ε for a model pooled over several),
-    the pool, the budget, the attacker's key, the space and the public rows (never a private row or the victim's
-    key), and the versions."""
-    import transformers
-
-    from ...version import __version__
-
-    h = hashlib.sha256(b"hf_textdp/attacks/inversion/v1\x00")
-    parts = (
-        repr(replace(config, epsilon=1.0) if settings.inversion_pool else config),
-        repr(settings.inversion_pool),
-        repr(settings.budget()),
-        str(settings.attacker_seed),
-        victim.space.space_hash,
-        __version__,
-        torch.__version__,
-        transformers.__version__,
-    )
-    for part in (*parts, *train_texts):
-        h.update(part.encode("utf-8") + b"\x00")
-    return h.hexdigest()
-
-
-def _inversion(
-    config: PrivatizerConfig,
-    settings: AttackSettings,
-    victim: Privatizer,
-    train_texts: list[str],
-    train_all: ReleasedCorpus | None,
-    say: Callable[[str], None],
-) -> InversionAttack:
-    """The inversion attack trained on the attacker's privatized public rows (one ε, or pooled over a family's);
-    a model kept in the cache (``settings.inversion_cache``) is read back instead of trained again."""
-    budget = settings.budget()
-    pool = settings.inversion_pool
-    key = _inversion_key(config, settings, victim, train_texts)
-    if pool and key in _POOLED:
-        say(f"inversion: the model pooled over ε ∈ {list(pool)} is reused")
-        return _POOLED[key]
-    space = victim.space
-    pad = getattr(space.tokenizer, "pad_token_id", None) if space.tokenizer is not None else None
-    inv = InversionAttack(
-        encoder=load_encoder(config.model),
-        candidate_ids=space.candidate_ids.clone(),
-        pad_id=int(pad or 0),
-        budget=budget,
-        seed=settings.attacker_seed % 2**31,
-    )
-    saved = cache_dir() / "attacks" / "inversion" / f"{key}.pt"
-    if settings.inversion_cache and saved.is_file():
-        info = inv.load(saved)
-        say(f"inversion: read the model trained earlier ({info['steps']} steps) from {saved}")
-    else:
-        if pool:
-            corpora = []
-            for j, eps in enumerate(pool):
-                cfg = replace(config, epsilon=eps)
-                texts = train_texts[j :: len(pool)][: budget.rows // len(pool)]
-                corpora.append(
-                    (release_corpus(_attacker(cfg, settings, f"{_INVERSION_SPLIT}-{j}"), texts, keep_rows=True), eps)
-                )
-        else:
-            assert train_all is not None
-            corpora = [(train_all, float(config.epsilon))]
-        info = inv.fit(corpora, progress=say)
-        info["pool"] = list(pool)
-        say(f"inversion trained: {info['steps']} steps, final loss {info['final_loss']:.3f} ({info['stopped']})")
-        if settings.inversion_cache:
-            inv.save(saved)
-    if pool:
-        _POOLED.clear()
-        _POOLED[key] = inv
-    return inv

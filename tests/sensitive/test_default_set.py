@@ -1,0 +1,139 @@
+"""Issue 54 items 1, 3 and 4: the default detector set, English NER pipelines found from the installed packages'
+metadata, the public-rarity detector, and NER and Presidio run for real with the installed small pipeline."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from hf_textdp.errors import MissingExtraError
+from hf_textdp.sensitive import BUILTIN_DETECTORS, build_detectors, defaults, parse_sensitive, resolve_detectors
+from hf_textdp.sensitive.detectors import selection_info
+from hf_textdp.sensitive.rare import RareDetector
+
+
+def test_default_set_is_every_rule_plus_ner_and_rare_where_installed(monkeypatch):
+    spec = parse_sensitive({"epsilon": 1.0})
+    assert spec.is_default and parse_sensitive({"epsilon": 1.0, "detectors": "default"}) == spec
+    monkeypatch.setattr(defaults, "best_english_ner", lambda: "xx_some_ner")
+    monkeypatch.setattr(defaults, "_wordfreq", lambda: True)
+    assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "rare")
+    info = selection_info(spec)
+    assert info["default_set"] and info["left_out"] == []
+    assert info["cannot_find"] == ["nationality or group"]  # NORP is not among the default labels
+    # a list still overrides
+    assert resolve_detectors(parse_sensitive({"epsilon": 1.0, "detectors": ["email"]})) == ("email",)
+
+
+def test_default_set_without_ner_or_wordfreq_says_what_is_left_out(monkeypatch):
+    monkeypatch.setattr(defaults, "best_english_ner", lambda: None)
+    monkeypatch.setattr(defaults, "_wordfreq", lambda: False)
+    spec = parse_sensitive({"epsilon": 1.0, "others": "keep"})
+    assert resolve_detectors(spec) == BUILTIN_DETECTORS
+    info = selection_info(spec)
+    assert [x["name"] for x in info["left_out"]] == ["spacy", "rare"]
+    assert "python -m spacy download en_core_web_sm" in info["left_out"][0]["reason"]
+    assert "hf-textdp[ner]" in info["left_out"][0]["reason"]
+    assert info["cannot_find"] == ["person name", "place", "organisation", "nationality or group", "rare word"]
+
+
+def _fake_pipeline(root, dist, package, meta):
+    """An installed spaCy pipeline package as spaCy's packaging lays it out: the spacy_models entry point in its
+    dist-info, meta.json in a versioned folder inside the package."""
+    info = root / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[spacy_models]\n{package} = {package}\n", encoding="utf-8")
+    data = root / package / f"{package}-1.0"
+    data.mkdir(parents=True)
+    (root / package / "__init__.py").write_text("", encoding="utf-8")
+    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def test_english_ner_pipelines_are_found_from_package_metadata(tmp_path, monkeypatch):
+    """Any package registered as a spaCy pipeline counts, whatever its name; English with an ner component only,
+    the best NER F-score first."""
+    pytest.importorskip("spacy")
+    _fake_pipeline(
+        tmp_path,
+        "my-clinic-ner",
+        "my_clinic_ner",
+        {"lang": "en", "pipeline": ["ner"], "performance": {"ents_f": 0.99}},
+    )
+    _fake_pipeline(
+        tmp_path, "de-ner", "de_ner_pipe", {"lang": "de", "pipeline": ["ner"], "performance": {"ents_f": 1.0}}
+    )
+    _fake_pipeline(tmp_path, "en-tagger", "en_tagger_only", {"lang": "en", "pipeline": ["tagger"]})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    defaults.english_ner_pipelines.cache_clear()
+    try:
+        found = defaults.english_ner_pipelines()
+        assert found[0] == ("my_clinic_ner", 0.99)
+        names = [n for n, _ in found]
+        assert "de_ner_pipe" not in names and "en_tagger_only" not in names
+        assert defaults.best_english_ner() == "my_clinic_ner"
+    finally:
+        defaults.english_ner_pipelines.cache_clear()
+
+
+def test_rare_selects_words_public_frequencies_call_rare():
+    pytest.importorskip("wordfreq")
+    text = "a fine film by tanakak and zqxann , really"
+    found = [text[a:b] for a, b in RareDetector().detect([text]).to_lists()[0]]
+    assert found == ["tanakak", "zqxann"]
+    # a lower threshold selects fewer words; "film" is common at every threshold in (0, 8)
+    assert RareDetector("rare:7").detect([text]).to_lists()[0] != RareDetector("rare:1").detect([text]).to_lists()[0]
+    assert all(text[a:b] != "film" for a, b in RareDetector("rare:5").detect([text]).to_lists()[0])
+
+
+def test_rare_without_wordfreq_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wordfreq", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'hf-textdp\[ner\]'"):
+        RareDetector().detect(["x"])
+
+
+@pytest.mark.parametrize("bad", ["rare:0", "rare:9", "rare:x"])
+def test_rare_threshold_is_checked(bad):
+    from hf_textdp.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match=r"rare:ZIPF"):
+        parse_sensitive({"epsilon": 1.0, "detectors": [bad]})
+
+
+# --------------------------------------------------------------------------- the real pipelines (no mock)
+def _installed_ner() -> str:
+    pytest.importorskip("spacy")
+    name = defaults.best_english_ner()
+    if name is None:
+        pytest.skip("no English spaCy pipeline with NER is installed (pip install 'hf-textdp[ner]')")
+    return name
+
+
+@pytest.mark.slow
+def test_default_set_runs_real_ner_on_names():
+    """The default set with the installed English pipeline finds names that no rule finds, capitalised or not."""
+    name = _installed_ner()
+    spec = parse_sensitive({"epsilon": 1.0})
+    dets = build_detectors(spec)
+    assert f"spacy:{name}" in [d.name for d in dets]
+    (ner,) = [d for d in dets if d.name.startswith("spacy:")]
+    texts = ["a fine film , said Maria Garcia .", "ask john smith about the ending"]
+    found = [[t[a:b] for a, b in row] for t, row in zip(texts, ner.detect(texts).to_lists(), strict=True)]
+    assert found[0] == ["Maria Garcia"] and found[1] == ["john smith"]
+
+
+@pytest.mark.slow
+def test_presidio_runs_with_the_installed_small_pipeline():
+    """Presidio's NLP engine is configured with the installed English pipeline (not en_core_web_lg), runs, and the
+    report names the pipeline it used."""
+    pytest.importorskip("presidio_analyzer")
+    name = _installed_ner()
+    spec = parse_sensitive({"epsilon": 1.0, "detectors": ["presidio"]})
+    (det,) = build_detectors(spec)
+    text = "Maria Garcia wrote from maria.garcia@example.com"
+    found = [text[a:b] for a, b in det.detect([text]).to_lists()[0]]
+    assert "Maria Garcia" in found and any("maria.garcia@example.com" in f for f in found)
+    expected = "en_core_web_lg" if "en_core_web_lg" in [n for n, _ in defaults.english_ner_pipelines()] else name
+    assert selection_info(spec)["detectors"][0]["pipeline"] == expected
