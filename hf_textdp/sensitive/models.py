@@ -22,6 +22,9 @@ __all__ = ["SpacyDetector", "PresidioDetector"]
 
 _BATCH = 256  # texts per nlp.pipe batch: spaCy's default is 1000, smaller keeps memory flat on long texts
 PRESIDIO_SPACY_MODEL = "en_core_web_lg"  # the pipeline Presidio's default AnalyzerEngine loads
+#: components whose output NER never reads (part-of-speech tags, lemmas): skipped, which leaves the entities
+#: unchanged (the parser stays: its sentence boundaries bound the entities) and saves about a quarter of the time
+_NOT_FOR_NER = ("tagger", "morphologizer", "attribute_ruler", "lemmatizer")
 
 
 def presidio_pipeline() -> str | None:
@@ -58,7 +61,7 @@ class SpacyDetector:
         if self._nlp is None:
             spacy = _import_spacy(self.name)
             try:
-                self._nlp = spacy.load(self.pipeline)
+                self._nlp = spacy.load(self.pipeline, disable=_NOT_FOR_NER)
             except OSError as err:
                 raise ModelNotFoundError(
                     f'sensitive["detectors"]: {self.name!r}: no spaCy pipeline {self.pipeline!r} is installed and '
