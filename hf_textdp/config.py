@@ -27,6 +27,7 @@ from .postprocess import PostprocessStep, get_postprocess_class, postprocess_opt
 from .sensitive import SensitiveSpec, parse_sensitive
 from .space import DEFAULT_MODEL, parse_device
 from .tokens import PASSTHROUGH_MODES
+from .users import UserSpec, check_user_setting
 from .validation import check_bool, check_choice, check_epsilon
 from .version import __version__
 
@@ -63,9 +64,14 @@ class PrivatizerConfig:
         sensitive (`dict`, *optional*): selective privatization (docs/mechanisms/selective.md):
             ``{"epsilon": ε_s, "detectors": [...], "column": name, "others": "privatize" | "keep"}``; detected or
             given positions are released by the same mechanism at ``ε_s``, the others at ``epsilon`` (or unchanged
-            with ``"others": "keep"``). Parsed once at construction: the field holds the
+            with ``"others": "keep"``); ``"consistent": "row" | "user"`` releases each distinct sensitive string once
+            per row or user (selective.md §8). Parsed once at construction: the field holds the
             :class:`~hf_textdp.sensitive.SensitiveSpec` (a spec is accepted too), and :meth:`to_dict` writes its
             JSON form back.
+        user (`dict`, *optional*): per-person accounting (docs/mechanisms/users.md): ``{"column": name, "budget": B,
+            "bound": "scale" | "rows", "max_rows": k, "keep_column": False}``; each user's total ε is reported and,
+            with a budget, held at or under ``B``. The user column is dropped from outputs unless ``keep_column``.
+            Parsed once at construction, as ``sensitive`` is: the field holds the :class:`~hf_textdp.users.UserSpec`.
 
     Raises:
         InvalidParameterError: a value is not allowed (the message names it and what is allowed).
@@ -92,6 +98,7 @@ class PrivatizerConfig:
     candidates: str | dict[str, Any] = DEFAULT_CANDIDATES
     passthrough: str = "placeholder"
     sensitive: SensitiveSpec | None = None  # a dict is accepted and parsed in __post_init__
+    user: UserSpec | None = None  # a dict is accepted and parsed in __post_init__ (users.md §1)
 
     def __post_init__(self) -> None:
         if not isinstance(self.options, dict):
@@ -114,6 +121,7 @@ class PrivatizerConfig:
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         if self.sensitive is not None:
             object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive))
+        object.__setattr__(self, "user", check_user_setting(self.user, self.sensitive))  # users.md §1
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
@@ -127,6 +135,11 @@ class PrivatizerConfig:
         """The parsed ``sensitive`` setting: the field itself (``None``: every candidate position at ``epsilon``),
         under the name callers written before the field held it parsed use."""
         return self.sensitive
+
+    @property
+    def user_spec(self) -> UserSpec | None:
+        """The parsed ``user`` setting: the field itself (``None``: no per-person accounting)."""
+        return self.user
 
     def sensitive_config(self) -> PrivatizerConfig:
         """The configuration sensitive positions are released with: this one at ``sensitive["epsilon"]``."""
@@ -186,10 +199,12 @@ class PrivatizerConfig:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields (JSON-ready; holds no seed; ``sensitive`` in its JSON form)."""
+        """Plain dict of the fields (JSON-ready; holds no seed; ``sensitive`` and ``user`` in their JSON forms)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.sensitive is not None:
             out["sensitive"] = self.sensitive.to_value()
+        if self.user is not None:
+            out["user"] = self.user.to_value()
         return out
 
     def to_json_string(self) -> str:

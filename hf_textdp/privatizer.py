@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .accounting import Totals, selective_rows
+from .batch import TokenBatch
 from .config import PrivatizerConfig
 from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
@@ -31,6 +32,7 @@ from .sensitive import Detector, build_detectors, sensitive_mask, sensitive_span
 from .sensitive.render import placeholder_words
 from .space import CANDIDATE, STRUCTURAL
 from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
+from .users import UserBatch, UserRelease, UserTable, blank_dropped, fit_counts, user_secret, user_values
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger
 from .validation import check_row_ids
@@ -95,6 +97,9 @@ class Privatizer:
         # A fresh nonce makes every unseeded Privatizer hash differently, so `datasets` never serves a
         # cached (already released) result for it: each unseeded map is a new release.
         self._nonce = secrets.token_hex(16) if self.seed is None else None
+        # per-person work without a seed (users.md §5): row priorities and pseudonyms keyed by a secret of this
+        # privatizer, pickled to its workers as a seed is
+        self._user_secret = user_secret(config, self.seed)
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -104,6 +109,8 @@ class Privatizer:
         spec = self.config.sensitive
         self._detectors: list[Detector] = [] if spec is None else build_detectors(spec)
         self.totals = Totals()
+        #: per-person accounting and consistent pseudonyms (users.md), ``None`` without them
+        self.users = UserRelease.of(self.config, self.seed, self._user_secret, self.engine)
 
     # ---------------------------------------------------------------- pickling (decision D4)
     def __getstate__(self) -> dict[str, Any]:
@@ -117,6 +124,7 @@ class Privatizer:
             "stream": self.stream,
             "keep_spans": self.keep_spans,
             "inputs": self._inputs(),
+            **({} if self.users is None else self.users.state(self._user_secret)),  # users.md §4
         }
 
     def _inputs(self) -> str:
@@ -143,14 +151,19 @@ class Privatizer:
         self.split = state["split"]
         self.stream = state["stream"]
         self.keep_spans = state.get("keep_spans", False)
+        self._user_secret = state.get("user_secret")
         self._init_runtime()
+        if self.users is not None:
+            self.users.restore(state)
 
     @property
     def drop_columns(self) -> list[str]:
         """Input columns a saved output leaves out: the span column of ``sensitive["column"]`` (it gives each
-        identifier's character positions in the original text) unless ``keep_spans=True``."""
-        column = None if self.config.sensitive is None else self.config.sensitive.column
-        return [] if column is None or self.keep_spans else [column]
+        identifier's character positions in the original text) unless ``keep_spans=True``, and the user column of
+        ``user["column"]`` (an identifier: users.md §6) unless ``user["keep_column"]``."""
+        spans = None if self.config.sensitive is None or self.keep_spans else self.config.sensitive.column
+        users = None if self.config.user is None else self.config.user.dropped_column
+        return [c for c in (spans, users) if c is not None]
 
     def __repr__(self) -> str:  # never shows the seed
         seeded = "seeded" if self.seed is not None else "unseeded"
@@ -166,11 +179,17 @@ class Privatizer:
 
     # ---------------------------------------------------------------- public API
     def privatize(
-        self, texts: Sequence[str], row_ids: Sequence[int] | None = None, *, spans: Sequence[Any] | None = None
+        self,
+        texts: Sequence[str],
+        row_ids: Sequence[int] | None = None,
+        *,
+        spans: Sequence[Any] | None = None,
+        users: Sequence[Any] | None = None,
     ) -> list[str]:
         """Privatize a list of texts; with a seed, text i uses row id ``row_ids[i]`` (default: i).
 
         ``spans``: with ``sensitive["column"]``, text i's sensitive character spans ``[[start, end], ...]``.
+        ``users``: with ``user``, text i's user (users.md); a dropped row (``bound="rows"``) comes back as ``""``.
 
         Example:
 
@@ -191,8 +210,9 @@ class Privatizer:
                 )
             if len(spans) != len(texts):
                 raise InvalidParameterError(f"spans has {len(spans)} entries but texts has {len(texts)}.")
-        out = self._process(list(texts), ids) if spans is None else self._process(list(texts), ids, list(spans))
-        result: list[str] = out[self.text_column]
+        plan = None if self.users is None else self.users.batch(None if users is None else list(users), ids)
+        texts_in, span_list = blank_dropped(list(texts), None if spans is None else list(spans), plan)
+        result: list[str] = self._process(texts_in, ids, span_list, plan)[self.text_column]
         return result
 
     def __call__(
@@ -243,7 +263,11 @@ class Privatizer:
                     f"{sorted(batch)}."
                 )
             span_values = [batch[spec.column]] if single else list(batch[spec.column])
-        out = self._process(texts, row_ids) if span_values is None else self._process(texts, row_ids, span_values)
+        plan = None  # per-person accounting (users.md): the rows' users, levels and kept rows
+        if self.users is not None:
+            plan = self.users.batch(user_values(batch, self.users.spec, single), row_ids)
+            texts, span_values = blank_dropped(texts, span_values, plan)
+        out = self._process(texts, row_ids, span_values, plan)
         if self.config.keep_original:
             out[f"{self.text_column}_original"] = list(texts)
         if single:
@@ -262,7 +286,17 @@ class Privatizer:
                 "For the totals of a whole dataset, save it with privatize_dataset(..., output_dir=...) and read "
                 "privacy_report(output_dir).",
             )
-        return self.engine.build_report(self.totals)
+        return self.engine.build_report(self.totals, users=None if self.users is None else self.users.totals)
+
+    def fit_users(self, source: Any, *, batch_size: int = 1000) -> UserTable:
+        """The counting pass (users.md §4): every user's privatized tokens and rows in ``source`` (the whole split
+        this privatizer then maps, with the same row ids), before any release; ``privatize_dataset`` calls it."""
+        if self.users is None:
+            raise InvalidParameterError(
+                "fit_users: this config has neither user= nor sensitive['consistent']: there is nothing to count."
+            )
+        self.users.table = fit_counts(self, source, batch_size=batch_size)
+        return self.users.table
 
     # ---------------------------------------------------------------- the work
     def _check_texts(self, texts: Sequence[Any], row_ids: Sequence[int]) -> None:
@@ -270,11 +304,13 @@ class Privatizer:
             if not isinstance(t, str):
                 raise InvalidRowError(f"row {r}: expected str in column {self.text_column!r}, got {type(t).__name__}.")
 
-    def _process(self, texts: list[str], row_ids: list[int], spans: list[Any] | None = None) -> dict[str, list[Any]]:
+    def _process(
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None
+    ) -> dict[str, list[Any]]:
         """:meth:`_process_batch` with Python's cyclic collector paused (its walks over the batch's many small
         lists cost a quarter of the host time; nothing in a batch forms a cycle)."""
         with gc_paused():
-            return self._process_batch(texts, row_ids, spans)
+            return self._process_batch(texts, row_ids, spans, users)
 
     def _sensitive(
         self,
@@ -298,41 +334,50 @@ class Privatizer:
         offsets, _ = static_offsets([r.pieces or [] for r in rows], [r.seps or [""] for r in rows])
         return sensitive_mask(offsets, lengths, found)
 
-    def _process_batch(self, texts: list[str], row_ids: list[int], spans: list[Any] | None) -> dict[str, list[Any]]:
+    def read_batch(self, texts: list[str], row_ids: list[int], spans: list[Any] | None) -> TokenBatch:
+        """A batch tokenized, classified and marked (selective.md §4) as the release reads it, with its tokens held
+        flat; nothing is released (the counting pass reads batches so too: users.md §4)."""
+        self._check_texts(texts, row_ids)
+        self._ensure()
+        assert self._tokens is not None
+        n = len(texts)
+        flat, lengths, rows = self._tokens.encode_flat(texts)
+        cls, pos = self.engine.space.classify(flat)
+        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        cand = cls == CANDIDATE
+        sizes = np.bincount(row_of[cand], minlength=n)
+        marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
+        return TokenBatch(flat, lengths, rows, cls, pos, row_of, cand, sizes, marked)
+
+    def _process_batch(
+        self, texts: list[str], row_ids: list[int], spans: list[Any] | None, users: UserBatch | None
+    ) -> dict[str, list[Any]]:
         """Tokenize, classify, release and decode a batch, with the batch's tokens held flat.
 
         All rows' ids are concatenated once, so classification, the id replacement, the decode lists and
         the accounting counts are a few array operations per batch instead of per row; each token's
         draws come from its own row's keyed stream.
         """
-        self._check_texts(texts, row_ids)
-        self._ensure()
+        flat, lengths, rows, cls, pos, row_of, cand, sizes, marked = self.read_batch(texts, row_ids, spans)
         engine, tokens = self.engine, self._tokens
         space, step = engine.space, engine.step
         assert tokens is not None
         n = len(texts)
-        flat, lengths, rows = tokens.encode_flat(texts)
         bounds = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=bounds[1:])
-        cls, pos = space.classify(flat)
-        row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        cand = cls == CANDIDATE
-        sizes = np.bincount(row_of[cand], minlength=n)
         cand_pos = torch.from_numpy(pos[cand])
-        marked = None if self.config.sensitive is None else self._sensitive(texts, rows, lengths, spans, row_ids)
         sens = None if marked is None else marked & cand
         context = None
         if getattr(engine.mechanism, "CONTEXTUAL", False):  # issue 44: a contextual mechanism reads each token's row
             context = RowContext.from_flat(flat, lengths, np.flatnonzero(cand), row_of[cand])
-        released = engine.release_flat(
-            cand_pos,
-            sizes.tolist(),
-            row_ids,
-            sensitive=None if sens is None else torch.from_numpy(sens[cand]),
-            context=context,
-        )
+        sens_t = None if sens is None else torch.from_numpy(sens[cand])
+        if users is not None and self.users is not None:  # per-person: by level, consistent pseudonyms (users.md)
+            runs = self.users.entities(flat, lengths, marked, cand)
+            released = self.users.release(users, runs, cand_pos, sizes, sens_t, context)
+        else:
+            released = engine.release_flat(cand_pos, sizes.tolist(), row_ids, sensitive=sens_t, context=context)
         if step is not None and step.RELEASES_VECTORS:
-            return self._vector_columns(lengths, bounds, cls, sizes, released, flat)
+            return self._vector_columns(lengths, bounds, cls, sizes, released, flat, users)
         out = flat.copy()
         if released.numel():
             out[cand] = space.candidate_ids.numpy()[released.numpy()]
@@ -359,7 +404,7 @@ class Privatizer:
         result["input_ids"] = [flat_list[b[i] : b[i + 1]] for i in range(n)]
         if isinstance(tokens, HFTokens):
             result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
-        self._columns_and_totals(result, lengths, sizes, row_of, structural, out, sens)
+        self._columns_and_totals(result, lengths, sizes, row_of, structural, out, sens, users)
         return result
 
     def _columns_and_totals(
@@ -371,6 +416,7 @@ class Privatizer:
         structural: np.ndarray,
         out: np.ndarray | None,
         sens: np.ndarray | None = None,
+        users: UserBatch | None = None,
     ) -> None:
         """``dp_tokens``, ``dp_epsilon`` (and ``dp_delta``), ``dp_sensitive_tokens`` with ``sensitive``, per row,
         and the running totals (accounting.md §2, selective.md §6)."""
@@ -394,6 +440,8 @@ class Privatizer:
             has_delta = sens_claim.delta_token > 0 or (not keep and claim.delta_token > 0)
             sizes = sizes - kept
             result["dp_sensitive_tokens"] = n_sens.tolist()
+        if users is not None and self.users is not None:  # each row at its user's level (users.md §2)
+            eps, deltas, has_delta = self.users.row_columns(result, users, sizes, n_sens)
         result["dp_tokens"] = sizes.tolist()
         result["dp_epsilon"] = [None] * n if eps is None else eps.tolist()
         if has_delta:
@@ -405,7 +453,11 @@ class Privatizer:
         else:
             n_pad = np.zeros(n, dtype=np.int64)
         passthrough = lengths - n_struct - sizes - (0 if kept is None else kept)
-        self.totals.add_rows(sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
+        columns = (sizes, n_struct - n_pad, n_pad, passthrough, eps, deltas, n_sens, kept)
+        if users is not None and self.users is not None:  # dropped rows out, each user's sums (users.md §3, §6)
+            self.users.add_rows(self.totals, users, columns)
+        else:
+            self.totals.add_rows(*columns)
 
     def _vector_columns(
         self,
@@ -415,6 +467,7 @@ class Privatizer:
         sizes: np.ndarray,
         released: torch.Tensor,
         flat: np.ndarray,
+        users: UserBatch | None = None,
     ) -> dict[str, list[Any]]:
         """``postprocess="vector"``: ``inputs_embeds`` per row (postprocess.md §5); no text, no ``input_ids``.
 
@@ -442,7 +495,7 @@ class Privatizer:
             result["attention_mask"] = [[1] * int(m) for m in lengths.tolist()]
         row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
         # as before: padding is not told apart from other structural tokens in this mode
-        self._columns_and_totals(result, lengths, sizes, row_of, cls == STRUCTURAL, None)
+        self._columns_and_totals(result, lengths, sizes, row_of, cls == STRUCTURAL, None, users=users)
         # the original text is not released in this mode: the text column becomes empty strings
         result[self.text_column] = ["" for _ in range(n)]
         return result

@@ -31,6 +31,7 @@ from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, valida
 from .scale import scale_stats
 from .sensitive import selection_info
 from .space import ClassPart, EmbeddingSpace
+from .users.report import UserTotals, per_person_report
 from .utils.logging import get_logger, warn_once
 from .utils.release_client import is_service_worker, remote_release
 
@@ -87,6 +88,9 @@ class ReleaseEngine:
         # selective privatization (docs/mechanisms/selective.md): one release per class at sensitive["epsilon"]
         self._sens_releases: list[ClassRelease] = []
         self._sens_claim: Claim | None = None
+        #: False for an engine of per-person scaling (users.md §3): the GPU release service releases at the
+        #: configured ε only, so such an engine releases in its own process
+        self.remote_ok = True
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -229,13 +233,15 @@ class ReleaseEngine:
             )
         return out
 
-    def build_report(self, totals: Totals, training: dict[str, Any] | None = None) -> dict[str, Any]:
-        self.load()
+    def build_report(
+        self, totals: Totals, training: dict[str, Any] | None = None, users: UserTotals | None = None
+    ) -> dict[str, Any]:
+        self.load()  # with ``users``, the report gains its per-user section (users.md §6)
         assert self._space is not None and self._mech is not None and self._claim is not None
         space, mech, claim = self._space, self._mech, self._claim
         stats = scale_stats(mech.scale_metric_matrix(space), store=space.store)
         eps = self.config.epsilon
-        return build_report(
+        report = build_report(
             mechanism=mech.name,
             parameters=mech.parameters(),
             postprocess=self.config.postprocess if mech.kind == "additive" else "none",
@@ -262,6 +268,7 @@ class ReleaseEngine:
             measured_recovery=measured_recovery(self.config),
             sensitive=self._sensitive_report(),
         )
+        return per_person_report(report, self.config, users)
 
     def _sensitive_report(self) -> dict[str, Any] | None:
         """The report's ``sensitive`` section (selective.md §6): the sensitive class's ε and claim, what the others
@@ -334,13 +341,27 @@ class ReleaseEngine:
         Returns positions ``[N]`` int64 (or vectors ``[N, k]``) on CPU. ``context`` (contextual mechanisms only,
         issue 44): each token's row and index in it.
         """
+        if not any(sizes):
+            return torch.empty(0, dtype=torch.int64)
+        keys = self.row_keys(row_ids, self.stream if stream is None else stream)
+        return self.release_keys(keys, sizes, positions, sensitive, context)
+
+    def release_keys(
+        self,
+        keys: list[int],
+        sizes: list[int],
+        positions: torch.Tensor,
+        sensitive: torch.Tensor | None = None,
+        context: RowContext | None = None,
+    ) -> torch.Tensor:
+        """:meth:`release_flat` of rows given by their Philox keys (per-person pseudonyms draw from keys of their
+        own: docs/mechanisms/users.md §5)."""
+        self.load()
         space = self._space
         assert space is not None
         if not any(sizes):
             return torch.empty(0, dtype=torch.int64)
-        stream = self.stream if stream is None else stream
-        keys = self.row_keys(row_ids, stream)
-        remote = remote_release()
+        remote = remote_release() if self.remote_ok else None
         # a worker of the GPU release service: the parent process releases the batch (a contextual mechanism's
         # batch, which carries its rows, is released here: issue 44)
         if remote is not None and context is None:

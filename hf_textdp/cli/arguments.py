@@ -23,6 +23,7 @@ __all__ = [
     "add_candidate_args",
     "add_option_args",
     "add_sensitive_args",
+    "add_user_args",
 ]
 
 
@@ -217,3 +218,42 @@ def add_sensitive_args(p: argparse.ArgumentParser) -> None:
         help="the other positions: privatize (at --epsilon) or keep (released unchanged, no epsilon) "
         "(default: privatize)",
     )
+
+
+def add_user_args(p: argparse.ArgumentParser) -> None:
+    """Per-person accounting (docs/mechanisms/users.md): the config's ``user`` setting and consistent pseudonyms."""
+    p.add_argument(
+        "--sensitive-consistent",
+        default=None,
+        choices=["row", "user"],
+        help="one pseudonym per distinct sensitive string of a row or of a user, counted once (default: none)",
+    )
+    p.add_argument(
+        "--user-column",
+        default=None,
+        metavar="COL",
+        help="column saying whose each row is: every user's total epsilon is reported; the column is dropped from "
+        "the output (default: none)",
+    )
+    p.add_argument(
+        "--user-budget",
+        type=float,
+        default=None,
+        metavar="B",
+        help="bound on each user's total epsilon (default: none)",
+    )
+    p.add_argument(
+        "--user-bound",
+        default=None,
+        choices=["scale", "rows"],
+        help="meet the budget by lowering a user's per-token epsilon (scale) or by keeping few rows (rows) "
+        "(default: scale)",
+    )
+    p.add_argument(
+        "--user-max-rows",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --user-bound rows: the most rows kept of one user (default: none)",
+    )
+    p.add_argument("--user-keep-column", action="store_true", help="keep the user column in the output")

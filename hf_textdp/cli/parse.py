@@ -84,20 +84,44 @@ def config_from_args(args: argparse.Namespace) -> PrivatizerConfig:
         base["keep_original"] = True
     base["candidates"] = candidates_from_args(args, base.get("candidates", DEFAULT_CANDIDATES))
     base["sensitive"] = sensitive_from_args(args, base.get("sensitive"))
+    base["user"] = user_from_args(args, base.get("user"))
     return PrivatizerConfig(**base)
+
+
+def user_from_args(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``--user-column``, ``--user-budget``, ``--user-bound``, ``--user-max-rows`` and ``--user-keep-column`` over
+    the config's ``user`` setting (docs/mechanisms/users.md); ``PrivatizerConfig`` validates the result."""
+    flags = {
+        "column": getattr(args, "user_column", None),
+        "budget": getattr(args, "user_budget", None),
+        "bound": getattr(args, "user_bound", None),
+        "max_rows": getattr(args, "user_max_rows", None),
+        "keep_column": getattr(args, "user_keep_column", None) or None,
+    }
+    given = {k: v for k, v in flags.items() if v is not None}
+    if not given:
+        return base
+    out = {**(base or {}), **given}
+    if "column" not in out:
+        raise InvalidParameterError(
+            "--user-column is required with --user-budget, --user-bound, --user-max-rows or --user-keep-column (or a "
+            "--config whose user setting names a column)."
+        )
+    return out
 
 
 def sensitive_from_args(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any] | None:
     """``--sensitive-epsilon``, ``--sensitive-detectors``, ``--sensitive-column`` and ``--others`` over the config's
     ``sensitive`` setting (docs/mechanisms/selective.md); ``PrivatizerConfig`` validates the result."""
-    keys = ("sensitive_epsilon", "sensitive_detectors", "sensitive_column", "others")
-    eps, detectors, column, others = (getattr(args, k, None) for k in keys)
-    if eps is None and detectors is None and column is None and others is None:
+    keys = ("sensitive_epsilon", "sensitive_detectors", "sensitive_column", "others", "sensitive_consistent")
+    eps, detectors, column, others, consistent = (getattr(args, k, None) for k in keys)
+    if eps is None and detectors is None and column is None and others is None and consistent is None:
         return base
     out = dict(base or {})
     if eps is None and "epsilon" not in out:
         raise InvalidParameterError(
-            "--sensitive-epsilon is required with --sensitive-detectors, --sensitive-column or --others (or a "
+            "--sensitive-epsilon is required with --sensitive-detectors, --sensitive-column, --others or "
+            "--sensitive-consistent (or a "
             "--config whose sensitive setting holds an epsilon)."
         )
     if eps is not None:
@@ -109,6 +133,8 @@ def sensitive_from_args(args: argparse.Namespace, base: dict[str, Any] | None) -
         out["column"] = column
     if others is not None:
         out["others"] = others
+    if consistent is not None:
+        out["consistent"] = consistent
     return out
 
 

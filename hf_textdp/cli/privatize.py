@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import InvalidParameterError
 from ..io.paths import report_path_for
 from ..utils.gc_pause import gc_frozen_imports
-from .arguments import HelpFormatter, add_config_args, add_sensitive_args, options_epilog
+from .arguments import HelpFormatter, add_config_args, add_sensitive_args, add_user_args, options_epilog
 from .parse import config_from_args, read_seed
 
 
@@ -32,6 +32,7 @@ class PrivatizeCommand:
         p.add_argument("output", help="output file (.jsonl/.csv/.parquet) or folder (save_to_disk)")
         add_config_args(p, epsilon_required=False)
         add_sensitive_args(p)
+        add_user_args(p)
         p.add_argument("--text-column", default="text", help="the column to privatize")
         p.add_argument(
             "--id-column", default=None, help="int column used as row id instead of the index (default: none)"
@@ -160,4 +161,11 @@ def _selective(totals: dict[str, Any], report: dict[str, Any]) -> str:
         from ..sensitive.describe import detectors_summary
 
         part += f"; {detectors_summary(sens)}"
-    return part + f", {totals.get('passthrough_tokens', 0)} passthrough"
+    part += f", {totals.get('passthrough_tokens', 0)} passthrough"
+    users = report.get("users")  # per-person accounting (users.md §6)
+    if users:
+        eps = users.get("user_epsilon_max")
+        part += f", {users['users']} users (max user epsilon={'null' if eps is None else f'{eps:.4g}'}"
+        part += f", budget={users['budget']:g}" if users.get("budget") is not None else ""
+        part += f", {users['rows_dropped']} rows dropped)" if users.get("bound") == "rows" else ")"
+    return part

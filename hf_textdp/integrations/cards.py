@@ -75,6 +75,7 @@ pass through unchanged.
 | other positions | {{ sensitive.others }} |
 | detectors (reads: kinds found) | {{ sensitive.detectors }} |
 | kinds no detector finds | {{ sensitive.cannot_find }} |
+{% endif %}{% if users %}| per user | {{ users.summary }} |
 {% endif %}
 {% if not certified %}**Not certified.** The stated ε and δ are not proven for this configuration (see the
 warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exists to put there.
@@ -83,6 +84,8 @@ warnings), so the row columns `dp_epsilon` and `dp_delta` are null: no bound exi
 this exact configuration by the attacks named, so a stronger attack can recover more: {{ recovery }}.
 
 {% endif %}{% if sensitive %}**Selective privatization.** {{ sensitive.statement }}
+
+{% endif %}{% if users %}**Per user** (docs/mechanisms/users.md). {{ users.guarantee }}
 
 {% endif %}**Unit of privacy.** The guarantee is per token: two texts that differ in one token w → w' are
 indistinguishable up to e^(ε·d(w, w')) ≤ e^ε_tok (metric DP) or e^ε_tok (DP). A row's bound is ε_tok
@@ -224,7 +227,6 @@ def dataset_card(
             (``*_original``); the card then says first, plainly, that they and the dataset are not private.
     """
     original_columns = sorted(original_columns or [])
-
     totals = report.get("totals") or {}
     scale = report.get("scale") or {}
     model = report.get("model") or {}
@@ -290,6 +292,7 @@ def dataset_card(
         recovery=recovery_statement(report["measured_recovery"]) if report.get("measured_recovery") else None,
         sensitive=(sens := sensitive_rows(report, _fmt)),
         epsilon_intro=sens["intro"] if sens else f"ε = {_fmt(report.get('epsilon'))} per token",
+        users={**report["users"], "guarantee": report.get("user_guarantee")} if report.get("users") else None,
     )
 
 

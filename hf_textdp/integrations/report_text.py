@@ -285,7 +285,8 @@ def _guarantee_lines(report: dict[str, Any]) -> list[str]:
     else:
         lines = [f"  guarantee:   {guarantee_statement(report)}"]
     lines.append(f"  reading:     {READING}")
-    return lines + (_sensitive_lines(report, sens, report.get("totals") or {}) if sens else [])
+    lines += _sensitive_lines(report, sens, report.get("totals") or {}) if sens else []
+    return lines + ([f"  users:       {report['users']['summary']}"] if report.get("users") else [])  # users.md §6
 
 
 def _release_lines(report: dict[str, Any]) -> list[str]:

@@ -50,6 +50,7 @@ from ..utils.logging import get_logger
 from ..validation import check_bool, check_int, repeated_id_error
 from .sharded import ShardedRun
 from .streaming import save_streaming
+from .users import finish, fit_splits, mapped_drops
 from .workers import spawned_workers, uses_gpu_workers
 
 
@@ -228,6 +229,7 @@ def _privatize(
     """Map every split with its privatizer; with an output, save it and return the report written with it."""
     config, output = job.config, job.output
     iterable = isinstance(ds, (datasets.IterableDataset, datasets.IterableDatasetDict))
+    fit_splits(privatizers, parts, resume=job.resume, batch_size=job.batch_size)  # users.md §4: counts, no release
     release = None
     if uses_gpu_workers(config.device, job.num_proc) and not iterable:
         # the workers tokenize and decode; this process releases on the GPU (every split's privatizer has
@@ -237,8 +239,8 @@ def _privatize(
         release = first.release_keyed
     if output is None or iterable:
         out = _map(ds, parts, privatizers, config, batch_size=job.batch_size, num_proc=job.num_proc, release=release)
-        if output is None:
-            return out, None
+        if output is None:  # dropped rows and the user column out (users.md §6); a saved stream keeps them
+            return finish(out, next(iter(privatizers.values()))), None
         with output_errors(output):
             report = save_streaming(
                 out, output, privatizers, resume=job.resume, overwrite=job.overwrite, shard_size=job.shard_size
@@ -308,10 +310,12 @@ def _privatizer(
             f"id_column={id_column!r} is not in the dataset. Current columns in the dataset: {cols}."
         )
     span_column = None if config.sensitive is None else config.sensitive.column
-    if span_column is not None and cols and span_column not in cols:
-        raise ColumnNotFoundError(
-            f'sensitive["column"]={span_column!r} is not in the dataset. Current columns in the dataset: {cols}.'
-        )
+    user_column = None if config.user is None else config.user.column  # per-person accounting (users.md)
+    for param, column in (('sensitive["column"]', span_column), ('user["column"]', user_column)):
+        if column is not None and cols and column not in cols:
+            raise ColumnNotFoundError(
+                f"{param}={column!r} is not in the dataset. Current columns in the dataset: {cols}."
+            )
     if id_column is not None and isinstance(part, datasets.Dataset):
         _check_unique_ids(part, id_column, name)
     return Privatizer(
@@ -339,8 +343,9 @@ def _map(
     results: dict[str, Any] = {}
     for name, part in parts.items():
         kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "batch_size": batch_size}
-        if privatizers[name].drop_columns:  # the span column (selective.md §3), unless keep_spans=True
-            kwargs["remove_columns"] = privatizers[name].drop_columns
+        drop = mapped_drops(privatizers[name])  # the span column (selective.md §3), unless keep_spans=True
+        if drop:  # (the user column goes in finish, once the per-user figures are read: users.md §6)
+            kwargs["remove_columns"] = drop
         if isinstance(part, datasets.Dataset):
             kwargs["num_proc"] = num_proc
             kwargs["desc"] = f"Privatizing {name or 'rows'} ({config.mechanism}, epsilon={config.epsilon:g})"

@@ -40,9 +40,11 @@ from ..io.paths import REPORT_NAME, output_path, report_path_for
 from ..io.reports import bound_report
 from ..privatizer import Privatizer
 from ..rng import validate_secret_seed
+from ..users import user_totals_from_batches
 from ..utils.logging import get_logger
 from ..validation import check_int
 from .totals import totals_from_columns
+from .users import finish_parquet, mapped_drops
 
 
 __all__ = ["privatize_ray", "privatize_ray_files", "ray_report", "RAY_INSTALL"]
@@ -61,6 +63,7 @@ _COLUMN_TYPES = {
     "dp_epsilon": pa.float64(),
     "dp_delta": pa.float64(),
     "dp_sensitive_tokens": pa.int64(),
+    "dp_dropped": pa.bool_(),
     "inputs_embeds": pa.list_(pa.list_(pa.float64())),
 }
 
@@ -93,15 +96,18 @@ class _PrivatizeBatches:
         batch: dict[str, list[Any]] = {priv.text_column: table.column(priv.text_column).to_pylist()}
         if priv.id_column is not None:
             batch[priv.id_column] = table.column(priv.id_column).to_pylist()
-        span_column = None if priv.config.sensitive is None else priv.config.sensitive.column
-        if span_column is not None and span_column in table.schema.names:  # selective privatization's spans
-            batch[span_column] = table.column(span_column).to_pylist()
+        spans = None if priv.config.sensitive is None else priv.config.sensitive.column
+        users = None if priv.config.user is None else priv.config.user.column  # per-person accounting (users.md)
+        for column in (spans, users):  # selective privatization's spans, each row's user
+            if column is not None and column in table.schema.names:
+                batch[column] = table.column(column).to_pylist()
         out = priv(batch)
         for name, values in out.items():
             column = pa.array(values, type=_COLUMN_TYPES.get(name, pa.string()))
             index = table.schema.get_field_index(name)
             table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
-        drop = [c for c in priv.drop_columns if c in table.schema.names]  # the span column unless keep_spans
+        # the span column unless keep_spans (the user column goes once the per-user figures are read: users.md §6)
+        drop = [c for c in mapped_drops(priv) if c in table.schema.names]
         return table.drop_columns(drop) if drop else table
 
 
@@ -156,7 +162,8 @@ def _check_ray_arguments(
     schema = ds.schema(fetch_if_missing=False)
     names = list(schema.names) if schema is not None else []
     span_column = ("sensitive['column']", None if config.sensitive is None else config.sensitive.column)
-    for param, column in (("text_column", text_column), ("id_column", id_column), span_column):
+    user_column = ("user['column']", None if config.user is None else config.user.column)  # users.md
+    for param, column in (("text_column", text_column), ("id_column", id_column), span_column, user_column):
         if names and column is not None and column not in names:
             raise ColumnNotFoundError(
                 f"{param}={column!r} is not in the dataset. Current columns in the dataset: {names}."
@@ -232,12 +239,31 @@ def privatize_ray(
     resources = {name: n for name, n in (("num_cpus", num_cpus), ("num_gpus", num_gpus)) if n is not None}
     return ds.map_batches(
         _PrivatizeBatches,
-        fn_constructor_kwargs={"state": priv.__getstate__()},
+        fn_constructor_kwargs={"state": _counted(priv, ds, batch_size).__getstate__()},  # users.md §4
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=_compute(concurrency),
         **resources,
     )
+
+
+def _counted(priv: Privatizer, ds: Any, batch_size: int) -> Privatizer:
+    """``priv`` after the counting pass (users.md §4) in the driver, over the rows' text, user, id and span
+    columns (where its release needs one)."""
+    users = priv.users
+    if users is None or not users.needs_counts:
+        return priv
+    if priv.id_column is None:
+        raise InvalidParameterError(
+            "id_column is required with a user budget, user['bound'] = 'rows' or sensitive['consistent'] = 'user' "
+            "under Ray: the counting pass and the actors must name each row alike."
+        )
+    span_column = None if priv.config.sensitive is None else priv.config.sensitive.column
+    user_column = None if users.spec is None else users.spec.column
+    columns = [c for c in (priv.text_column, priv.id_column, user_column, span_column) if c]
+    batches = ds.select_columns(columns).iter_batches(batch_size=batch_size, batch_format="pyarrow")
+    priv.fit_users((t.to_pydict() for t in batches), batch_size=batch_size)
+    return priv
 
 
 def ray_report(
@@ -272,10 +298,17 @@ def ray_report(
             "the local engine."
         )
     cols = [c for c in ("input_ids", "dp_tokens", "dp_epsilon", "dp_delta") if c in names]
+    users = None
+    spec = config.user_spec
+    if spec is not None:  # per-user figures from the rows, then the rows without the dropped ones (users.md §6)
+        extra = [c for c in (spec.column, "dp_dropped") if c in names and c not in cols]
+        tables = written.select_columns(cols + extra).iter_batches(batch_size=4096, batch_format="pyarrow")
+        users = user_totals_from_batches((t.to_pydict() for t in tables), spec)
+        written = written.filter(lambda r: not r.get("dp_dropped", False))
     batches = (
         t.to_pydict() for t in written.select_columns(cols).iter_batches(batch_size=4096, batch_format="pyarrow")
     )
-    return priv.engine.build_report(totals_from_columns(priv.engine.space, batches))
+    return priv.engine.build_report(totals_from_columns(priv.engine.space, batches), users=users)
 
 
 # --------------------------------------------------------------------------- files in, files out (the CLI)
@@ -380,6 +413,7 @@ def privatize_ray_files(
             ds.write_parquet(str(written))
             # the report counts the rows as written, whatever was retried on the way
             report = ray_report(ray.data.read_parquet(str(written)), config, text_column=text_column, split=split)
+            finish_parquet(written, config)  # dropped rows and the user column out (users.md §6)
             if is_file:  # the report is bound to the output it describes (io/reports.py), as save_output's are
                 _merge_parquet(written, tmp)
                 atomic_write_text(report_path_for(out), dumps_json(bound_report(report, tmp)))

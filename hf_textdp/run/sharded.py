@@ -27,6 +27,7 @@ from ..io.workdir import (
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from .totals import dataset_report
+from .users import finish, mapped_drops, user_totals
 
 
 __all__ = ["ShardedRun"]
@@ -69,7 +70,7 @@ def _privatized_table(
         keep_in_memory=True,  # the shard file is the only copy; nothing goes to the datasets cache
         load_from_cache_file=False,
         desc=desc,
-        remove_columns=priv.drop_columns or None,  # the span column unless keep_spans=True
+        remove_columns=mapped_drops(priv) or None,  # the span column unless keep_spans=True (the user column: finish)
     )
     if len(res) != len(data):  # pragma: no cover - an invariant of Dataset.map
         raise RuntimeError(f"rows {offset}-: {len(res)} rows out for {len(data)} in.")
@@ -248,14 +249,16 @@ class ShardedRun(WorkFolderRun):
 
     def assemble(self) -> tuple[Any, dict[str, Any]]:
         """Write the output and its report atomically; return (the dataset to hand back, the report)."""
-        parts = self._load(in_memory=False)
-        out: Any = datasets.DatasetDict(parts) if self.is_dict else parts[self.splits[0].name]
         privatizers = {s.name: s.priv for s in self.splits}
-        report = dataset_report(out, privatizers, {s.name: s.data for s in self.splits})
+        parts = self._load(in_memory=False)
+        users = user_totals(parts, privatizers)  # per-user figures, then the finished output (users.md §6)
+        parts = {name: finish(part, privatizers[name]) for name, part in parts.items()}
+        out: Any = datasets.DatasetDict(parts) if self.is_dict else parts[self.splits[0].name]
+        report = dataset_report(out, privatizers, {s.name: s.data for s in self.splits}, users=users)
         save_output(out, self.output, report, tmp_root=self.work)
         if FILE_FORMATS.get(self.output.suffix.lower()) is None:
             return datasets.load_from_disk(str(self.output)), report
         # A file output cannot be memory-mapped back with its types (CSV has no lists): hand back the
         # shards, read into memory before the work folder goes.
-        mem = self._load(in_memory=True)
+        mem = {name: finish(part, privatizers[name]) for name, part in self._load(in_memory=True).items()}
         return (datasets.DatasetDict(mem) if self.is_dict else mem[self.splits[0].name]), report

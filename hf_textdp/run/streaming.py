@@ -57,6 +57,7 @@ from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int
 from .totals import totals_from_dataset
+from .users import finish, user_totals
 
 
 __all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
@@ -267,6 +268,8 @@ class _StreamRun(WorkFolderRun):
     def assemble(self) -> dict[str, Any]:
         """Write the output and its report (from the written rows) atomically; return the report."""
         loaded = {name: self._load(name) for name in self.parts}
+        users = user_totals(loaded, self.privatizers)  # per-user figures, then the finished output (users.md §6)
+        loaded = {name: finish(part, self.privatizers[name]) for name, part in loaded.items()}
         totals = Totals()
         for name, part in loaded.items():
             priv = self.privatizers[name]
@@ -275,7 +278,7 @@ class _StreamRun(WorkFolderRun):
             else:  # postprocess="vector": the classes this process counted (the run was not resumed)
                 totals.merge(self._run_totals.get(name, Totals()))
         first = next(iter(self.privatizers.values()))
-        report = first.engine.build_report(totals)
+        report = first.engine.build_report(totals, users=users)
         out: Any = datasets.DatasetDict(loaded) if self.is_dict else loaded[next(iter(self.parts))]
         save_output(out, self.output, report, tmp_root=self.work)
         return report

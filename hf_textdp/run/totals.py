@@ -14,6 +14,7 @@ import numpy as np
 from ..accounting import Totals
 from ..space import CANDIDATE, STRUCTURAL, EmbeddingSpace
 from ..tokens import make_tokens
+from ..users import UserTotals
 from ..utils.logging import get_logger
 
 
@@ -138,7 +139,7 @@ def warn_row_epsilon_outliers(parts: dict[str, Any], multiple: float = ROW_EPSIL
 
 
 def dataset_report(
-    ds: Any, privatizers: dict[str, Privatizer], sources: dict[str, Any] | None = None
+    ds: Any, privatizers: dict[str, Privatizer], sources: dict[str, Any] | None = None, users: UserTotals | None = None
 ) -> dict[str, Any]:
     """The report of a privatized Dataset/DatasetDict, totals recomputed from its columns.
 
@@ -155,4 +156,4 @@ def dataset_report(
             totals.merge(_totals_from_source(p, sources[name], part))
             continue
         totals.merge(totals_from_dataset(p.engine.space, part))
-    return priv.engine.build_report(totals)
+    return priv.engine.build_report(totals, users=users)  # users: the per-user figures (users.md §6)

@@ -1,13 +1,14 @@
 """The ``sensitive=`` setting of selective privatization, validated (docs/mechanisms/selective.md §2).
 
 ``{"epsilon": ε_s, "detectors": [...] | "default", "column": name, "labels": [...], "others": "privatize" | "keep",
-"render": "token" | "placeholder"}``: ``epsilon`` (required) is the per-token ε of sensitive positions;
-``detectors`` name what finds them (:data:`BUILTIN_DETECTORS`, ``"rare"`` or ``"rare:ZIPF"``, ``"spacy:NAME"``,
-``"presidio"``), ``"default"`` (or no ``detectors`` key) the default set (:mod:`.defaults`), ``[]`` none (the span
-column alone); ``column`` names a column of character spans ``[[start, end], ...]`` per row; ``labels`` are the
-entity labels a spaCy detector keeps; ``others`` says whether the other positions are privatized at the config's
-ε or released unchanged; ``render`` whether each sensitive word is released as privatized tokens or as one
-placeholder.
+"render": "token" | "placeholder", "consistent": "row" | "user"}``: ``epsilon`` (required) is the per-token ε of
+sensitive positions; ``detectors`` name what finds them (:data:`BUILTIN_DETECTORS`, ``"rare"`` or ``"rare:ZIPF"``,
+``"spacy:NAME"``, ``"presidio"``), ``"default"`` (or no ``detectors`` key) the default set (:mod:`.defaults`), ``[]``
+none (the span column alone); ``column`` names a column of character spans ``[[start, end], ...]`` per row;
+``labels`` are the entity labels a spaCy detector keeps; ``others`` says whether the other positions are privatized
+at the config's ε or released unchanged; ``render`` whether each sensitive word is released as privatized tokens or
+as one placeholder; ``consistent`` (``"row"`` or ``"user"``) releases every occurrence of one sensitive string in a
+row (or of one user) as one draw.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ BUILTIN_DETECTORS = (
 DEFAULT_SPACY_LABELS = ("PERSON", "GPE", "LOC", "ORG", "FAC")  # dates: the date rule; NORP: see selective.md
 OTHERS = ("privatize", "keep")
 RENDER = ("token", "placeholder")
-SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "render")
+SPEC_KEYS = ("epsilon", "detectors", "column", "labels", "others", "render", "consistent")
 DEFAULT: Literal["default"] = "default"
+#: consistent pseudonyms (docs/mechanisms/selective.md §8): one draw per distinct sensitive string per row or user
+CONSISTENT = (None, "row", "user")
 
 Others = Literal["privatize", "keep"]
 Render = Literal["token", "placeholder"]
@@ -77,6 +80,7 @@ class SensitiveSpec:
     labels: tuple[str, ...] = DEFAULT_SPACY_LABELS
     others: Others = "privatize"
     render: Render = "token"
+    consistent: Literal["row", "user"] | None = None
 
     @property
     def is_default(self) -> bool:
@@ -99,6 +103,8 @@ class SensitiveSpec:
             out["labels"] = list(self.labels)
         if self.render != "token":
             out["render"] = self.render
+        if self.consistent is not None:
+            out["consistent"] = self.consistent
         return out
 
 
@@ -186,8 +192,15 @@ def parse_sensitive(value: Any) -> SensitiveSpec:
     labels = _labels(value, spacy, detectors)
     others = check_choice(value.get("others", "privatize"), _name("others"), OTHERS)
     render = check_choice(value.get("render", "token"), _name("render"), RENDER)
+    consistent = check_choice(value.get("consistent"), _name("consistent"), CONSISTENT)
     return SensitiveSpec(
-        epsilon=epsilon, detectors=detectors, column=column, labels=labels, others=others, render=render
+        epsilon=epsilon,
+        detectors=detectors,
+        column=column,
+        labels=labels,
+        others=others,
+        render=render,
+        consistent=consistent,
     )
 
 
