@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.logging import get_logger
-from .files import atomic_write_text, dumps_json
+from .files import atomic_write_text, dumps_json, file_sha256
 from .paths import MANIFEST_NAME
 
 
@@ -90,15 +90,6 @@ def other_seed(old: dict[str, Any], seed: int | None) -> str | None:
             "the seed of the partial run"
         )
     return None
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of the file at ``path`` (read in 1 MiB blocks)."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _sealing_key(manifest: dict[str, Any], seed: int | None) -> bytes | None:
