@@ -24,6 +24,7 @@ from ..errors import HfTextDPError, OutputExistsError, ResumeError
 from ..utils.logging import get_logger
 from .files import atomic_open, release_lock, try_lock
 from .integrity import SCRYPT_PARAMS, ShardLedger, other_seed, seal_problem, seed_verifier, unlink_links
+from .model_files import model_fingerprint
 from .paths import LOCK_NAME, MANIFEST_NAME
 
 
@@ -57,12 +58,14 @@ def sha256_json(obj: Any) -> str:
 
 
 def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
-    """The manifest keys of the privatizer ``priv``: no text, and of the seed only whether there is one and its
-    salted scrypt verifier (:func:`seed_verifier`)."""
+    """The manifest keys of the privatizer ``priv``: no text, the model's files (every one, by content:
+    :func:`~hf_textdp.io.model_files.model_fingerprint`), and of the seed only whether there is one and its salted
+    scrypt verifier (:func:`seed_verifier`)."""
     return {
         "format": fmt,
         "config_sha256": sha256_json(priv.config.to_dict()),
-        "space_sha256": priv.space.space_hash,
+        "space_sha256": priv.space.space_hash,  # loads the model first: the fingerprint reads it offline
+        "model_sha256": model_fingerprint(priv.config.model),
         "text_column": priv.text_column,
         "id_column": priv.id_column,
         "seeded": priv.seed is not None,
@@ -95,6 +98,8 @@ def manifest_mismatch(
         "format": format_reason,
         "config_sha256": "its PrivatizerConfig differs from this run's",
         "space_sha256": "its model's embedding matrix differs from this run's",
+        "model_sha256": "its model's files differ from this run's (a weight, tokenizer or config file changed, or "
+        "the model id resolves to another revision); resume needs the model of the partial run",
         "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
         "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
         "seeded": "it was "
