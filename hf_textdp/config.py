@@ -26,7 +26,7 @@ from .postprocess import PostprocessStep, get_postprocess_class, postprocess_opt
 from .sensitive import SensitiveSpec, parse_sensitive
 from .space import DEFAULT_MODEL, parse_device
 from .tokens import PASSTHROUGH_MODES
-from .validation import check_bool, check_choice, check_epsilon
+from .validation import check_bool, check_choice, check_epsilon, check_sensitive_epsilon
 from .version import __version__
 
 
@@ -111,6 +111,7 @@ class PrivatizerConfig:
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         if self.sensitive is not None:
             object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive).to_value())
+            check_sensitive_epsilon(self.sensitive["epsilon"], self.epsilon, self.sensitive["others"])
         self.build()  # validates the mechanism name, postprocess name and every option
 
     # ---------------------------------------------------------------- building
