@@ -126,3 +126,23 @@ def test_a_changed_kernel_is_built_again_not_loaded(tamper, kernel, tmp_path, ca
         assert native.load_kernel("philox") is not None  # built again
     assert "is not loaded" in caplog.text and "building it again" in caplog.text
     assert not kernel.is_symlink() and native._verified(kernel)
+
+
+def test_an_edited_vector_parse_is_parsed_again(private_textdp_cache, tmp_path, caplog):
+    """The parse cache of a word-vector file holds its matrix: a changed matrix fails its SHA-256."""
+    import numpy as np
+
+    from hf_textdp.io.vectors import read_vectors
+    from tests.utils import write_vectors
+
+    vec = write_vectors(tmp_path / "v.txt", ["a", "b", "c"], np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]]))
+    first = read_vectors(vec)
+    (entry,) = (private_textdp_cache / "vectors").glob("*.npz")
+    with np.load(entry) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["matrix"] = arrays["matrix"] / 1e4
+    with open(entry, "wb") as fh:
+        np.savez(fh, **arrays)
+    with caplog.at_level(logging.WARNING):
+        again = read_vectors(vec)
+    assert np.array_equal(again.matrix, first.matrix) and "fails its SHA-256 check" in caplog.text
