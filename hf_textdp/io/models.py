@@ -33,6 +33,7 @@ from .files import stat_identity
 from .languages import default_scripts
 from .tokenizer_facts import TokenizerFacts, cached_facts, facts_of, save_facts
 from .vectors import read_vectors
+from .weights_check import check_rows
 
 
 __all__ = [
@@ -102,6 +103,9 @@ def _embedding_param_name(config: Any) -> tuple[str, str]:
             return name, str(getattr(model, "base_model_prefix", "") or "")
     raise TokenizerNotSupportedError("model: could not locate the input-embedding parameter of this architecture.")
 
+
+#: the suffixes of the weight files transformers reads (a folder with none of them has no weights)
+_WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".pth"})
 
 # The module holding the input-embedding weight in common architectures (BERT family: word_embeddings,
 # GPT-2: wte, Llama/OPT: embed_tokens, T5: shared, GPT-NeoX: embed_in), to find it without the modelling code.
@@ -177,7 +181,17 @@ def _located_embeddings(folder: Path, config: Any) -> tuple[torch.Tensor, list[s
     if found is None:
         from transformers import AutoModel
 
-        model = AutoModel.from_pretrained(folder)
+        try:
+            model = AutoModel.from_pretrained(folder)
+        except OSError:
+            weights = sorted(p.name for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+            if weights:
+                raise
+            raise ModelNotFoundError(
+                f"model: the folder {str(folder)!r} holds no weights (no *.safetensors, *.bin, *.h5, *.msgpack or "
+                "*.ckpt file): a model folder needs its weight files beside its config and tokenizer (save it with "
+                "save_pretrained, or download it again)."
+            ) from None
         return model.get_input_embeddings().weight.detach().to(torch.float32).contiguous(), None
     weight, name = found
     return weight.to(torch.float32).contiguous(), [files[name].name, name]
@@ -221,6 +235,7 @@ def _load_hf_space(
     """The space of the transformers model in ``folder``; ``model`` is the name or path as given, for errors."""
     store = DiskCache()
     facts, E_full, tokenizer = _hf_facts(folder, store, model)
+    check_rows(E_full, model, "row (token id)")
     R = int(E_full.shape[0])
     n_tok = facts.size
     special = set(facts.special)
@@ -271,6 +286,7 @@ def _load_hf_space(
 
 def _load_static_space(path: Path, device: torch.device, spec: CandidateSpec) -> EmbeddingSpace:
     vec = read_vectors(path)
+    check_rows(vec.matrix, path.name, "row (word #, 0-based)")
     V = len(vec.words)
     rows = torch.from_numpy(vec.matrix)
     vocab = vocab_ids(spec, None, vec.words) if spec.vocab is not None else None

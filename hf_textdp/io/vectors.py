@@ -164,6 +164,13 @@ def _cache_store(vec: StaticVectors) -> None:
         logger.debug("could not write the vector cache: %s", err)
 
 
+def _fp32(mat64: np.ndarray) -> np.ndarray:
+    """The matrix as float32; a value beyond float32 becomes infinite, which the space's row check refuses by name
+    (:func:`~hf_textdp.io.weights_check.check_rows`), instead of a warning here."""
+    with np.errstate(over="ignore"):
+        return mat64.astype(np.float32)
+
+
 _NUMBER_CHARS = b"0123456789eE+-. \n"
 
 
@@ -237,7 +244,7 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
     if not np.isfinite(mat64).all():
         return None
     kind = "word2vec" if header_v is not None else "glove"
-    return StaticVectors(words, mat64.astype(np.float32), kind, sha, dropped_ws, dropped_dup)
+    return StaticVectors(words, _fp32(mat64), kind, sha, dropped_ws, dropped_dup)
 
 
 def _first_rows(lines: list[str]) -> tuple[list[str] | None, int, list[str] | None]:
@@ -348,5 +355,4 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
         )
     if len(words) < 2:
         raise VectorFileError(f"model: {name} has {len(words)} usable word(s); at least 2 are needed.")
-    mat = mat64.astype(np.float32)
-    return StaticVectors(words, mat, kind, sha, dropped_ws, dropped_dup)
+    return StaticVectors(words, _fp32(mat64), kind, sha, dropped_ws, dropped_dup)
