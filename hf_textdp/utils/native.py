@@ -110,6 +110,11 @@ def _verified(target: Path) -> bool:
     recorded when it was built. A failing one is logged, naming it, and built again."""
     if not target.is_file() and not target.is_symlink():
         return False
+    if not _sidecar(target).exists() and not _sidecar(target).is_symlink():  # built by a version before the hash
+        logger.info(
+            "the compiled kernel %s has no recorded SHA-256 (an older version built it): building it again", target
+        )
+        return False
     why = untrusted(target) or untrusted(_sidecar(target))
     if why is None:
         try:
