@@ -21,8 +21,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ..errors import OutputChangedError
 from .paths import FILE_FORMATS
 
@@ -40,6 +38,8 @@ def _close(a: float, b: float) -> bool:
 def row_columns(output: str | os.PathLike[str]) -> dict[str, list[Any]] | None:
     """The ``dp_*`` columns of the output (every split of a folder, in order; a column the output lacks is absent),
     or ``None`` when its rows cannot be read (a folder that is no saved dataset: only the report is checked)."""
+    import pyarrow as pa  # not at import: the CLI's startup imports no heavy library
+
     try:
         return _read_columns(Path(output))
     except (OSError, ValueError, pa.ArrowException):

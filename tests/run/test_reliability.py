@@ -311,6 +311,7 @@ def _saved_output(tmp_path: Path) -> Path:
     out = tmp_path / "private.jsonl"
     out.write_text('{"text": "a b c", "dp_tokens": 3}\n')
     report = {"guarantee": "metric_dp", "mechanism": "madlib", "epsilon": 100.0, "certified": True}
+    report["totals"] = {"rows": 1, "dp_tokens": 3, "max_row_dp_tokens": 3}  # a report agrees with its rows
     out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(bound_report(out, report)))
     return out
 
