@@ -35,6 +35,8 @@ NB = 16
 LIST_K = 8
 #: bytes of packed queries per pass of the kernel: they stay in a core's L2 cache while all rows go by
 _PASS_BYTES = 384 * 1024
+#: the largest k whose candidates get the lists' second cut (kernels/kernel_common.h, list_candidates)
+_REFINE = 16
 #: tiles per thread below which one call on the calling thread is faster than splitting
 _MIN_TILES_PER_THREAD = 4
 
@@ -49,8 +51,8 @@ def _lib() -> Any:
     # q, e, init, exclude, d, blocks, t0, t1, pass, threads, beta, k, cap, top, lim, cnt, pos, score
     lib.avx2_lists.argtypes = [p, p, p, p, i, i, i, i, i, i, p, i, i, p, p, p, p, p]
     lib.avx2_lists.restype = None
-    lib.avx2_list_candidates.argtypes = [i, i, i, p, p, p, p, p, p, p]
-    lib.avx2_list_candidates.restype = i
+    lib.list_candidates.argtypes = [i, i, i, i, p, p, p, p, p, p, p]
+    lib.list_candidates.restype = i
     lib.avx2_block_scores.argtypes = [p, p, p, p, p, i, i, p]
     lib.avx2_block_scores.restype = None
     return lib
@@ -152,8 +154,8 @@ def avx2_candidates(
 
     run_team(run, tiles, parts, openmp=bool(lib.avx2_filter_openmp()))
     out_rows, out_pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
-    m = lib.avx2_list_candidates(
-        B, k, cap, top.data_ptr(), beta.data_ptr(), cnt.data_ptr(), pos.data_ptr(), score.data_ptr(),
+    m = lib.list_candidates(
+        B, k, cap, _REFINE, top.data_ptr(), beta.data_ptr(), cnt.data_ptr(), pos.data_ptr(), score.data_ptr(),
         out_rows.data_ptr(), out_pos.data_ptr(),
     )  # fmt: skip
     dropped = torch.nonzero(cnt[:B] < 0).squeeze(1)

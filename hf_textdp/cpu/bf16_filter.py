@@ -77,7 +77,7 @@ def _lib() -> Any:
     lib.select_candidates.restype = None
     lib.prepare_queries.argtypes = [p, i, i, i, i, p, p, p, p]
     lib.prepare_queries.restype = None
-    lib.list_candidates.argtypes = [i, i, i, p, p, p, p, p, p, p]
+    lib.list_candidates.argtypes = [i, i, i, i, p, p, p, p, p, p, p]
     lib.list_candidates.restype = i
     return lib
 
@@ -278,7 +278,7 @@ class RunningLists:
         cap = self.pos.shape[1]
         rows, pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
         n = _lib().list_candidates(
-            B, self.top.shape[1], cap, self.top.data_ptr(), self.beta.data_ptr(), self.cnt.data_ptr(),
+            B, self.top.shape[1], cap, MAX_REFINE, self.top.data_ptr(), self.beta.data_ptr(), self.cnt.data_ptr(),
             self.pos.data_ptr(), self.score.data_ptr(), rows.data_ptr(), pos.data_ptr(),
         )  # fmt: skip
         return rows[:n], pos[:n], torch.nonzero(self.cnt[:B] < 0).squeeze(1)
