@@ -32,6 +32,7 @@ the first shard's first rows, privatized again by the stream, must agree with it
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from ..io.workdir import (
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int
+from .prefetch import ahead
 from .totals import totals_from_dataset
 
 
@@ -239,8 +241,14 @@ class _StreamRun(WorkFolderRun):
         if progress["state"] is not None:
             stream.load_state_dict(progress["state"])
         progress_path = self.work / self.folders[name] / PROGRESS_NAME
-        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+
+        def batches() -> Iterator[tuple[dict[str, list[Any]], dict[str, Any]]]:
             for batch in stream.iter(batch_size=self.shard_size):
+                yield batch, stream.state_dict()  # the position after this batch, taken before the next is read
+
+        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+            # the next shard is privatized (kernels and tokenizer release the GIL) while this one is written
+            for batch, state in ahead(batches()):
                 table = datasets.Dataset.from_dict(batch).data.table
                 k = progress["shards"]
                 # no schema metadata: only the columns go to disk
@@ -248,7 +256,7 @@ class _StreamRun(WorkFolderRun):
                 progress = {
                     "shards": k + 1,
                     "rows": progress["rows"] + table.num_rows,
-                    "state": stream.state_dict(),
+                    "state": state,
                     "done": False,
                 }
                 atomic_write_text(progress_path, dumps_json(progress))

@@ -123,12 +123,13 @@ def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
 
 
 def _inline_headers(source: str) -> str:
-    """``source`` with each ``#include "x.h"`` line replaced by ``kernels/x.h`` (the kernels' shared helpers): the
-    compiler reads the source from its standard input, and the build's hash then covers the header too."""
+    """``source`` with each ``#include "x.h"`` line replaced by ``kernels/x.h``, itself so expanded (the kernels'
+    shared helpers; each header guards against a second inclusion): the compiler reads the source from its
+    standard input, and the build's hash then covers the headers too."""
     lines = []
     for line in source.splitlines(keepends=True):
         m = _LOCAL_INCLUDE.match(line)
-        lines.append((_KERNELS / m.group(1)).read_text(encoding="utf-8") + "\n" if m else line)
+        lines.append(_inline_headers((_KERNELS / m.group(1)).read_text(encoding="utf-8")) + "\n" if m else line)
     return "".join(lines)
 
 
