@@ -79,20 +79,31 @@ static inline float score_lo(int32_t S, const Rows *R, int64_t j, float sq, floa
  * ex[q] of query q where ex is given. */
 static __attribute__((noinline)) void add_blocks(const Lists *L, const Rows *R, const float *qs, const int64_t *ex,
                                                  int64_t t, int64_t b, const int32_t *S, uint32_t need) {
-    float up[NB];
+    float up[NB], lo[NB];
     for (; need; need &= need - 1) {
         const int r = __builtin_ctz(need);
         const int64_t q = t * MR + r, c = ex ? ex[q] - b * NB : -1;
         const float sq = qs[3 * q], ca = qs[3 * q + 1], cb = qs[3 * q + 2];
-        float m = -__builtin_inff();
-        for (int i = 0; i < NB; i++) {
-            const float lo = score_lo(S[r * NB + i], R, b * NB + i, sq, ca, cb);
-            up[i] = score_up(S[r * NB + i], R, b * NB + i, sq, ca, cb);
-            if (i == c)
-                up[i] = -__builtin_inff();
-            else if (lo > m)
-                m = lo;
+        const __m256 vsq = _mm256_set1_ps(sq), vca = _mm256_set1_ps(ca), vcb = _mm256_set1_ps(cb);
+        const __m256 nca = _mm256_set1_ps(-ca), ncb = _mm256_set1_ps(-cb);
+        for (int i = 0; i < NB; i += 8) { /* score_up and score_lo, eight positions a step */
+            const int64_t j = b * NB + i;
+            const __m256 y = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(S + r * NB + i))),
+                                           _mm256_loadu_ps(R->sc + j));
+            const __m256 rho = _mm256_loadu_ps(R->rho + j), nrm = _mm256_loadu_ps(R->nrm + j);
+            const __m256 nnu = _mm256_loadu_ps(R->nnu + j);
+            _mm256_storeu_ps(up + i, _mm256_fmadd_ps(y, vsq, _mm256_fmadd_ps(vca, rho, _mm256_fmadd_ps(vcb, nrm, nnu))));
+            _mm256_storeu_ps(lo + i, _mm256_fmadd_ps(y, vsq, _mm256_fmadd_ps(nca, rho, _mm256_fmadd_ps(ncb, nrm, nnu))));
         }
+        if (c >= 0 && c < NB)
+            up[c] = lo[c] = -__builtin_inff();
+        __m256 m8 = _mm256_loadu_ps(lo);
+        for (int i = 8; i < NB; i += 8)
+            m8 = _mm256_max_ps(m8, _mm256_loadu_ps(lo + i));
+        float m4[8], m = -__builtin_inff();
+        _mm256_storeu_ps(m4, m8);
+        for (int l = 0; l < 8; l++)
+            m = m4[l] > m ? m4[l] : m;
         if (m > -__builtin_inff())
             lists_take_max(L, q, m);
         lists_add(L, q, b * NB, up, NB);
