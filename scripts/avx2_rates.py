@@ -64,11 +64,11 @@ def fp32_bounds(V: int, d: int, repeats: int = 3) -> tuple[float, float]:
     return flops / whole, flops / tiled
 
 
-def kernel_of(priv: Privatizer) -> str:
+def kernel_of(priv: Privatizer, case: str) -> str:
     """Which filter or key product the case runs."""
     if priv.mechanism.kind == "additive":
         idx = priv.mechanism.search_index(priv.space)  # type: ignore[attr-defined]
-        if idx._int8_rows(1) is not None:
+        if idx._int8_rows(1) is not None and not case.endswith(FP32_SUFFIX):
             return f"int8 ({idx._int8_rows(1).kind})"
         return "bf16" if idx._use_bf16() else ("avx2 fused fp32" if idx._avx2_rows(1) is not None else "fp32")
     packed = priv.mechanism.sampler_for(priv.space)._kernel_targets()  # type: ignore[attr-defined]
@@ -129,7 +129,7 @@ def run_cases(cases: list[str], texts: list[str], epsilon: float, passes: int) -
         out.append(
             {
                 "case": case,
-                "kernel": kernel_of(privs[case]),
+                "kernel": kernel_of(privs[case], case),
                 "tokens": tokens[case],
                 "shapes": shapes[case],
                 "tokens_per_s": max(rates[case]),

@@ -23,7 +23,7 @@ import torch
 
 from ..utils.native import load_kernel, native_enabled, run_team
 from ..utils.rounding import round_up_fp32
-from .features import has_avx2_fma, native_int8
+from .features import int8_kernel_kind
 from .lists import RunningLists, padded_exclude
 
 
@@ -64,13 +64,7 @@ def _load(kind: str) -> Any:
 def kernel_kind() -> str | None:
     """The kernel for this CPU's flags: ``"vnni"`` where the int8 product is native (AVX-512 VNNI) and that kernel
     builds, else ``"avx2"`` with AVX2 and FMA, else ``None`` (also with the native switch off)."""
-    if not native_enabled():
-        return None
-    if native_int8() and _load("vnni") is not None:
-        return "vnni"
-    if has_avx2_fma() and _load("avx2") is not None:
-        return "avx2"
-    return None
+    return int8_kernel_kind(_load) if native_enabled() else None
 
 
 def int8_filter_available() -> bool:

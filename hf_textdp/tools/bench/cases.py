@@ -314,6 +314,20 @@ def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[s
     return {"tokens": n, "seconds": best, "tokens_per_s": n / best, "fallback_queries": fallbacks, "passes": repeats}
 
 
+def _search_filter(priv: Privatizer, post: str, arithmetic: str) -> str | None:
+    """The filter column of a case: the exact search's filter (``bf16tc`` the fused filter on tensor cores), the
+    sampler's arithmetic, or ``None`` (a step with neither)."""
+    mech = priv.engine.mechanism
+    if mech.kind == "additive":  # selection mechanisms sample; they run no search
+        index = mech.search_index(priv.engine.space)  # type: ignore[attr-defined]
+        if post in K1_STEPS and index._use_tensor_cores():
+            return "bf16tc"  # gpu/nearest.py
+        return "int8" if index._int8_rows(1) is not None else "bf16" if index._use_bf16() else "fp32"
+    if getattr(mech, "sampler", None) == "dense":  # the exact sampler: an int8 product where native
+        return arithmetic
+    return None
+
+
 def _run_case(
     case: str,
     *,
@@ -335,16 +349,8 @@ def _run_case(
     # public benchmark text with a public seed: not a privacy key, so a small seed is fine here
     priv = Privatizer(cfg, seed=seed, split="bench", allow_weak_seed=True)
     priv.privatize(list(texts[:16]))  # warm-up: load, set up, scale statistics (cached), first kernels
-    mech = priv.engine.mechanism
     out.arithmetic = case_arithmetic(case, priv.engine.space)
-    if mech.kind == "additive":  # selection mechanisms sample; they run no search
-        index = mech.search_index(priv.engine.space)  # type: ignore[attr-defined]
-        if post in K1_STEPS and index._use_tensor_cores():
-            out.search_filter = "bf16tc"  # the fused filter on tensor cores (gpu/nearest.py)
-        else:
-            out.search_filter = "int8" if index._int8_rows(1) is not None else "bf16" if index._use_bf16() else "fp32"
-    elif getattr(mech, "sampler", None) == "dense":  # the exact sampler: an int8 product where native
-        out.search_filter = out.arithmetic
+    out.search_filter = _search_filter(priv, post, out.arithmetic)
     out.kernel_name = case_kernel(priv, post)
     V, d = priv.engine.space.V, priv.engine.space.d
     per_op, out.searched = work_per_token(priv, texts)
