@@ -93,9 +93,10 @@ class ExactIndex:
         device (`str`, defaults to `"cpu"`): where scores are computed.
         chunk_size (`int`, *optional*): positions per score tile (rounded up to a multiple of 64);
             by default as many as keep a tile of scores near 32 MB.
-        filter (`str`, defaults to `"auto"`): ``"bf16"`` (the proven low-precision filter, CPU),
-            ``"fp32"`` (space.md §5's reference filter) or ``"auto"`` (bf16 where it is available and fast,
-            see :func:`bf16_filter_available`, and k ≤ ``BF16_MAX_K``). The result is the same exact
+        filter (`str`, defaults to `"auto"`): ``"int8"`` (the int8 filter where its kernel runs, CPU, k ≤ 4),
+            ``"bf16"`` (the proven low-precision filter, CPU), ``"fp32"`` (space.md §5's reference filter) or
+            ``"auto"`` (int8 for large products where :func:`int8_filter_runs`, else bf16 where it is available
+            and fast, see :func:`bf16_filter_available`, and k ≤ ``BF16_MAX_K``). The result is the same exact
             answer for every choice.
 
     Example:
