@@ -34,6 +34,7 @@ not stored: its salted scrypt verifier refuses another seed.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from ..io.workdir import (
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int
+from .prefetch import ahead
 from .totals import totals_from_dataset
 from .users import finish, user_totals
 
@@ -259,13 +261,18 @@ class _StreamRun(WorkFolderRun):
         stream = part.with_format(None)
         if progress["state"] is not None:
             stream.load_state_dict(progress["state"])
-        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+
+        def batches() -> Iterator[tuple[dict[str, list[Any]], dict[str, Any]]]:
             for batch in stream.iter(batch_size=self.shard_size):
+                yield batch, stream.state_dict()  # the position after this batch, taken before the next is read
+
+        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+            # the next shard is privatized (kernels and tokenizer release the GIL) while this one is written
+            for batch, state in ahead(batches()):
                 table = datasets.Dataset.from_dict(batch).data.table
                 k = progress["shards"]
                 # no schema metadata: only the columns go to disk
                 atomic_write_arrow(self._shard_path(name, k), table.replace_schema_metadata(None))
-                state = stream.state_dict()
                 self.ledger.record(self._rel(name, k), table.num_rows, state=state)
                 progress = {"shards": k + 1, "rows": progress["rows"] + table.num_rows, "state": state}
                 bar.update(table.num_rows)

@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,6 +40,7 @@ logger = get_logger(__name__)
 _KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 _FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno"], ["-O3", "-fno-math-errno"])
 _loaded: dict[str, ctypes.CDLL | None] = {}
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([A-Za-z0-9_]+\.h)"')
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -168,6 +170,17 @@ def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
     return None
 
 
+def _inline_headers(source: str) -> str:
+    """``source`` with each ``#include "x.h"`` line replaced by ``kernels/x.h``, itself so expanded (the kernels'
+    shared helpers; each header guards against a second inclusion): the compiler reads the source from its
+    standard input, and the build's hash then covers the headers too."""
+    lines = []
+    for line in source.splitlines(keepends=True):
+        m = _LOCAL_INCLUDE.match(line)
+        lines.append(_inline_headers((_KERNELS / m.group(1)).read_text(encoding="utf-8")) + "\n" if m else line)
+    return "".join(lines)
+
+
 def run_team(call: Callable[[int, int, int], object], n: int, parts: int, *, openmp: bool) -> None:
     """``call(lo, hi, team)`` over ``0 … n`` on ``parts`` threads: one call with an OpenMP team of ``parts``
     where the kernel was built with OpenMP, else :func:`run_parts` with ``team = 1`` per call."""
@@ -191,7 +204,7 @@ def load_kernel(name: str, *, openmp: bool = False) -> ctypes.CDLL | None:
     lib: ctypes.CDLL | None = None
     compiler = _compiler()
     try:
-        source = (_KERNELS / f"{name}.c").read_text(encoding="utf-8")
+        source = _inline_headers((_KERNELS / f"{name}.c").read_text(encoding="utf-8"))
         path = _build(name, source, compiler, openmp) if compiler else None
         lib = ctypes.CDLL(str(path)) if path else None
     except OSError as err:
