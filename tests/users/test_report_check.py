@@ -62,13 +62,18 @@ def _users(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]
     return edit
 
 
-def _scale_all(r: dict[str, Any]) -> None:
-    """ε, ε_tok, the scale and both classes' ε_tok divided by 20: consistent in itself, not with the rows."""
-    for key in ("epsilon", "epsilon_token"):
-        r[key] /= 20
-    r["scale"]["epsilon_diam"] /= 20
-    r["sensitive"]["epsilon_token"] /= 20
-    r["sensitive"]["others_epsilon_token"] /= 20
+def _scale_all(factor: float) -> Callable[[dict[str, Any]], None]:
+    """ε, ε_tok, the scale and both classes' ε_tok times ``factor``: consistent in itself, not with the rows (the
+    rows of a user whose cost fits at the configured ε are at the plain bound, which the lowered bound is under)."""
+
+    def edit(r: dict[str, Any]) -> None:
+        for key in ("epsilon", "epsilon_token"):
+            r[key] *= factor
+        r["scale"]["epsilon_diam"] *= factor
+        r["sensitive"]["epsilon_token"] *= factor
+        r["sensitive"]["others_epsilon_token"] *= factor
+
+    return edit
 
 
 def _lower_users(s: dict[str, Any]) -> None:
@@ -87,7 +92,16 @@ FORGERIES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         r"users.user_epsilon_max is [\d.]+, above users.budget",
     ),
     "user-totals-lowered": ("budget", _users(_lower_users), r"which the rows' dp_epsilon .* cannot give"),
-    "epsilon-and-bounds-scaled": ("budget", _scale_all, r"row \d+'s dp_epsilon is .* where the report's bounds give"),
+    "epsilon-and-bounds-scaled": (
+        "budget",
+        _scale_all(1 / 20),
+        r"row \d+'s dp_epsilon is .* where the report's bounds give",
+    ),
+    "epsilon-and-bounds-lowered-1-percent": (
+        "budget",
+        _scale_all(0.99),
+        r"row \d+'s dp_epsilon is .* where the report's bounds give",
+    ),
     "median-edited": (
         "budget",
         _users(lambda s: s.update(user_epsilon_median=s["user_epsilon_median"] * 0.99)),
