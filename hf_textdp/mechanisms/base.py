@@ -16,6 +16,7 @@ import torch
 from ..accounting import Claim
 from ..errors import InvalidParameterError, UnknownOptionError
 from ..rng import Streams
+from ..utils.threads import torch_threads
 from ..validation import check_epsilon, check_open_unit
 
 
@@ -102,6 +103,9 @@ class AdditiveMechanism(Mechanism):
 
     kind = "additive"
     POSTPROCESS: ClassVar[tuple[str, ...]] = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
+    #: :meth:`perturb_positions` on one intra-op thread on a CPU (the same values: its passes are elementwise or
+    #: float64 products of a few hundred rows; ``False`` leaves torch's thread count)
+    serial_small_ops: bool = True
 
     def inputs(self, space: EmbeddingSpace, positions: torch.Tensor) -> torch.Tensor:
         """The vectors to perturb for candidate ``positions`` (rows of E)."""
@@ -123,13 +127,19 @@ class AdditiveMechanism(Mechanism):
         On a GPU the batch is one call: a few kernels over all its tokens.
         """
         n = int(positions.numel())
-        if n <= PERTURB_CHUNK or space.device.type != "cpu":  # a GPU wants the whole batch in one pass
+        if space.device.type != "cpu":  # a GPU wants the whole batch in one pass
             return self.perturb(self.inputs(space, positions), streams)
-        parts = [
-            self.perturb(self.inputs(space, positions[s : s + PERTURB_CHUNK]), streams.slice(s, s + PERTURB_CHUNK))
-            for s in range(0, n, PERTURB_CHUNK)
-        ]
-        return torch.cat(parts)
+        # a chunk is a dozen elementwise passes over [256, d] float64 (transform, noise, sum): on one thread each,
+        # as the search's serial_small_ops, since on shared cores a two-thread pass of a few hundred µs can wait a
+        # scheduler slice for its second thread (laplace, MR: 5-25k tokens/s on two threads under load)
+        with torch_threads(1 if self.serial_small_ops else None):
+            if n <= PERTURB_CHUNK:
+                return self.perturb(self.inputs(space, positions), streams)
+            parts = [
+                self.perturb(self.inputs(space, positions[s : s + PERTURB_CHUNK]), streams.slice(s, s + PERTURB_CHUNK))
+                for s in range(0, n, PERTURB_CHUNK)
+            ]
+            return torch.cat(parts)
 
     @abc.abstractmethod
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:

@@ -587,3 +587,31 @@ def test_perturb_uses_an_overridden_sample_noise(space16):
     mech.setup(space16)
     got = mech.perturb(space16.E[:4], streams_for_rows([row_key(1, 0), row_key(1, 1)], [3, 1]))
     assert torch.equal(got, mech.transform_input(space16.E[:4]).float())
+
+
+@pytest.mark.parametrize("name", ["laplace", "gaussian", "truncated_laplace", "privemb"])
+def test_perturb_positions_runs_on_one_thread_with_the_same_values(space384, monkeypatch, name):
+    """On a CPU, perturb_positions' chunks run their noise on one intra-op thread (the small passes do not wait for a
+    second one on shared cores), and give bit for bit what torch's two threads give (elementwise passes)."""
+    from hf_textdp.utils.threads import torch_threads
+
+    mech = get_mechanism_class(name)(epsilon=6.0)
+    mech.setup(space384)
+    cls = type(mech)
+    seen: list[int] = []
+    noise = cls.sample_noise
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return noise(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "sample_noise", spy)
+    sizes = [250, 1, 300, 49]  # 600 tokens: chunks of 256, 256 and 88
+    pos = torch.randint(0, space384.V, (sum(sizes),), generator=torch.Generator().manual_seed(42))
+    streams = streams_for_rows([row_key(42, i) for i in range(len(sizes))], sizes)
+    with torch_threads(2):
+        got = mech.perturb_positions(space384, pos, streams)
+        assert seen == [1, 1, 1]
+        mech.serial_small_ops = False
+        want = mech.perturb_positions(space384, pos, streams)
+    assert seen[3:] == [2, 2, 2] and got.dtype == torch.float32 and torch.equal(got, want)

@@ -157,7 +157,11 @@ def test_sampler_bounds_equal_the_torch_form(interpret, monkeypatch, gamma):
 @pytest.mark.parametrize("mechanism", ["tem", "santext"])
 def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, mechanism, cap):
     """The kernels (block maxima, hot columns, the tries) give the torch form's outputs; with a cap of one
-    try in the kernel, the rejected tokens go on in the torch loop from try 1 and still give them."""
+    try in the kernel, the rejected tokens go on in the torch loop from try 1 and still give them.
+
+    The cap is the backend's (the one the mechanism passes to the kernel); the spy checks that the kernel
+    really ran with it, so a cap set where the mechanism no longer reads it fails here."""
+    from hf_textdp import backend
     from hf_textdp.gpu import sampler as gpu_sampler
     from hf_textdp.mechanisms.exponential import ExponentialSampler
 
@@ -165,12 +169,13 @@ def test_samplers_with_the_kernel_equal_the_torch_form(interpret, monkeypatch, m
     kernel = gpu_sampler.sample_tries
 
     def spy(*args, **kwargs):
+        assert args[-1] == cap, f"the kernel ran with {args[-1]} tries, not the cap {cap}"
         out = kernel(*args, **kwargs)
         if out is not None:
             pending.append(int((out < 0).sum()))
         return out
 
-    monkeypatch.setattr(gpu_sampler, "MAX_KERNEL_TRIES", cap)
+    monkeypatch.setattr(backend, "CUDA_SAMPLER_TRIES", cap)
     monkeypatch.setattr(gpu_sampler, "sample_tries", spy)
     g = torch.Generator().manual_seed(6)
     E = torch.randn(300, 24, generator=g)
