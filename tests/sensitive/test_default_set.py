@@ -15,12 +15,12 @@ from hf_textdp.sensitive.detectors import selection_info
 from hf_textdp.sensitive.rare import RareDetector
 
 
-def test_default_set_is_every_rule_plus_ner_and_rare_where_installed(monkeypatch):
+def test_default_set_is_every_rule_plus_ner_name_and_rare_where_installed(monkeypatch):
     spec = parse_sensitive({"epsilon": 1.0})
     assert spec.is_default and parse_sensitive({"epsilon": 1.0, "detectors": "default"}) == spec
     monkeypatch.setattr(defaults, "best_english_ner", lambda: "xx_some_ner")
     monkeypatch.setattr(defaults, "_wordfreq", lambda: True)
-    assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "rare")
+    assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "name", "rare")
     info = selection_info(spec)
     assert info["default_set"] and info["left_out"] == []
     assert info["cannot_find"] == ["nationality or group"]  # NORP is not among the default labels
@@ -34,7 +34,7 @@ def test_default_set_without_ner_or_wordfreq_says_what_is_left_out(monkeypatch):
     spec = parse_sensitive({"epsilon": 1.0, "others": "keep"})
     assert resolve_detectors(spec) == BUILTIN_DETECTORS
     info = selection_info(spec)
-    assert [x["name"] for x in info["left_out"]] == ["spacy", "rare"]
+    assert [x["name"] for x in info["left_out"]] == ["spacy", "name", "rare"]
     assert "python -m spacy download en_core_web_sm" in info["left_out"][0]["reason"]
     assert "hf-textdp[ner]" in info["left_out"][0]["reason"]
     assert info["cannot_find"] == ["person name", "place", "organisation", "nationality or group", "rare word"]
