@@ -33,6 +33,15 @@ def _timed(fn):
     return out, round(time.perf_counter() - t0, 1)
 
 
+def _children() -> int | None:
+    """Processes this one still has (num_proc workers left running), where psutil is installed."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return len(psutil.Process().children(recursive=True))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/selective")
@@ -58,6 +67,7 @@ def main(argv=None) -> int:
         for proc in (1, 2):
             out, secs = _timed(lambda c=cfg, p=proc: privatize_dataset(ds, c, seed=SEED, num_proc=p))
             runs[f"{name}_num_proc_{proc}_s"] = secs
+            runs[f"{name}_num_proc_{proc}_children_left"] = _children()
             outputs[(name, proc)] = out["input_ids"]
             print(f"{name} num_proc={proc}: {secs} s", file=sys.stderr)
     same = outputs[("default_set", 1)] == outputs[("default_set", 2)]
