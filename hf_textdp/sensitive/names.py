@@ -20,9 +20,9 @@ people holding each, shipped as ``hf_textdp/data/census_names.tsv.gz``, built by
   a selected one (foreign given names the lists lack).
 
 Common words that are also names (``will``, ``young``, ``white``) are therefore selected only capitalised beside
-another name, not wherever they occur. The lists and the table are public and fixed; nothing is learnt from the
-input. The detector reads context (its neighbours and cue words), so a word's selection can depend on other words
-of the row.
+another name, not wherever they occur; the ``context`` rule's cue words (``ssn``, ``iban``, ``ref``) never are.
+The lists and the table are public and fixed; nothing is learnt from the input. The detector reads context (its
+neighbours and cue words), so a word's selection can depend on other words of the row.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from importlib.resources import files
 from typing import NamedTuple
 
 from .rare import zipf_lookup
+from .rules import is_label
 from .spans import RowSpans
 from .view import fold
 
@@ -60,7 +61,9 @@ _CUES_BEFORE = {
     ("signed",), ("my", "husband"), ("my", "wife"), ("my", "partner"), ("my", "son"), ("my", "daughter"),
     ("my", "mother"), ("my", "father"), ("my", "brother"), ("my", "sister"), ("my", "colleague"),
 }  # fmt: skip
-_SIGN_OFF = re.compile(r"(?:^|\s)(?:--?|–|—)\s*((?:[^\W\d_]+(?:['’.-][^\W\d_]+)*\s*){1,3})[.!]?\s*$")
+_NAME_WORD = r"[^\W\d_]+(?:['’.-][^\W\d_]+)*"
+#: a dash, then one to three words (white space between them, so a long word is never split) ending the row
+_SIGN_OFF = re.compile(rf"(?:^|\s)(?:--?|–|—)\s*({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})[.!]?\s*$")
 _CUES_AFTER = frozenset({"here", "writing", "speaking", "said", "says", "asked"})
 
 
@@ -113,6 +116,8 @@ class NameDetector:
 
     def _classify(self, word: str, zipf: Callable[[str, str], float]) -> _Class:
         found = self._words.get(word)
+        if found is None and is_label(word):  # "ssn", "iban", "ref": labels of a value, never part of a name
+            found = self._words[word] = (False, False, False, False, 8.0)
         if found is None:
             z = float(zipf(word, "en"))
             given, surname = census_names().get(fold(word), (math.nan, math.nan))

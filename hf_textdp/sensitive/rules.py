@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 
 
-__all__ = ["RULES", "Check", "luhn_valid", "iban_valid", "trim_labels"]
+__all__ = ["RULES", "Check", "luhn_valid", "iban_valid", "trim_labels", "is_label"]
 
 Check = Callable[[str], list[tuple[int, int]]]
 
@@ -219,6 +219,14 @@ RULES: dict[str, tuple[str, Check | None, int]] = {
 #: part of it; :func:`trim_labels` takes them off NER entities that swallow them
 _LABELS_AT_START = re.compile(rf"^(?:(?:{_CUES})\b(?:[^\S\n]*(?:no\.?|nr\.?|number)\b)?[\s:#=.,;-]*)+", re.IGNORECASE)
 _LABELS_AT_END = re.compile(rf"(?:[\s:#=.,;-]*\b(?:{_CUES}))+$", re.IGNORECASE)
+
+
+_LABEL_WORD = re.compile(rf"(?:{_CUES})", re.IGNORECASE)
+
+
+def is_label(word: str) -> bool:
+    """Whether ``word`` is one of the context rule's cue words (``iban``, ``ssn``, ``ref``): a label, never a name."""
+    return _LABEL_WORD.fullmatch(word) is not None
 
 
 def trim_labels(text: str, start: int, end: int) -> tuple[int, int]:

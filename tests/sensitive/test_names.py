@@ -59,3 +59,21 @@ def test_name_without_wordfreq_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "wordfreq", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'hf-textdp\[ner\]'"):
         NameDetector().detect(["x"])
+
+
+def test_cue_words_of_the_context_rule_are_never_name_words():
+    assert _found("ask mira ssn 503-07-6767 about it", "the director adam sandler iban")[0:2] == [
+        ["mira"],
+        ["adam", "sandler"],
+    ]
+
+
+def test_long_rows_take_linear_time():
+    """No pattern splits a long word many ways (the signature rule once read words separated by optional space:
+    cubic in the word's length, 20 s for this row's 800 letters)."""
+    import time
+
+    text = "-- " + "a" * 800 + "1 " + "word " * 4000
+    t0 = time.perf_counter()
+    NameDetector().detect([text])
+    assert time.perf_counter() - t0 < 2.0
