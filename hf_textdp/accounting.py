@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidParameterError
 from .rng import STREAM_VERSION
 from .version import __version__
 
@@ -23,7 +22,6 @@ from .version import __version__
 __all__ = [
     "Claim",
     "combine_class_claims",
-    "refuse_overflowing_epsilon",
     "Totals",
     "build_report",
     "NOT_COVERED",
@@ -282,26 +280,6 @@ class Totals:
             "max_row_dp_epsilon": self.max_row_dp_epsilon,
             "max_row_dp_delta": self.max_row_dp_delta,
         }
-
-
-def refuse_overflowing_epsilon(claim: Claim, epsilon: float, claim_at: Callable[[float], Claim]) -> None:
-    """Refuse an ``epsilon`` whose per-token bound ``claim.epsilon_token`` (ε·diam, …) overflows to infinity:
-    such a release carries no privacy (the noise is nothing next to the space) and its report could state no
-    bound. ``claim_at(e)`` is the claim at another epsilon; the message names the largest finite one, found by
-    bisection on a log scale (ε_tok grows with ε)."""
-    if claim.epsilon_token is None or math.isfinite(claim.epsilon_token) or math.isinf(epsilon):
-        return  # epsilon = inf is the documented test mode (no noise), which says so itself
-    lo, hi = min(1.0, epsilon / 2), float(epsilon)
-    for _ in range(80):
-        mid = math.sqrt(lo) * math.sqrt(hi)  # the geometric mean, without overflowing lo·hi
-        if not lo < mid < hi:
-            break
-        tok = claim_at(mid).epsilon_token
-        lo, hi = (mid, hi) if tok is not None and math.isfinite(tok) else (lo, mid)
-    raise InvalidParameterError(
-        f"epsilon too large: the release would carry no privacy (its per-token bound epsilon_token overflows to "
-        f"infinity at epsilon={epsilon!r}); the largest epsilon with a finite bound here is {lo!r}."
-    )
 
 
 def _num(x: float | None) -> float | None:

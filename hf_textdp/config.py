@@ -28,7 +28,7 @@ from .sensitive import SensitiveSpec, parse_sensitive
 from .space import DEFAULT_MODEL, parse_device
 from .tokens import PASSTHROUGH_MODES
 from .users import UserSpec, check_user_setting
-from .validation import check_bool, check_choice, check_epsilon
+from .validation import check_bool, check_choice, check_epsilon, check_sensitive_epsilon
 from .version import __version__
 
 
@@ -121,6 +121,7 @@ class PrivatizerConfig:
         object.__setattr__(self, "candidates", parse_candidates(self.candidates).to_value())
         if self.sensitive is not None:
             object.__setattr__(self, "sensitive", parse_sensitive(self.sensitive))
+            check_sensitive_epsilon(self.sensitive.epsilon, self.epsilon, self.sensitive.others)
         object.__setattr__(self, "user", check_user_setting(self.user, self.sensitive))  # users.md §1
         self.build()  # validates the mechanism name, postprocess name and every option
 

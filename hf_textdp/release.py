@@ -19,13 +19,14 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .accounting import Claim, Totals, build_report, combine_class_claims, refuse_overflowing_epsilon
+from .accounting import Claim, Totals, build_report, combine_class_claims
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
 from .io.attack_table import lookup
 from .io.models import load_space, resolved_candidates
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.context import ContextualSampler, RowContext
+from .mechanisms.limits import refuse_unusable_epsilon
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
 from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
 from .scale import scale_stats
@@ -47,11 +48,16 @@ logger = get_logger("hf_textdp.privatizer")  # the name the unsafe-step warning 
 RELEASE_CHUNK = 1 << 16
 
 
-def _claim_at(config: PrivatizerConfig, epsilon: float, space: EmbeddingSpace) -> Claim:
-    """The claim of ``config``'s mechanism at another ``epsilon`` on ``space`` (an error message's bisection)."""
-    mech, _ = dataclasses.replace(config, epsilon=epsilon).build()
-    mech.setup(space)
-    return mech.claim(space)
+def _refuse_unusable(config: PrivatizerConfig, claim: Claim, releases: Sequence[ClassRelease], name: str) -> None:
+    """Refuse ``config.epsilon`` where its releases would carry no privacy (:mod:`hf_textdp.mechanisms.limits`)."""
+    probes = [(r.mech, r.part.space, r.claim) for r in releases]
+    refuse_unusable_epsilon(
+        config.epsilon,
+        claim,
+        probes,
+        lambda e: dataclasses.replace(config, epsilon=e, sensitive=None).build()[0],
+        name=name,
+    )
 
 
 @dataclass
@@ -132,7 +138,7 @@ class ReleaseEngine:
         else:  # one space; vectors (postprocess="vector") are released before any token is chosen
             whole = space.whole_part()
             self._releases = [ClassRelease(whole, mech, step, self._claim, torch.from_numpy(whole.positions))]
-        refuse_overflowing_epsilon(self._claim, self.config.epsilon, lambda e: _claim_at(self.config, e, space))
+        _refuse_unusable(self.config, self._claim, self._releases, "epsilon")
         if step is not None and step.UNSAFE:  # postprocess.md §7: the step reads the input, no guarantee is left
             self._claim = unsafe_claim(self._claim)
         if self._claim.guarantee == "none":
@@ -177,7 +183,7 @@ class ReleaseEngine:
             assert self._class_of is not None and self._local is not None
             claims = [r.claim for r in releases]
             self._sens_claim = combine_class_claims(claims, self._class_of.tolist(), self._local.tolist())
-        refuse_overflowing_epsilon(self._sens_claim, sens_config.epsilon, lambda e: _claim_at(sens_config, e, space))
+        _refuse_unusable(sens_config, self._sens_claim, releases, 'sensitive["epsilon"]')
 
     @property
     def sensitive_claim(self) -> Claim | None:

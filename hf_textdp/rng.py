@@ -33,6 +33,7 @@ import torch
 from .cpu.noise import native_normals, native_uniforms
 from .errors import InvalidParameterError, ParameterTypeError
 from .gpu.philox import philox_uniforms
+from .utils.threads import torch_threads
 
 
 __all__ = [
@@ -334,6 +335,14 @@ class Streams:
         if shape < 1.0:
             raise InvalidParameterError(f"gamma shape must be >= 1, got {shape!r}.")
         a = shape - 1.0 / 3.0
+        # one intra-op thread: these passes over [N, 4] are elementwise (the same values on any thread count), and on
+        # CPU cores shared with other processes each multi-threaded pass can wait a scheduler slice for its second
+        # thread (12,500 tokens: 3.2 ms on one thread, 300 ms on two under load); the uniforms' kernel also runs alone
+        with torch_threads(1 if self.device.type == "cpu" else None):
+            return self._gamma(draw, a)
+
+    def _gamma(self, draw: int, a: float) -> torch.Tensor:
+        """:meth:`gamma`'s tries, with a = shape − ⅓."""
         c = 1.0 / math.sqrt(9.0 * a)
         N = len(self)
         out = torch.empty(N, dtype=torch.float64, device=self.device)

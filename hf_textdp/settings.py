@@ -16,7 +16,7 @@ variable                             meaning
                                      ``TRITON_INTERPRET=1`` (the tests); default ``1``
 ``HF_TEXTDP_CUDA_TILES``             the exact search's CUDA filter tiles, ``"BM,BN,BK,warps,stages[,p|l]"``
 ``HF_TEXTDP_CUDA_INT_TILES``         the int8 exponential sampler's CUDA tiles, ``"BM,BN,BK,warps,stages"``
-``HF_TEXTDP_SEARCH_FILTER``          the exact search's filter where an index says ``auto``: auto, bf16 or fp32
+``HF_TEXTDP_SEARCH_FILTER``          the exact search's filter where an index says ``auto``: auto, int8, bf16 or fp32
 ``HF_TEXTDP_CPU_ISA``                ``avx2``: hide the CPU's AVX-512 and AMX flags from the kernels' choice (the
                                      AVX2 kernels run, as on an AVX2-only CPU); ``native`` (default)
 ``HF_TEXTDP_RELEASE_SERVICE``        set by the release service for its workers ("address:authkey hex"), never

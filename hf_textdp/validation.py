@@ -17,6 +17,7 @@ from .errors import HfTextDPError, InvalidParameterError, InvalidRowError, Param
 
 __all__ = [
     "check_epsilon",
+    "check_sensitive_epsilon",
     "check_open_unit",
     "check_float",
     "check_int",
@@ -42,6 +43,18 @@ def check_epsilon(value: Any, name: str = "epsilon", *, allow_inf: bool = False)
         extra = "" if allow_inf else " (infinity only with options={'test_mode': True})"
         raise InvalidParameterError(f"{name} must be a finite float > 0{extra}, got {value!r}.")
     return x
+
+
+def check_sensitive_epsilon(sensitive_epsilon: float, epsilon: float, others: str) -> None:
+    """Refuse a sensitive ε weaker (larger) than the others' ε (issue 53, S2): selective privatization exists to
+    protect sensitive positions more, so ε_s > ε (the same mechanism on the same space, so the same scale) is a
+    mistake, most often the two values swapped. With ``others="keep"`` the other positions have no ε to compare."""
+    if others == "privatize" and sensitive_epsilon > epsilon:
+        raise InvalidParameterError(
+            f'sensitive["epsilon"]={sensitive_epsilon!r} is larger than epsilon={epsilon!r}: sensitive positions '
+            "would be less protected than the others. Allowed: sensitive epsilon <= epsilon (equal gives both the "
+            'same protection), or others="keep" to leave the others unchanged.'
+        )
 
 
 def check_open_unit(value: Any, name: str, *, closed_high: bool = False, closed_low: bool = False) -> float:

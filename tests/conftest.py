@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Keep a crash's traceback after the session: pytest's own fault handler stops before the interpreter's
+    finalization, where a native library's crash would otherwise leave only "Segmentation fault" (exit 139)."""
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -25,6 +25,7 @@ import torch
 from ..utils.native import load_kernel, native_enabled, run_team
 from .bf16_filter import fused_filter_bound
 from .features import has_avx2_fma
+from .lists import RunningLists, padded_exclude
 
 
 __all__ = ["LIST_K", "NB", "Fp32Rows", "avx2_candidates", "avx2_filter_available", "block_scores"]
@@ -35,6 +36,8 @@ NB = 16
 LIST_K = 8
 #: bytes of packed queries per pass of the kernel: they stay in a core's L2 cache while all rows go by
 _PASS_BYTES = 384 * 1024
+#: the largest k whose candidates get the lists' second cut (kernels/kernel_common.h, list_candidates)
+_REFINE = 16
 #: tiles per thread below which one call on the calling thread is faster than splitting
 _MIN_TILES_PER_THREAD = 4
 
@@ -49,8 +52,8 @@ def _lib() -> Any:
     # q, e, init, exclude, d, blocks, t0, t1, pass, threads, beta, k, cap, top, lim, cnt, pos, score
     lib.avx2_lists.argtypes = [p, p, p, p, i, i, i, i, i, i, p, i, i, p, p, p, p, p]
     lib.avx2_lists.restype = None
-    lib.avx2_list_candidates.argtypes = [i, i, i, p, p, p, p, p, p, p]
-    lib.avx2_list_candidates.restype = i
+    lib.list_candidates.argtypes = [i, i, i, i, p, p, p, p, p, p, p]
+    lib.list_candidates.restype = i
     lib.avx2_block_scores.argtypes = [p, p, p, p, p, i, i, p]
     lib.avx2_block_scores.restype = None
     return lib
@@ -129,35 +132,20 @@ def avx2_candidates(
     q_tiles = _tiles(Qc)
     tiles, tile = q_tiles.shape[0], q_tiles.shape[2]
     n = tiles * tile
-    cap = 4 * NB * (k + 2)
-    beta = torch.zeros(n, dtype=torch.float64)
-    beta[:B] = query_bounds(rows, Qc)
-    top, lim = torch.empty((n, k), dtype=torch.float32), torch.empty(n, dtype=torch.float32)
-    cnt = torch.empty(n, dtype=torch.int32)
-    pos, score = torch.empty((n, cap), dtype=torch.int32), torch.empty((n, cap), dtype=torch.float32)
-    ex = None
-    if exclude is not None:
-        ex = torch.full((n,), -1, dtype=torch.int64)
-        ex[:B] = exclude
+    lists = RunningLists.empty(query_bounds(rows, Qc), n, k, 4 * NB * (k + 2))
+    ex = padded_exclude(exclude, n)
     ex_ptr = None if ex is None else ex.data_ptr()
     per_pass = max(1, _PASS_BYTES // (rows.d * tile * 4))
     parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
-    lists = [beta.data_ptr(), k, cap, *(x.data_ptr() for x in (top, lim, cnt, pos, score))]
 
     def run(t0: int, t1: int, team: int) -> None:
         lib.avx2_lists(
             q_tiles.data_ptr(), rows.e.data_ptr(), rows.init.data_ptr(), ex_ptr, rows.d, rows.blocks, t0, t1,
-            per_pass, team, *lists,
+            per_pass, team, *lists.args(),
         )  # fmt: skip
 
     run_team(run, tiles, parts, openmp=bool(lib.avx2_filter_openmp()))
-    out_rows, out_pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
-    m = lib.avx2_list_candidates(
-        B, k, cap, top.data_ptr(), beta.data_ptr(), cnt.data_ptr(), pos.data_ptr(), score.data_ptr(),
-        out_rows.data_ptr(), out_pos.data_ptr(),
-    )  # fmt: skip
-    dropped = torch.nonzero(cnt[:B] < 0).squeeze(1)
-    return out_rows[:m], out_pos[:m], dropped
+    return lists.candidates(lib, B, _REFINE)
 
 
 def block_scores(rows: Fp32Rows, Q: torch.Tensor, qi: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch
 from ..utils.native import load_kernel, native_enabled, run_team
 from ..utils.rounding import round_up_fp32
 from .features import native_bf16
+from .lists import RunningLists, padded_exclude
 
 
 __all__ = [
@@ -77,7 +78,7 @@ def _lib() -> Any:
     lib.select_candidates.restype = None
     lib.prepare_queries.argtypes = [p, i, i, i, i, p, p, p, p]
     lib.prepare_queries.restype = None
-    lib.list_candidates.argtypes = [i, i, i, p, p, p, p, p, p, p]
+    lib.list_candidates.argtypes = [i, i, i, i, p, p, p, p, p, p, p]
     lib.list_candidates.restype = i
     return lib
 
@@ -235,55 +236,6 @@ def _threshold(M: torch.Tensor, bound: torch.Tensor, k: int) -> torch.Tensor:
     return round_up_fp32(thr)  # for an fp32 score x: x ≥ thr exactly when x ≥ lim
 
 
-@dataclasses.dataclass
-class RunningLists:
-    """Each query's candidate list, kept by :func:`block_lists` while the scores are in registers
-    (``kernels/bf16_filter.c``, ``Lists``): ``top`` its k largest block maxima so far, ``lim`` the threshold
-    2β below the k-th of them, ``cnt`` how many positions (−1: more than ``cap``, dropped), ``pos`` and
-    ``score`` them (fp32 Ã, in position order)."""
-
-    beta: torch.Tensor
-    top: torch.Tensor
-    lim: torch.Tensor
-    cnt: torch.Tensor
-    pos: torch.Tensor
-    score: torch.Tensor
-
-    @classmethod
-    def empty(cls, bound: torch.Tensor, rows: int, k: int) -> RunningLists:
-        """Room for the lists of ``rows`` queries (tile padding included) with bounds ``bound``: the positions of
-        k blocks and two more each (the kernel empties them)."""
-        cap = NB * (k + 2)
-        beta = torch.zeros(rows, dtype=torch.float64)
-        beta[: bound.numel()] = bound
-        return cls(
-            beta=beta,
-            top=torch.empty((rows, k), dtype=torch.float32),
-            lim=torch.empty(rows, dtype=torch.float32),
-            cnt=torch.empty(rows, dtype=torch.int32),
-            pos=torch.empty((rows, cap), dtype=torch.int32),
-            score=torch.empty((rows, cap), dtype=torch.float32),
-        )
-
-    def args(self) -> list[Any]:
-        """The kernel's arguments beta … score."""
-        k, cap = self.top.shape[1], self.pos.shape[1]
-        t = (self.top, self.lim, self.cnt, self.pos, self.score)
-        return [self.beta.data_ptr(), k, cap, *(x.data_ptr() for x in t)]
-
-    def candidates(self, B: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(query rows, positions) of the first ``B`` queries: their listed positions that reach the final
-        threshold, then the second cut of :func:`fused_candidates`; and the queries whose list was dropped
-        (none of their positions are among the first two)."""
-        cap = self.pos.shape[1]
-        rows, pos = torch.empty(B * cap, dtype=torch.int64), torch.empty(B * cap, dtype=torch.int64)
-        n = _lib().list_candidates(
-            B, self.top.shape[1], cap, self.top.data_ptr(), self.beta.data_ptr(), self.cnt.data_ptr(),
-            self.pos.data_ptr(), self.score.data_ptr(), rows.data_ptr(), pos.data_ptr(),
-        )  # fmt: skip
-        return rows[:n], pos[:n], torch.nonzero(self.cnt[:B] < 0).squeeze(1)
-
-
 def _select(
     packed: PackedRows,
     M: torch.Tensor,
@@ -343,10 +295,7 @@ def _run_kernel(
 ) -> None:
     lib, tile = _lib(), _tile()
     tiles = q_tiles.shape[0]
-    ex = None
-    if exclude is not None:
-        ex = torch.full((tiles * tile,), -1, dtype=torch.int64)
-        ex[: exclude.numel()] = exclude
+    ex = padded_exclude(exclude, tiles * tile)
     ex_ptr = None if ex is None else ex.data_ptr()
     per_pass = max(1, _PASS_BYTES // (packed.K2 * tile * 4))
     parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
@@ -417,9 +366,9 @@ def _listed(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(query rows, positions, queries whose list was dropped) of :func:`fused_candidates` from the running lists."""
     _, q_tiles, bound = _prepare(packed, Q)
-    lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k)
+    lists = RunningLists.empty(bound, q_tiles.shape[0] * _tile(), k, NB * (k + 2))
     block_lists(packed, q_tiles, threads, lists, ex)
-    return lists.candidates(Q.shape[0])
+    return lists.candidates(_lib(), Q.shape[0], MAX_REFINE)
 
 
 def _selected(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .. import settings
@@ -26,6 +26,7 @@ __all__ = [
     "cpu_flags",
     "effective_flags",
     "has_avx2_fma",
+    "int8_kernel_kind",
     "isa_override",
     "native_arithmetic",
     "native_bf16",
@@ -101,6 +102,17 @@ def native_int8(flags: Iterable[str] | None = None) -> bool:
 def has_avx2_fma(flags: Iterable[str] | None = None) -> bool:
     """Whether the AVX2 kernels can run: AVX2 and FMA."""
     return {"avx2", "fma"} <= effective_flags(flags)
+
+
+def int8_kernel_kind(loads: Callable[[str], object]) -> str | None:
+    """Which of a pair of int8 kernels runs on this CPU: ``"vnni"`` where the int8 product is native
+    (:func:`native_int8`) and ``loads("vnni")`` gives a built kernel, else ``"avx2"`` with AVX2 and FMA
+    (:func:`has_avx2_fma`) and ``loads("avx2")``, else ``None``; never a kernel the flags do not have."""
+    if native_int8() and loads("vnni") is not None:
+        return "vnni"
+    if has_avx2_fma() and loads("avx2") is not None:
+        return "avx2"
+    return None
 
 
 def native_arithmetic(flags: Iterable[str] | None = None) -> dict[str, bool]:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..utils.native import load_kernel, native_enabled, run_team
-from .features import has_avx2_fma, native_int8
+from .features import int8_kernel_kind
 
 
 __all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
@@ -56,11 +56,7 @@ def _load(kind: str) -> Any:
 def _kind() -> str | None:
     """The kernel for this CPU's flags: ``"vnni"`` where the int8 product is native and that kernel builds, else
     ``"avx2"`` with AVX2 and FMA, else ``None``."""
-    if native_int8() and _load("vnni") is not None:
-        return "vnni"
-    if has_avx2_fma() and _load("avx2") is not None:
-        return "avx2"
-    return None
+    return int8_kernel_kind(_load)
 
 
 def _lib(kind: str | None = None) -> Any:

@@ -7,6 +7,7 @@ and of the folder after it makes the result survive a power cut too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -42,6 +43,15 @@ def stat_identity(path: str | os.PathLike[str]) -> str:
     files = sorted(c for c in p.iterdir() if c.is_file()) if p.is_dir() else [p] if p.is_file() else []
     stats = ((f.name, f.stat()) for f in files)
     return "|".join([str(p), *(f"{name}:{st.st_size}:{st.st_mtime_ns}" for name, st in stats)])
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of the file at ``path`` (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def dumps_json(obj: Any) -> str:

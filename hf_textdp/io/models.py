@@ -8,7 +8,6 @@ process, so a pickled :class:`~hf_textdp.Privatizer` loads its matrix lazily, on
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -21,27 +20,20 @@ from huggingface_hub import snapshot_download
 from safetensors import safe_open
 
 from ..candidates import (
-    CLASS_NAMES,
     CandidateSpec,
-    is_reserved,
     parse_candidates,
-    piece_classes,
     piece_scheme_of,
-    piece_text,
-    script_ok,
 )
 from ..errors import InvalidParameterError, ModelNotFoundError, TokenizerNotSupportedError
-from ..memo import matrix_key
-from ..search import ExactIndex
 from ..space import DEFAULT_MODEL, EmbeddingSpace, parse_device
-from ..tokens import HFTokens
 from ..utils.logging import get_logger
 from .cache import DiskCache
+from .candidate_sets import restrict, restrict_cached, vocab_ids, vocab_info
 from .files import stat_identity
-from .frequencies import corpus_texts
 from .languages import default_scripts
 from .tokenizer_facts import TokenizerFacts, cached_facts, facts_of, save_facts
 from .vectors import read_vectors
+from .weights_check import check_rows
 
 
 __all__ = [
@@ -111,6 +103,9 @@ def _embedding_param_name(config: Any) -> tuple[str, str]:
             return name, str(getattr(model, "base_model_prefix", "") or "")
     raise TokenizerNotSupportedError("model: could not locate the input-embedding parameter of this architecture.")
 
+
+#: the suffixes of the weight files transformers reads (a folder with none of them has no weights)
+_WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".h5", ".msgpack", ".ckpt", ".pt", ".pth"})
 
 # The module holding the input-embedding weight in common architectures (BERT family: word_embeddings,
 # GPT-2: wte, Llama/OPT: embed_tokens, T5: shared, GPT-NeoX: embed_in), to find it without the modelling code.
@@ -186,7 +181,17 @@ def _located_embeddings(folder: Path, config: Any) -> tuple[torch.Tensor, list[s
     if found is None:
         from transformers import AutoModel
 
-        model = AutoModel.from_pretrained(folder)
+        try:
+            model = AutoModel.from_pretrained(folder)
+        except OSError:
+            weights = sorted(p.name for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+            if weights:
+                raise
+            raise ModelNotFoundError(
+                f"model: the folder {str(folder)!r} holds no weights (no *.safetensors, *.bin, *.h5, *.msgpack or "
+                "*.ckpt file): a model folder needs its weight files beside its config and tokenizer (save it with "
+                "save_pretrained, or download it again)."
+            ) from None
         return model.get_input_embeddings().weight.detach().to(torch.float32).contiguous(), None
     weight, name = found
     return weight.to(torch.float32).contiguous(), [files[name].name, name]
@@ -224,166 +229,13 @@ def _hf_facts(folder: Path, store: DiskCache, model: str) -> tuple[TokenizerFact
     return facts, E_full, tokenizer
 
 
-# --------------------------------------------------------------------------- candidate settings (space.md §6)
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _vocab_ids(spec: CandidateSpec, backend: str | None, words: list[str] | None) -> set[int]:
-    """Ids that occur in the public vocab file, tokenized as privatization tokenizes (space.md §6.1)."""
-    assert spec.vocab is not None
-    path = Path(spec.vocab).expanduser()
-    if not path.is_file():
-        raise InvalidParameterError(
-            f"candidates: vocab {spec.vocab!r} is not an existing file; allowed: the path of a public text file "
-            "(one text or word per line) or a JSON lines file with a 'text' field."
-        )
-    found: set[int] = set()
-    if words is not None:
-        index = {w: i for i, w in enumerate(words)}
-        for texts in corpus_texts(path, param="candidates vocab"):
-            found.update(index[w] for t in texts for w in t.split() if w in index)
-        return found
-    assert backend is not None
-    tokens = HFTokens(backend)
-    for texts in corpus_texts(path, param="candidates vocab"):
-        flat, _, _ = tokens.encode_flat(texts)
-        found.update(np.unique(flat).tolist())
-    return found
-
-
-def _apply_candidates(
-    spec: CandidateSpec,
-    base: np.ndarray,
-    strings: list[str],
-    scheme: tuple[str, str],
-    vocab: set[int] | None,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """The kept subset of the ``base`` ids (whose token strings are ``strings``) and what each rule removed."""
-    keep = np.ones(base.size, dtype=bool)
-    info: dict[str, Any] = {"setting": spec.set, "scripts": list(spec.script_filter or []) or None}
-    if spec.set != "all":
-        reserved = np.fromiter((is_reserved(t) for t in strings), dtype=bool, count=base.size)
-        info["excluded_reserved"] = int(reserved.sum())
-        keep &= ~reserved
-    if vocab is not None:
-        in_vocab = np.isin(base, np.fromiter(vocab, dtype=np.int64, count=len(vocab)))
-        info["excluded_not_in_vocab"] = int((keep & ~in_vocab).sum())
-        keep &= in_vocab
-    if spec.script_filter:
-        ok = np.empty(base.size, dtype=bool)
-        for i, t in enumerate(strings):
-            has, text = piece_text(t, *scheme)
-            ok[i] = (has and text == "") or script_ok(text, spec.script_filter)
-        info["excluded_script"] = int((keep & ~ok).sum())
-        keep &= ok
-    return keep, info
-
-
-def _restrict(
-    spec: CandidateSpec,
-    base: np.ndarray,
-    strings: list[str],
-    scheme: tuple[str, str],
-    vocab: set[int] | None,
-    rows: torch.Tensor,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any]]:
-    """(candidate ids, input ids outside C, their nearest candidate positions, each candidate's piece class
-    or ``None``, report info) (space.md §6.5, §7).
-
-    With class-preserving replacement an input outside C is mapped to the nearest candidate of its own
-    class; classes are preserved only when every class has at least 2 candidates.
-    """
-    keep, info = _apply_candidates(spec, base, strings, scheme, vocab)
-    cand, outside = base[keep], base[~keep]
-    if cand.size < 2:
-        raise InvalidParameterError(
-            f"candidates={spec.to_value()!r} leaves {cand.size} candidate token(s) of this model; at least 2 "
-            "are needed. Use a larger setting (for example 'no_reserved')."
-        )
-    klass = piece_classes(strings, *scheme) if spec.preserve_classes and scheme[0] != "words" else None
-    if klass is not None:
-        sizes = np.bincount(klass[keep], minlength=len(CLASS_NAMES))
-        if (sizes < 2).any():  # a class of 0 or 1 candidates is no metric space: one space over all of C
-            small = ", ".join(f"{CLASS_NAMES[c]} {int(sizes[c])}" for c in np.flatnonzero(sizes < 2))
-            info["classes_note"] = f"one space over all of C: a piece class has fewer than 2 candidates ({small})"
-            logger.warning("candidates=%r: %s; replacement may cross classes.", spec.to_value(), info["classes_note"])
-            klass = None
-    info["classes"] = "preserve" if klass is not None else "mix"
-    remap = np.empty(0, dtype=np.int64)
-    if outside.size:
-        remap = np.empty(outside.size, dtype=np.int64)
-        groups = [(np.ones(cand.size, bool), np.ones(outside.size, bool))]
-        if klass is not None:
-            kc, ko = klass[keep], klass[~keep]
-            groups = [(kc == c, ko == c) for c in np.unique(ko)]
-        for in_c, out_c in groups:
-            pos_c = np.flatnonzero(in_c)
-            index = ExactIndex(rows[torch.from_numpy(cand[pos_c])].contiguous(), torch.device("cpu"))
-            near = index.search(rows[torch.from_numpy(outside[out_c])].contiguous(), 1)[:, 0].cpu().numpy()
-            remap[out_c] = pos_c[near.astype(np.int64)]
-    info["inputs_outside"] = int(outside.size)
-    return cand, outside, remap, (klass[keep] if klass is not None else None), info
-
-
-#: bump when what :func:`_restrict` returns changes, so that older cache entries are not read
-_RESTRICT_VERSION = b"restrict-v1"
-
-
-def _restrict_cached(
-    spec: CandidateSpec,
-    base: np.ndarray,
-    strings: list[str],
-    scheme: tuple[str, str],
-    vocab: set[int] | None,
-    rows: torch.Tensor,
-    store: DiskCache,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any]]:
-    """:func:`_restrict`, kept in ``store`` (kind ``"candidates"``) under the SHA-256 of everything it reads: the
-    matrix, the ids and token strings, the piece scheme, the setting and the vocabulary's ids (all public). A
-    warm start reads the result instead of checking every token's script and searching the nearest candidate of
-    each input outside C (≈ 2 CPU-s for all-MiniLM-L6-v2 with the English default)."""
-    inputs = json.dumps([spec.to_value(), list(scheme), sorted(vocab) if vocab is not None else None, strings])
-    key = matrix_key(_RESTRICT_VERSION, rows, base.astype("<i8").tobytes(), inputs.encode("utf-8"))
-    hit = store.load("candidates", key)
-    if hit is not None:
-        try:
-            klass = None if hit["klass"] is None else np.asarray(hit["klass"], dtype=np.int8)
-            if "classes_note" in hit["info"]:
-                logger.warning(
-                    "candidates=%r: %s; replacement may cross classes.", spec.to_value(), hit["info"]["classes_note"]
-                )
-            return (
-                np.asarray(hit["cand"], dtype=np.int64),
-                np.asarray(hit["outside"], dtype=np.int64),
-                np.asarray(hit["remap"], dtype=np.int64),
-                klass,
-                dict(hit["info"]),
-            )
-        except (KeyError, TypeError, ValueError):  # an unreadable entry: computed again and rewritten
-            pass
-    cand, outside, remap, klass, info = _restrict(spec, base, strings, scheme, vocab, rows)
-    value = {
-        "cand": cand.tolist(),
-        "outside": outside.tolist(),
-        "remap": remap.tolist(),
-        "klass": None if klass is None else klass.tolist(),
-        "info": info,
-    }
-    store.save("candidates", key, value)
-    return cand, outside, remap, klass, info
-
-
 def _load_hf_space(
     folder: Path, model_id: str, revision: str | None, device: torch.device, spec: CandidateSpec, *, model: str
 ) -> EmbeddingSpace:
     """The space of the transformers model in ``folder``; ``model`` is the name or path as given, for errors."""
     store = DiskCache()
     facts, E_full, tokenizer = _hf_facts(folder, store, model)
+    check_rows(E_full, model, "row (token id)")
     R = int(E_full.shape[0])
     n_tok = facts.size
     special = set(facts.special)
@@ -396,12 +248,12 @@ def _load_hf_space(
             keep[i] = False
     base = np.nonzero(keep)[0].astype(np.int64)
     strings = [facts.tokens[i] for i in base.tolist()]
-    vocab = _vocab_ids(spec, facts.backend, None) if spec.vocab is not None else None
+    vocab = vocab_ids(spec, facts.backend, None) if spec.vocab is not None else None
     scheme = piece_scheme_of(facts.backend)
-    cand_np, outside, remap, klass, info = _restrict_cached(spec, base, strings, scheme, vocab, E_full, store)
+    cand_np, outside, remap, klass, info = restrict_cached(spec, base, strings, scheme, vocab, E_full, store)
     cand = torch.from_numpy(cand_np)
     if vocab is not None:
-        info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
+        info["vocab"] = vocab_info(spec)
     unk = facts.unk_id
     structural = frozenset(i for i in removed if i != unk)
     return EmbeddingSpace(
@@ -434,13 +286,14 @@ def _load_hf_space(
 
 def _load_static_space(path: Path, device: torch.device, spec: CandidateSpec) -> EmbeddingSpace:
     vec = read_vectors(path)
+    check_rows(vec.matrix, path.name, "row (word #, 0-based)")
     V = len(vec.words)
     rows = torch.from_numpy(vec.matrix)
-    vocab = _vocab_ids(spec, None, vec.words) if spec.vocab is not None else None
+    vocab = vocab_ids(spec, None, vec.words) if spec.vocab is not None else None
     base = np.arange(V, dtype=np.int64)
-    cand, outside, remap, _, info = _restrict(spec, base, vec.words, ("words", ""), vocab, rows)
+    cand, outside, remap, _, info = restrict(spec, base, vec.words, ("words", ""), vocab, rows)
     if vocab is not None:
-        info["vocab"] = {"name": Path(str(spec.vocab)).name, "sha256": _sha256(Path(str(spec.vocab)))}
+        info["vocab"] = vocab_info(spec)
     if vec.dropped_whitespace or vec.dropped_duplicate:
         logger.info(
             "%s: dropped %d words containing whitespace and %d duplicates",

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError, OutputChangedError, ParameterTypeError
 from .paths import FILE_FORMATS, REPORT_NAME, report_path_for
+from .report_checks import check_report
 
 
 __all__ = [
@@ -90,12 +91,14 @@ def load_bound_report(path: str | os.PathLike[str], report_path: str | os.PathLi
     if output == Path(report_path) and output.name.endswith(".privacy_report.json"):
         output = output.with_name(output.name.removesuffix(".privacy_report.json"))
     verify_output(output, report)
+    check_report(report, output)
     return report
 
 
 def read_report(output: str | os.PathLike[str], *, verify: bool = True) -> dict[str, Any]:
     """The report saved beside (file) or inside (folder) the output ``output``; with ``verify`` (the default),
-    only when the output is still what the report was written for (:func:`verify_output`)."""
+    only when the output is still what the report was written for (:func:`verify_output`) and the report agrees
+    with itself and the output's rows (:func:`~hf_textdp.io.report_checks.check_report`)."""
     if Path(output).is_file() and Path(output).suffix.lower() not in FILE_FORMATS:
         raise InvalidParameterError(
             f"output {str(output)!r} is a file of no output format hf-textdp writes: give an output folder, or a "
@@ -107,6 +110,7 @@ def read_report(output: str | os.PathLike[str], *, verify: bool = True) -> dict[
     loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     if verify:
         verify_output(output, loaded)
+        check_report(loaded, output)
     return loaded
 
 

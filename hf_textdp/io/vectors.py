@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import settings
 from ..errors import VectorFileError
+from ..utils.file_trust import private_dir, untrusted
 from ..utils.logging import get_logger
 from .cache import cache_dir
 from .files import atomic_open
@@ -115,7 +116,7 @@ def _cache_load(sha: str) -> StaticVectors | None:
     problem reading the entry (missing, truncated, another version) means a fresh parse.
     """
     path = _cache_file(sha)
-    if not path.is_file():
+    if not path.is_file() or untrusted(path) is not None:  # another user's or others-writable entry: parse again
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -123,7 +124,11 @@ def _cache_load(sha: str) -> StaticVectors | None:
             words = bytes(z["words"]).decode("utf-8").split("\n") if z["words"].size else []
             kind = str(z["kind"])
             dropped = z["dropped"].tolist()
+            digest = str(z["digest"]) if "digest" in z.files else ""
         if matrix.ndim != 2 or matrix.shape[0] != len(words) or kind not in ("glove", "word2vec"):
+            return None
+        if digest != _parse_digest(matrix, words, kind):  # edited, or an older version's entry
+            logger.warning("the vector cache entry %s fails its SHA-256 check: parsing the file again", path)
             return None
         if int(dropped[1]):  # an older version dropped repeated words: parse again, which refuses them
             return None
@@ -132,9 +137,18 @@ def _cache_load(sha: str) -> StaticVectors | None:
         return None
 
 
+def _parse_digest(matrix: np.ndarray, words: list[str], kind: str) -> str:
+    """The SHA-256 a cached parse is checked by (issue 53, R4): its kind, words and little-endian fp32 matrix."""
+    h = hashlib.sha256(f"{kind}\0{matrix.shape}\0".encode())
+    h.update("\n".join(words).encode("utf-8"))
+    h.update(np.ascontiguousarray(matrix, dtype="<f4").tobytes())
+    return h.hexdigest()
+
+
 def _cache_store(vec: StaticVectors) -> None:
     path = _cache_file(vec.file_sha256)
     try:
+        private_dir(path.parent)
         # kept words never contain whitespace (space.md §3), so a newline separates them unambiguously
         words = np.frombuffer("\n".join(vec.words).encode("utf-8"), dtype=np.uint8)
         with atomic_open(path, "wb") as fh:
@@ -144,9 +158,17 @@ def _cache_store(vec: StaticVectors) -> None:
                 words=words,
                 kind=np.str_(vec.kind),
                 dropped=np.asarray([vec.dropped_whitespace, vec.dropped_duplicate], dtype=np.int64),
+                digest=np.str_(_parse_digest(vec.matrix, vec.words, vec.kind)),
             )
     except OSError as err:  # a read-only or full cache folder only costs speed
         logger.debug("could not write the vector cache: %s", err)
+
+
+def _fp32(mat64: np.ndarray) -> np.ndarray:
+    """The matrix as float32; a value beyond float32 becomes infinite, which the space's row check refuses by name
+    (:func:`~hf_textdp.io.weights_check.check_rows`), instead of a warning here."""
+    with np.errstate(over="ignore"):
+        return mat64.astype(np.float32)
 
 
 _NUMBER_CHARS = b"0123456789eE+-. \n"
@@ -222,7 +244,7 @@ def _parse_fast(lines: list[str], name: str, sha: str) -> StaticVectors | None:
     if not np.isfinite(mat64).all():
         return None
     kind = "word2vec" if header_v is not None else "glove"
-    return StaticVectors(words, mat64.astype(np.float32), kind, sha, dropped_ws, dropped_dup)
+    return StaticVectors(words, _fp32(mat64), kind, sha, dropped_ws, dropped_dup)
 
 
 def _first_rows(lines: list[str]) -> tuple[list[str] | None, int, list[str] | None]:
@@ -333,5 +355,4 @@ def _parse_reference(lines: list[str], name: str, sha: str) -> StaticVectors:
         )
     if len(words) < 2:
         raise VectorFileError(f"model: {name} has {len(words)} usable word(s); at least 2 are needed.")
-    mat = mat64.astype(np.float32)
-    return StaticVectors(words, mat, kind, sha, dropped_ws, dropped_dup)
+    return StaticVectors(words, _fp32(mat64), kind, sha, dropped_ws, dropped_dup)

@@ -1,18 +1,17 @@
 """The hidden work folder of a sharded run: lock, manifest, finished shards, resume or take-over.
 
 A run writing OUTPUT works in ``.OUTPUT.partial`` beside it (``paths.work_dir_for``). Its ``manifest.json``
-says what the job is; a later run resumes it only when its own manifest matches, else refuses or clears it.
+says what the job is and which shards are finished (sealed: :mod:`~hf_textdp.io.integrity`); a later run resumes
+it only when its own manifest matches and the seal holds, else refuses or clears it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import json
 import os
 import re
-import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,9 @@ from filelock import BaseFileLock
 
 from ..errors import HfTextDPError, OutputExistsError, ResumeError
 from ..utils.logging import get_logger
-from .files import atomic_open, atomic_write_text, dumps_json, release_lock, try_lock
+from .files import atomic_open, release_lock, try_lock
+from .integrity import SCRYPT_PARAMS, ShardLedger, other_seed, seal_problem, seed_verifier, unlink_links
+from .model_files import model_fingerprint
 from .paths import LOCK_NAME, MANIFEST_NAME
 
 
@@ -36,11 +37,11 @@ __all__ = [
     "privatizer_manifest",
     "shard_path",
     "atomic_write_arrow",
-    "shard_rows",
     "manifest_mismatch",
     "lock_work_dir",
     "take_over_work_dir",
     "claim_work_dir",
+    "TAMPERED",
     "remove_own_files",
     "read_json_object",
     "WorkFolderRun",
@@ -50,48 +51,6 @@ logger = get_logger("hf_textdp.pipeline")  # the name these log lines have alway
 
 DEFAULT_SHARD_SIZE = 10_000
 
-#: scrypt's cost parameters for the seed verifier (RFC 7914): 16 MiB and tens of milliseconds per guess
-SCRYPT_PARAMS = {"n": 2**14, "r": 8, "p": 1}
-
-
-def seed_verifier(seed: int, salt: bytes | None = None) -> dict[str, Any]:
-    """A verifier of the secret ``seed`` for the manifest of a seeded run: scrypt (RFC 7914) of its 8 bytes with
-    a fresh 16-byte ``salt`` (or the given one, to check a seed against a stored verifier).
-
-    Safe to keep beside the output: testing a guessed seed against it costs one scrypt (16 MiB, tens of ms),
-    more than testing the guess against the released output (a SHA-256 and a few noise draws per token), so it
-    makes no search for the seed cheaper; the per-run salt rules out precomputed tables. Two seeds give the same
-    32-byte digest with probability 2**-256, so another seed never passes by chance, whatever the mechanism or
-    epsilon (a re-privatized row at a high epsilon often agrees under any seed).
-    """
-    salt = secrets.token_bytes(16) if salt is None else salt
-    digest = hashlib.scrypt(seed.to_bytes(8, "big"), salt=salt, maxmem=64 * 2**20, dklen=32, **SCRYPT_PARAMS)
-    return {"kdf": "scrypt", **SCRYPT_PARAMS, "salt": salt.hex(), "digest": digest.hex()}
-
-
-def other_seed(old: dict[str, Any], seed: int | None) -> str | None:
-    """Why the seeded partial run whose manifest is ``old`` cannot be continued with ``seed`` (``None``: it can):
-    its :func:`seed_verifier` does not match, or it has none (written by an older version, which did not store
-    one). The seed itself is never stored or printed."""
-    stored = old.get("seed_verifier")
-    if seed is None or not old.get("seeded"):
-        return None
-    if not isinstance(stored, dict) or {k: stored.get(k) for k in ("kdf", *SCRYPT_PARAMS)} != {
-        "kdf": "scrypt",
-        **SCRYPT_PARAMS,
-    }:
-        return "it records no verifier of its seed (an older version wrote it), so its seed cannot be checked"
-    try:
-        again = seed_verifier(seed, bytes.fromhex(str(stored.get("salt"))))["digest"]
-    except ValueError:
-        return "its seed verifier is damaged, so its seed cannot be checked"
-    if not hmac.compare_digest(again, str(stored.get("digest"))):
-        return (
-            "it was privatized with another seed (its seed verifier does not match this run's seed); resume needs "
-            "the seed of the partial run"
-        )
-    return None
-
 
 def sha256_json(obj: Any) -> str:
     """The SHA-256 of ``obj`` as canonical JSON (what a manifest records of a config or an input)."""
@@ -99,12 +58,14 @@ def sha256_json(obj: Any) -> str:
 
 
 def privatizer_manifest(fmt: str, priv: Any) -> dict[str, Any]:
-    """The manifest keys of the privatizer ``priv``: no text, and of the seed only whether there is one and its
-    salted scrypt verifier (:func:`seed_verifier`)."""
+    """The manifest keys of the privatizer ``priv``: no text, the model's files (every one, by content:
+    :func:`~hf_textdp.io.model_files.model_fingerprint`), and of the seed only whether there is one and its salted
+    scrypt verifier (:func:`seed_verifier`)."""
     return {
         "format": fmt,
         "config_sha256": sha256_json(priv.config.to_dict()),
-        "space_sha256": priv.engine.space.space_hash,
+        "space_sha256": priv.engine.space.space_hash,  # loads the model first: the fingerprint reads it offline
+        "model_sha256": model_fingerprint(priv.config.model),
         "text_column": priv.text_column,
         "id_column": priv.id_column,
         "seeded": priv.seed is not None,
@@ -124,17 +85,6 @@ def atomic_write_arrow(path: str | os.PathLike[str], table: Any, *, max_chunksiz
             writer.write_batch(batch)
 
 
-def shard_rows(path: Path) -> int | None:
-    """Rows of a finished shard file, or None when it is missing or unreadable."""
-    if not path.is_file():
-        return None
-    try:
-        with pa.memory_map(str(path)) as source:
-            return int(pa.ipc.open_stream(source).read_all().num_rows)
-    except (OSError, pa.ArrowException):
-        return None
-
-
 def manifest_mismatch(
     old: dict[str, Any], new: dict[str, Any], *, format_reason: str, own_reasons: dict[str, str]
 ) -> str | None:
@@ -148,6 +98,8 @@ def manifest_mismatch(
         "format": format_reason,
         "config_sha256": "its PrivatizerConfig differs from this run's",
         "space_sha256": "its model's embedding matrix differs from this run's",
+        "model_sha256": "its model's files differ from this run's (a weight, tokenizer or config file changed, or "
+        "the model id resolves to another revision); resume needs the model of the partial run",
         "text_column": f"its text_column was {old.get('text_column')!r}, this run's is {new['text_column']!r}",
         "id_column": f"its id_column was {old.get('id_column')!r}, this run's is {new['id_column']!r}",
         "seeded": "it was "
@@ -174,30 +126,34 @@ def lock_work_dir(work: Path, output: Path) -> BaseFileLock:
     return lock
 
 
+#: how every reason of :func:`~hf_textdp.io.integrity.seal_problem` begins: rerunning with other settings cannot help
+TAMPERED = "its manifest.json was"
+
+
 def take_over_work_dir(
     work: Path,
     output: Path,
-    new: dict[str, Any],
     old: dict[str, Any] | None,
     reason: str | None,
     finished: Callable[[], int],
     *,
     resume: bool,
     overwrite: bool,
-) -> None:
-    """Resume a sharded run's work folder, or clear it and write the ``new`` manifest.
+) -> bool:
+    """Resume a sharded run's work folder (return ``True``), or clear it for a new run (``False``).
 
     ``old`` is the manifest found there (``None``: none) and ``reason`` why it cannot be resumed
-    (``None``: it can). Shared by the in-memory and streaming sharded writers.
+    (``None``: it can). Shared by the in-memory and streaming sharded writers, which then write their manifest.
     """
     if old is not None:
         if resume and reason is None:
             logger.info("resuming %s: %d finished shard(s) in %s", output, finished(), work)
-            return
+            return True
         if resume and not overwrite:
+            rerun = "" if reason and reason.startswith(TAMPERED) else ", or rerun with the same settings"
             raise ResumeError(
                 f"resume=True cannot continue the partial run in {str(work)!r}: {reason}. Pass "
-                "overwrite=True (--overwrite) to discard it and start over, or rerun with the same settings."
+                f"overwrite=True (--overwrite) to discard it and start over{rerun}."
             )
         if not resume and not overwrite:
             raise OutputExistsError(
@@ -207,7 +163,7 @@ def take_over_work_dir(
             )
         logger.warning("discarding the partial run in %s (overwrite=True)", work)
     remove_own_files(work, keep_lock=True)
-    atomic_write_text(work / MANIFEST_NAME, dumps_json(new))
+    return False
 
 
 #: what a work folder holds that this package wrote: top level, and inside each ``split-NNN`` folder
@@ -275,9 +231,15 @@ def claim_work_dir(work: Path, output: Path) -> None:
         raise OutputExistsError(f"output {str(output)!r}: {str(work)!r} is a symbolic link" + hint)
     if work.exists() and not work.is_dir():
         raise OutputExistsError(f"output {str(output)!r}: {str(work)!r} is a file" + hint)
+    if work.is_dir() and (work / MANIFEST_NAME).is_symlink():
+        raise OutputExistsError(
+            f"output {str(output)!r}: {str(work / MANIFEST_NAME)!r} is a symbolic link; a run never follows a link "
+            "in its work folder, so nothing in it is touched: remove the link (or the folder) and run again."
+        )
     if work.is_dir():
         if not is_own_work_dir(work):
             raise OutputExistsError(f"output {str(output)!r}: the folder {str(work)!r} exists" + hint)
+        unlink_links(work)  # never read, written or locked through a link (a split-000 pointing elsewhere)
         return
     work.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -287,7 +249,10 @@ def claim_work_dir(work: Path, output: Path) -> None:
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or ``None`` when it is missing, unreadable or not an object."""
+    """A JSON object from ``path``, or ``None`` when it is missing, a link (never followed), unreadable or not an
+    object."""
+    if path.is_symlink():
+        return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -298,16 +263,25 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
 class WorkFolderRun:
     """What the in-memory and the streaming sharded writers share: the locked work folder beside
     ``output``, whose manifest decides whether a partial run is resumed, refused or cleared
-    (:func:`take_over_work_dir`), and its removal when the run ends.
+    (:func:`take_over_work_dir`), the sealed record of its finished shards (:attr:`ledger`), and its removal
+    when the run ends.
 
-    Subclasses set ``output`` and ``work`` and give :meth:`manifest`, :meth:`mismatch`, :meth:`finished`,
-    :meth:`compute` and :meth:`assemble`.
+    Subclasses set ``output``, ``work`` and ``seed`` and give :meth:`manifest`, :meth:`mismatch`,
+    :meth:`finished`, :meth:`compute` and :meth:`assemble`.
     """
 
     output: Path
     work: Path
+    seed: int | None = None  # the run's secret seed: checks and seals a seeded manifest, never written
     resumable: bool = True  # False: a failed run's shards are not kept (they could not be resumed)
     _lock: BaseFileLock | None = None
+    _ledger: ShardLedger | None = None
+
+    @property
+    def ledger(self) -> ShardLedger:
+        """The manifest in use (the resumed one, or this run's), with its verified shards."""
+        assert self._ledger is not None, "open() first"
+        return self._ledger
 
     def manifest(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -321,8 +295,9 @@ class WorkFolderRun:
         raise NotImplementedError
 
     def refusal(self, old: dict[str, Any]) -> str | None:
-        """Why a partial run whose manifest matches cannot be continued anyway (default: it can)."""
-        return None
+        """Why a partial run whose manifest matches cannot be continued anyway: another seed (:func:`other_seed`),
+        or a manifest edited since it was sealed (:func:`~hf_textdp.io.integrity.seal_problem`)."""
+        return other_seed(old, self.seed) or seal_problem(old, self.seed)
 
     def compute(self) -> None:
         raise NotImplementedError
@@ -338,9 +313,12 @@ class WorkFolderRun:
         try:
             old = read_json_object(self.work / MANIFEST_NAME)
             reason = None if old is None else (self.mismatch(old, new) or self.refusal(old))
-            take_over_work_dir(
-                self.work, self.output, new, old, reason, self.finished, resume=resume, overwrite=overwrite
+            resumed = take_over_work_dir(
+                self.work, self.output, old, reason, self.finished, resume=resume, overwrite=overwrite
             )
+            self._ledger = ShardLedger(self.work, old if resumed and old is not None else new, self.seed)
+            if not resumed:
+                self._ledger.write()
         except BaseException:
             release_lock(self._lock)
             self._lock = None

@@ -15,9 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+
+#include "kernel_common.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -28,14 +27,7 @@
 
 int bf16_filter_tile(void) { return MR; }
 
-/* 1 when built with OpenMP (the maxima split between `threads` threads), else 0 (one thread per call) */
-int bf16_filter_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+DEFINE_OPENMP_PROBE(bf16_filter_openmp)
 
 #define DECL(r) __m512 a##r##0 = _mm512_loadu_ps(ib), a##r##1 = _mm512_loadu_ps(ib + 16);
 #define STEP(r)                                                                                        \
@@ -70,61 +62,11 @@ static inline float block_max(__m512 x0, __m512 x1, int64_t c) {
     return _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
 }
 
-/* The smallest float >= x, for x not NaN: round to nearest, then one step up if that fell below. */
-static inline float round_up_float(double x) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {(float)x};
-    if ((double)v.f >= x)
-        return v.f;
-    if (v.f == 0.0f)
-        return 0x1p-149f;
-    v.u = v.f > 0.0f ? v.u + 1 : v.u - 1; /* the next float up (from -inf: -FLT_MAX) */
-    return v.f;
-}
-
-/* The fp32 threshold 2 beta below a score M that is the Ã of a real position (cpu/bf16_filter.py, _threshold):
- * thr = M - 2 beta, lowered by 2^-40 (|thr| + beta) for its own float64 rounding, then rounded up to fp32
- * (for an fp32 score x: x >= thr exactly when x >= the result). */
-static inline float cut_below(float M, double beta) {
-    double thr = (double)M - 2.0 * beta;
-    thr = thr - 0x1p-40 * ((thr < 0 ? -thr : thr) + beta);
-    return round_up_float(thr);
-}
-
-/* Each query q's running candidate list (cpu/bf16_filter.py, fused_candidates): top[q][0 .. k) the k largest
- * block maxima so far (repeats counted; -inf while fewer), lim[q] = cut_below(top[q][k - 1], beta[q]) (-FLT_MAX
- * while fewer than k), and the positions of the blocks so far whose score reaches lim[q] when their block
- * goes by: cnt[q] of them in pos[q][0 .. cap) with their scores in score[q][..] (-1: more than cap, the list is
- * dropped). The final k-th largest maximum is at least every earlier one, so every position that reaches the
- * final threshold is in the list. */
-typedef struct {
-    const double *beta;
-    int64_t k, cap;
-    float *top, *lim, *score;
-    int32_t *cnt, *pos;
-} Lists;
-
 /* Take block b's scores x0, x1 (without position c of the block if 0 <= c < NB; maximum m >= lim[q]) into
  * query q's list: m into its top k, then the positions that reach the (new) lim[q], after dropping those of
  * the list below it when it is full. */
 static inline void add_block(const Lists *L, int64_t q, int64_t b, __m512 x0, __m512 x1, int64_t c, float m) {
-    const int64_t k = L->k;
-    float *top = L->top + q * k;
-    if (m > top[k - 1]) {
-        int64_t i = k - 1;
-        while (i > 0 && top[i - 1] < m) {
-            top[i] = top[i - 1];
-            i--;
-        }
-        top[i] = m;
-        if (top[k - 1] > -__builtin_inff())
-            L->lim[q] = cut_below(top[k - 1], L->beta[q]);
-    }
-    int32_t n = L->cnt[q];
-    if (n < 0)
-        return;
+    lists_take_max(L, q, m);
     const __m512 l = _mm512_set1_ps(L->lim[q]);
     __mmask16 k0 = _mm512_cmp_ps_mask(x0, l, _CMP_GE_OQ), k1 = _mm512_cmp_ps_mask(x1, l, _CMP_GE_OQ);
     if (c >= 0 && c < 16)
@@ -132,23 +74,11 @@ static inline void add_block(const Lists *L, int64_t q, int64_t b, __m512 x0, __
     else if (c >= 16 && c < NB)
         k1 &= (__mmask16)~(1u << (c - 16));
     const int n0 = __builtin_popcount(k0), n1 = __builtin_popcount(k1);
+    int32_t n = lists_room(L, q, n0 + n1);
+    if (n < 0)
+        return;
     float *s = L->score + q * L->cap;
     int32_t *p = L->pos + q * L->cap;
-    if (n + n0 + n1 > L->cap) {
-        const float lq = L->lim[q];
-        int32_t w = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (s[i] >= lq) {
-                s[w] = s[i];
-                p[w] = p[i];
-                w++;
-            }
-        n = w;
-        if (n + n0 + n1 > L->cap) {
-            L->cnt[q] = -1;
-            return;
-        }
-    }
     const __m512i at = _mm512_add_epi32(_mm512_set1_epi32((int)(b * NB)),
                                         _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
     _mm512_mask_storeu_ps(s + n, (__mmask16)((1u << n0) - 1), _mm512_maskz_compress_ps(k0, x0));
@@ -215,12 +145,7 @@ static __attribute__((noinline)) void add_blocks(const Lists *L, const int64_t *
 static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
                          int64_t blocks, int64_t t0, int64_t t1, int64_t pass, const Lists *L, float *out) {
     if (L) {
-        for (int64_t i = t0 * MR; i < t1 * MR; i++) { /* empty lists */
-            for (int64_t j = 0; j < L->k; j++)
-                L->top[i * L->k + j] = -__builtin_inff();
-            L->lim[i] = -__FLT_MAX__;
-            L->cnt[i] = 0;
-        }
+        lists_clear(L, t0 * MR, t1 * MR);
         TILES(LIST_ALL)
     } else {
         TILES(STORE_ALL)
@@ -234,19 +159,11 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const float *init
 void block_maxima(const uint32_t *q, const uint32_t *e, const float *init, const int64_t *ex, int64_t K2,
                   int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, const double *beta, int64_t k,
                   int64_t cap, float *top, float *lim, int32_t *cnt, int32_t *pos, float *score, float *out) {
-    const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
-    const int n = want > 1 ? (int)want : 1;
     const Lists lists = {beta, k, cap, top, lim, score, cnt, pos};
     const Lists *L = beta ? &lists : NULL;
-#pragma omp parallel num_threads(n) if (n > 1)
-    {
-#ifdef _OPENMP
-        const int64_t p = omp_get_thread_num(), m = omp_get_num_threads();
-#else
-        const int64_t p = 0, m = 1;
-#endif
-        maxima_range(q, e, init, ex, K2, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, L, out);
-    }
+#define RANGE(lo, hi) maxima_range(q, e, init, ex, K2, blocks, lo, hi, pass, L, out)
+    TEAM_SPLIT(t0, t1, threads, RANGE)
+#undef RANGE
 }
 
 /* s[0 .. NB) = the scores of the block at eb (init ib) for the query row qr: two accumulator chains, even
@@ -292,18 +209,6 @@ static inline float row_max(const float *m, int64_t n) {
     return _mm512_reduce_max_ps(acc);
 }
 
-/* top[0 .. *have) holds the k largest values seen so far, in decreasing order (repeats counted): take v in. */
-static inline void keep_largest(float *top, int64_t *have, int64_t k, float v) {
-    if (*have == k && !(v > top[k - 1]))
-        return;
-    int64_t i = *have < k ? (*have)++ : k - 1;
-    while (i > 0 && top[i - 1] < v) {
-        top[i] = top[i - 1];
-        i--;
-    }
-    top[i] = v;
-}
-
 /* The k-th largest of m[0 .. n) counting repeats, as torch's topk (1 <= k <= MAX_REFINE <= n, no NaN): the
  * k largest so far kept in order, and only the values above the k-th of them read one by one. */
 static inline float row_kth(const float *m, int64_t n, int64_t k) {
@@ -319,42 +224,6 @@ static inline float row_kth(const float *m, int64_t n, int64_t k) {
             keep_largest(top, &have, k, m[j0 + __builtin_ctz(hit)]);
     }
     return top[k - 1];
-}
-
-/* The candidates of the lists of queries 0 .. B - 1 (block_maxima's Lists; cpu/bf16_filter.py, fused_candidates):
- * each query's listed positions whose score reaches cut_below of its k-th largest block maximum, then, for
- * k <= MAX_REFINE, those that reach cut_below of the k-th largest of their scores too, appended as (query,
- * position) to rows and out in order. Queries whose list was dropped have none (the caller takes them
- * another way). Returns how many. */
-int64_t list_candidates(int64_t B, int64_t k, int64_t cap, const float *top, const double *beta, const int32_t *cnt,
-                        const int32_t *pos, const float *score, int64_t *rows, int64_t *out) {
-    int64_t n = 0;
-    for (int64_t b = 0; b < B; b++) {
-        if (cnt[b] < 0)
-            continue;
-        const float *s = score + b * cap;
-        const int32_t *p = pos + b * cap;
-        const float kth = top[b * k + k - 1];
-        float l = kth > -__builtin_inff() ? cut_below(kth, beta[b]) : -__FLT_MAX__;
-        if (k <= MAX_REFINE) {
-            float best[MAX_REFINE];
-            int64_t have = 0;
-            for (int32_t i = 0; i < cnt[b]; i++)
-                if (s[i] >= l)
-                    keep_largest(best, &have, k, s[i]);
-            if (have == k) {
-                const float l2 = cut_below(best[k - 1], beta[b]);
-                l = l2 > l ? l2 : l;
-            }
-        }
-        for (int32_t i = 0; i < cnt[b]; i++)
-            if (s[i] >= l) {
-                rows[n] = b;
-                out[n] = p[i];
-                n++;
-            }
-    }
-    return n;
 }
 
 /* For each query b and block j with maxima[b][j] >= lim[b] (lim NULL, for k <= MAX_REFINE: the threshold

@@ -11,9 +11,8 @@
  * tile) or q_rows[G][K4], columns as e[block][k][NB]; K4 words per vector.
  */
 #include <stdint.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+
+#include "kernel_common.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
@@ -23,14 +22,7 @@
 
 int int8_keys_tile(void) { return MR; }
 
-/* 1 when built with OpenMP (the maxima split between `threads` threads), else 0 (one thread per call) */
-int int8_keys_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
+DEFINE_OPENMP_PROBE(int8_keys_openmp)
 
 #define DECL(r)                                                                                        \
     __m512i a##r##0 = _mm512_loadu_si512(ib), a##r##1 = _mm512_loadu_si512(ib + 16),                   \
@@ -78,17 +70,9 @@ static void maxima_range(const uint32_t *q, const uint32_t *e, const int32_t *in
  * OpenMP team (torch's own when built with -fopenmp). */
 void int8_block_maxima(const uint32_t *q, const uint32_t *e, const int32_t *init, const int32_t *norms, int64_t K4,
                        int64_t blocks, int64_t t0, int64_t t1, int64_t pass, int64_t threads, int32_t *out) {
-    const int64_t tiles = t1 - t0, want = threads < tiles ? threads : tiles;
-    const int n = want > 1 ? (int)want : 1;
-#pragma omp parallel num_threads(n) if (n > 1)
-    {
-#ifdef _OPENMP
-        const int64_t p = omp_get_thread_num(), m = omp_get_num_threads();
-#else
-        const int64_t p = 0, m = 1;
-#endif
-        maxima_range(q, e, init, norms, K4, blocks, t0 + tiles * p / m, t0 + tiles * (p + 1) / m, pass, out);
-    }
+#define RANGE(lo, hi) maxima_range(q, e, init, norms, K4, blocks, lo, hi, pass, out)
+    TEAM_SPLIT(t0, t1, threads, RANGE)
+#undef RANGE
 }
 
 /* out[i][0 .. NB) = the keys of block blk[i] for token rows[i] of q_rows[G][K4], i in 0 .. n - 1. */

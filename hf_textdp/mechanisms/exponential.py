@@ -33,13 +33,8 @@ import math
 
 import torch
 
-from ..cpu.distances import pair_sqdist
-from ..cpu.features import native_int8
-from ..cpu.int8_keys import PackedTargets, block_key_maxima, block_keys, int8_keys_available
+from .. import backend
 from ..errors import InvalidParameterError
-from ..gpu import sampler as gpu_sampler
-from ..gpu import triton_ready
-from ..gpu.int_scores import IntOperands, int_scores
 from ..rng import Draw, Streams
 from ..utils.threads import torch_threads
 
@@ -69,20 +64,6 @@ GROUP_CUDA_BYTES = 4 * 2**30
 FIRST_TRIES = 2
 MORE_TRIES = 8
 _SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
-
-
-def _int_product(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """The exact int32 product of int8 matrices: ``torch._int_mm`` where the int8 product is native (CUDA, or a CPU
-    with VNNI or AMX: :func:`~hf_textdp.cpu.features.native_int8`), else a floating-point product, exact because
-    every partial sum is an integer of magnitude ≤ K·127²: fp32 below 2²⁴, float64 (below 2⁵³) above. torch
-    emulates ``_int_mm`` on other CPUs, many times slower."""
-    if A.device.type != "cpu" or native_int8():
-        try:
-            return torch._int_mm(A, B)
-        except (RuntimeError, NotImplementedError):  # a backend without the int8 product
-            pass
-    wide = torch.float32 if A.shape[1] * 127 * 127 < 2**24 else torch.float64
-    return (A.to(wide) @ B.to(wide)).to(torch.int32)
 
 
 class ExponentialSampler:
@@ -144,24 +125,24 @@ class ExponentialSampler:
         sizes[-1] = BLOCK - pad
         self.block_size = sizes
         self.dpad = dpad
-        self._int_ops: IntOperands | None = None
-        self._packed: PackedTargets | None = None
+        self._int_ops: backend.IntOperands | None = None
+        self._packed: backend.KeyKernel | None = None
         #: run everything but the key kernel on one thread (see :meth:`sample`)
         self.serial_small_ops = True
         self._key_threads: int | None = None
 
-    def _int_operands(self) -> IntOperands:
+    def _int_operands(self) -> backend.IntOperands:
         if self._int_ops is None or not self._int_ops.fits():
-            self._int_ops = IntOperands.build(self.IT[: self.d], self.NT)
+            self._int_ops = backend.IntOperands.build(self.IT[: self.d], self.NT)
         return self._int_ops
 
-    def _kernel_targets(self) -> PackedTargets | None:
-        """The targets packed for the compiled key kernel (:mod:`hf_textdp.cpu.int8_keys`), or ``None`` where it
-        does not run (not a CPU, no AVX-512 VNNI or compiler, native switch off, too wide for its int32 sums)."""
-        if self.device.type != "cpu" or not self._kernel_fits or not int8_keys_available():
+    def _kernel_targets(self) -> backend.KeyKernel | None:
+        """The targets packed for the compiled key kernel (:class:`~hf_textdp.backend.KeyKernel`), or ``None`` where
+        it does not run (not a CPU, no VNNI or AVX2 or compiler, native switch off, too wide for its int32 sums)."""
+        if self.device.type != "cpu" or not self._kernel_fits:
             return None
         if self._packed is None:
-            self._packed = PackedTargets.build(self.IT[: self.d].T, self.NT)
+            self._packed = backend.KeyKernel.build(self.IT[: self.d].T, self.NT)
         return self._packed
 
     # ---------------------------------------------------------------- the sampler
@@ -197,22 +178,24 @@ class ExponentialSampler:
         the cumulative weights of the proposal ``[G, HOT·BLOCK + nb]`` (hot columns first)."""
         G = int(x_pos.numel())
         hot_n = min(HOT, self.nb)
-        fused = int_scores(self.I[x_pos], self._int_operands()) if triton_ready(self.device) else None
+        fused = None
+        if backend.triton_runs(self.device):
+            fused = backend.cuda_int_keys(self.I[x_pos], self._int_operands())
         if fused is not None:  # the same integers and bounds in GPU kernels (gpu/int_scores.py, gpu/sampler.py)
             key, kb = fused
-            cols, dlo_c, dlo_b, cum = gpu_sampler.sampler_bounds(
+            cols, dlo_c, dlo_b, cum = backend.cuda_sampler_bounds(
                 key, kb, x_pos, self.N, self.r, self.rT, self.block_r, self.block_size, self.s * (1.0 - _SLACK),
                 scale, gamma, self.Vt, hot_n,
             )  # fmt: skip
             return cols, dlo_c, dlo_b, cum
         packed = self._kernel_targets()
         if packed is not None:  # the block maxima and hot keys by the compiled kernel: the same integers
-            kb, token_rows = block_key_maxima(packed, self.I[x_pos], self._key_threads or torch.get_num_threads())
+            kb, token_rows = packed.block_maxima(self.I[x_pos], self._key_threads or torch.get_num_threads())
         else:
             Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
             A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
             A[:G, : self.d] = self.I[x_pos]
-            S = _int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
+            S = backend.int_product(A, self.IT)[:G]  # exact int32 I_x·I_c
             key = torch.add(-self.NT, S, alpha=2, out=S)  # 2·I_x·I_c − N_c = N_x − ‖I_x − I_c‖², in place, one pass
             kb = key.view(G, self.nb, BLOCK).amax(2)  # per block: the smallest integer distance
         # hot blocks: the smallest integer distance, ties by block index (exact integers: any device)
@@ -220,7 +203,7 @@ class ExponentialSampler:
         hot = unique.topk(hot_n, 1, sorted=True).indices
         cols = (hot[:, :, None] * BLOCK + torch.arange(BLOCK, device=self.device)).reshape(G, -1)
         if packed is not None:
-            hot_key = block_keys(packed, token_rows, torch.arange(G).repeat_interleave(hot_n), hot.reshape(-1))
+            hot_key = packed.block_keys(token_rows, torch.arange(G).repeat_interleave(hot_n), hot.reshape(-1))
             hot_key = hot_key.view(G, hot_n * BLOCK)
         else:
             hot_key = key.gather(1, cols)
@@ -241,7 +224,7 @@ class ExponentialSampler:
         kernel of the search's verification (no ``[n, T, d]`` float64 copies), else in tensor operations; the
         two may differ by an ulp (the sum's order), which moves an acceptance only at an exact near-tie."""
         n, T = c.shape
-        D = pair_sqdist(self.E, self.E, x.repeat_interleave(T), c.reshape(-1))
+        D = backend.pair_sqdist(self.E, self.E, x.repeat_interleave(T), c.reshape(-1))
         if D is not None:
             return D.sqrt_().view(n, T)
         dist: torch.Tensor = torch.linalg.vector_norm(self.E[x].double()[:, None, :] - self.E[c].double(), dim=2)
@@ -260,8 +243,8 @@ class ExponentialSampler:
         out = torch.full((G,), -1, dtype=torch.int64, device=self.device)
         todo = torch.arange(G, device=self.device)
         t = 0
-        cap = gpu_sampler.MAX_KERNEL_TRIES
-        fused = gpu_sampler.sample_tries(
+        cap = backend.CUDA_SAMPLER_TRIES
+        fused = backend.cuda_sample_tries(
             cum, cols, dlo_c, dlo_b, self.block_size, self.E, x_pos, self.targets, streams.k0, streams.k1,
             streams.position, scale, gamma, int(Draw.SAMPLER), cap,
         )  # fmt: skip

@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .. import backend
 from ..accounting import Claim
 from ..bounding import BOUNDS, Transform, fit_transform
-from ..cpu.noise import native_metric_laplace_shift, noise_kernel_available
 from ..errors import InvalidParameterError
-from ..gpu import triton_ready
-from ..gpu.noise import metric_laplace_shift
 from ..rng import Draw, Streams, as_streams
 from ..scale import scale_stats
 from ..search import ExactIndex
@@ -76,13 +74,9 @@ def add_metric_laplace(
     """
     n, k = (x.shape[0] if rows is None else int(rows.numel())), x.shape[1]
     s = as_streams(streams, n, x.device)
-    cpu = x.device.type == "cpu"
-    if n and (cpu or triton_ready(x.device)):
+    if n and backend.noise_shift_runs(x.device):
         r = s.gamma(Draw.RADIUS, float(k)).mul_(scale)
-        if cpu:  # the CPU kernel reads the rows itself
-            out = native_metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=rows)
-        else:
-            out = metric_laplace_shift(_inputs(x, rows), s.k0, s.k1, s.position, r, int(Draw.NOISE))
+        out = backend.metric_laplace_shift(x, s.k0, s.k1, s.position, r, int(Draw.NOISE), rows=rows)
         if out is not None:
             return out
     return (_inputs(x, rows).double() + sample_metric_laplace(s, n, k, scale, x.device)).float()
@@ -150,8 +144,7 @@ class Madlib(AdditiveMechanism):
         """:meth:`perturb` of rows ``positions`` of E; on the CPU without a bound, one call of the compiled kernel
         that reads the rows itself (it keeps each token's float64 noise in registers, so the batch needs no
         chunks and no gathered copy of its inputs)."""
-        native = space.device.type == "cpu" and noise_kernel_available()
-        if native and self.options["bound"] == "none" and not math.isinf(self.epsilon):
+        if backend.noise_reads_rows(space.device) and self.options["bound"] == "none" and not math.isinf(self.epsilon):
             return add_metric_laplace(space.E, streams, 1.0 / self.epsilon, rows=positions)
         return super().perturb_positions(space, positions, streams)
 

@@ -8,7 +8,8 @@ rows' indices in their split, so a seeded output does not depend on the shard si
 written atomically (temporary sibling, ``fsync``, rename) into a hidden work folder beside the output::
 
     .OUTPUT.partial/
-        manifest.json             what the job is: hashes of the config and of the input, sizes
+        manifest.json             what the job is: hashes of the config and of the input, sizes, each
+                                  finished shard's SHA-256; sealed (hf_textdp.io.integrity)
         lock                      held by the running process; the kernel drops it when the process dies
         split-000/shard-00000.arrow, shard-00001.arrow, ...
 
@@ -17,12 +18,11 @@ place, then the work folder is removed. A run killed at any point (SIGKILL inclu
 output, only the work folder, or the complete output. ``resume=True`` reuses the finished shards when the
 manifest matches this run and computes only the missing ones; ``overwrite=True`` discards them.
 
-**Nothing secret in the work folder or the output** (accounting.md §5). The manifest holds no text and nothing
-derived from the seed: not the seed, and not a hash of it, salted or not (a hash of a small seed is
-inverted by trying seeds). It records only *whether* a seed was used. ``resume`` therefore cannot check
-that the seed is the same one: resuming a seeded run with another seed still privatizes every row exactly
-once, but the output is then neither run's reproducible output. A saved dataset gets a fresh random
-fingerprint, because the in-process fingerprint is a hash of the seeded :class:`Privatizer`.
+**Nothing secret in the work folder or the output** (accounting.md §5). The manifest holds no text and not the
+seed: only whether a seed was used and a salted scrypt verifier of it, which refuses a resume with another seed
+and keys the manifest's seal (docs/threat_model.md). A resumed shard is reused only when its file has the
+SHA-256 the manifest records. A saved dataset gets a fresh random fingerprint, because the in-process
+fingerprint is a hash of the seeded :class:`Privatizer`.
 """
 
 from __future__ import annotations

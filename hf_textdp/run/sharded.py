@@ -18,11 +18,9 @@ from ..io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
-    other_seed,
     privatizer_manifest,
     sha256_json,
     shard_path,
-    shard_rows,
 )
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
@@ -34,7 +32,7 @@ __all__ = ["ShardedRun"]
 
 logger = get_logger("hf_textdp.pipeline")  # the logger these lines have always used
 
-MANIFEST_FORMAT = "hf_textdp/shards/v1"
+MANIFEST_FORMAT = "hf_textdp/shards/v2"  # v2: sealed, with each shard's SHA-256 (issue 53)
 _CARD_FIELDS = ("description", "citation", "homepage", "license")
 
 
@@ -91,11 +89,11 @@ def _init_worker(privatizers: dict[str, Privatizer]) -> None:
     _worker_privatizers.update(privatizers)
 
 
-def _write_shard(task: tuple[str, Any, int, str, int]) -> int:
-    """A pool worker's shard: privatize its rows and write the shard file atomically; returns the rows."""
+def _write_shard(task: tuple[str, Any, int, str, int]) -> tuple[str, int]:
+    """A pool worker's shard: privatize its rows and write the shard file atomically; returns (its path, rows)."""
     folder, data, offset, path, batch_size = task
     atomic_write_arrow(path, _privatized_table(_worker_privatizers[folder], data, offset, batch_size, None, ""))
-    return len(data)
+    return path, len(data)
 
 
 @dataclass
@@ -135,6 +133,7 @@ class ShardedRun(WorkFolderRun):
         self.shard_size = shard_size
         self.batch_size = batch_size
         self.num_proc = num_proc
+        self.seed = self.splits[0].priv.seed
 
     # ---------------------------------------------------------------- the manifest
     def manifest(self) -> dict[str, Any]:
@@ -169,12 +168,12 @@ class ShardedRun(WorkFolderRun):
             },
         )
 
-    def refusal(self, old: dict[str, Any]) -> str | None:
-        """A seeded partial run is continued only with its seed (:func:`~hf_textdp.io.workdir.other_seed`)."""
-        return other_seed(old, self.splits[0].priv.seed)
-
     def _shard_path(self, split: _Split, k: int) -> Path:
         return shard_path(self.work, split.folder, k)
+
+    def _record(self, path: Path | str, rows: int) -> None:
+        """Record a shard just written in the sealed manifest (its SHA-256), so a resume can trust it."""
+        self.ledger.record(Path(path).relative_to(self.work).as_posix(), rows)
 
     def finished(self) -> int:
         return sum(1 for _ in self.work.glob("split-*/shard-*.arrow")) if self.work.is_dir() else 0
@@ -186,14 +185,17 @@ class ShardedRun(WorkFolderRun):
         With ``num_proc`` workers and at least as many shards to write, one pool of workers privatizes whole
         shards (each worker writes its own), so the workers start once per run instead of once per shard
         (on a GPU, spawned workers take seconds to start). Fewer shards than workers are each split among
-        the workers by ``Dataset.map``. Either way a shard's rows are those of one ``Dataset.map``.
+        the workers by ``Dataset.map``. Either way a shard's rows are those of one ``Dataset.map``. A shard of a
+        resumed run is reused only when its file has the SHA-256 its sealed manifest records
+        (:meth:`~hf_textdp.io.integrity.ShardLedger.verified`); any other file there is computed again.
         """
         pending: list[tuple[_Split, int, int, int, int]] = []
         reused = 0
         for split in self.splits:
             ranges = split.ranges(self.shard_size)
             for k, (a, b) in enumerate(ranges):
-                if shard_rows(self._shard_path(split, k)) == b - a:
+                rel = self._shard_path(split, k).relative_to(self.work).as_posix()
+                if self.ledger.verified(rel, b - a):
                     reused += 1
                 else:
                     pending.append((split, k, a, b, len(ranges)))
@@ -202,6 +204,7 @@ class ShardedRun(WorkFolderRun):
         else:
             for split, k, a, b, n in pending:
                 atomic_write_arrow(self._shard_path(split, k), self._privatize(split, a, b, k, n))
+                self._record(self._shard_path(split, k), b - a)
         logger.info("%s: %d shard(s) privatized, %d reused", self.output, len(pending), reused)
 
     def _compute_in_pool(self, pending: list[tuple[_Split, int, int, int, int]]) -> None:
@@ -220,7 +223,8 @@ class ShardedRun(WorkFolderRun):
             multiprocess.Pool(workers, initializer=_init_worker, initargs=(privatizers,)) as pool,
             hf_tqdm(total=total, desc=desc, unit=" examples") as bar,
         ):
-            for rows in pool.imap_unordered(_write_shard, tasks):
+            for path, rows in pool.imap_unordered(_write_shard, tasks):
+                self._record(path, rows)
                 bar.update(rows)
 
     def _privatize(self, split: _Split, a: int, b: int, k: int, n_shards: int) -> Any:

@@ -5,12 +5,12 @@
 shards of ``shard_size`` rows, into the same hidden work folder as a sharded in-memory run::
 
     .OUTPUT.partial/
-        manifest.json              what the job is (hf_textdp/stream/v1): hashes of the config and of the
-                                   embedding space, the columns, whether a seed is used (never the seed)
+        manifest.json              what the job is (hf_textdp/stream/v2): hashes of the config and of the
+                                   embedding space, the columns, whether a seed is used (never the seed), and
+                                   each finished shard's rows, SHA-256 and the stream's position after it
+                                   (``IterableDataset.state_dict()``: shard and row counters, no data); sealed
         lock                       held by the running process; the kernel drops it when the process dies
         split-000/shard-00000.arrow, shard-00001.arrow, ...
-        split-000/progress.json    finished shards and the stream's position after the last one
-                                   (``IterableDataset.state_dict()``: shard and row counters, no data)
 
 When the stream is exhausted, the shards are read back (memory-mapped) and written to ``OUTPUT`` in its
 format (.jsonl, .csv, .parquet, else a ``save_to_disk`` folder) by the same ``save_output`` as an in-memory
@@ -25,13 +25,16 @@ equals the in-memory one row for row (docs/mechanisms/randomness.md; testing.md 
 column holding each row's index in the source) so every row keeps its own id.
 
 **Resume.** After a crash, ``resume=True`` (``--resume``) loads the stream position of the last finished
-shard and continues from there: every row is written exactly once. The seed is not stored (accounting.md §5):
-the first shard's first rows, privatized again by the stream, must agree with it, or another seed is refused.
+shard and continues from there: every row is written exactly once. Only the shards whose files still have the
+SHA-256 the sealed manifest records are kept (:mod:`hf_textdp.io.integrity`): the stream restarts after the last
+of them, so a changed, swapped or foreign shard is computed again (the same bytes, for a seeded run). The seed is
+not stored: its salted scrypt verifier refuses another seed.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,6 @@ from datasets.utils import tqdm as hf_tqdm
 
 from ..accounting import Totals
 from ..errors import InvalidParameterError, ParameterTypeError
-from ..io.files import atomic_write_text, dumps_json
 from ..io.outputs import refuse_existing_output, save_output
 from ..io.paths import FILE_FORMATS, MANIFEST_NAME, output_path, work_dir_for
 from ..io.workdir import (
@@ -48,7 +50,6 @@ from ..io.workdir import (
     WorkFolderRun,
     atomic_write_arrow,
     manifest_mismatch,
-    other_seed,
     privatizer_manifest,
     read_json_object,
     shard_path,
@@ -56,6 +57,7 @@ from ..io.workdir import (
 from ..privatizer import Privatizer
 from ..utils.logging import get_logger
 from ..validation import check_bool, check_int
+from .prefetch import ahead
 from .totals import totals_from_dataset
 from .users import finish, user_totals
 
@@ -64,8 +66,7 @@ __all__ = ["save_streaming", "STREAM_MANIFEST_FORMAT"]
 
 logger = get_logger("hf_textdp.streaming")  # the name its log lines have always carried (issue 38 moved the module)
 
-STREAM_MANIFEST_FORMAT = "hf_textdp/stream/v1"
-PROGRESS_NAME = "progress.json"
+STREAM_MANIFEST_FORMAT = "hf_textdp/stream/v2"  # v2: sealed, with each shard's SHA-256 and position (issue 53)
 
 
 def save_streaming(
@@ -146,6 +147,11 @@ def save_streaming(
     return report
 
 
+def _index(rel: str) -> int:
+    """k of a shard's path ``split-NNN/shard-k.arrow``."""
+    return int(rel.rsplit("shard-", 1)[1].split(".", 1)[0])
+
+
 class _StreamRun(WorkFolderRun):
     """One :func:`save_streaming` call: the work folder, its manifest, the shards and the assembly."""
 
@@ -166,6 +172,7 @@ class _StreamRun(WorkFolderRun):
         self.shard_size = shard_size
         self.folders = {name: f"split-{i:03d}" for i, name in enumerate(parts)}
         first = next(iter(self.privatizers.values()))
+        self.seed = first.seed
         # postprocess="vector" releases no input_ids to count token classes from: its report counts what the
         # privatizers saw in this process, so such a run cannot be continued by another process.
         self.resumable = first.config.postprocess != "vector"
@@ -191,7 +198,10 @@ class _StreamRun(WorkFolderRun):
         )
 
     def finished(self) -> int:
-        return sum(self._progress(name)["shards"] for name in self.parts) if self.work.is_dir() else 0
+        """The shards the manifest records (verified only when the run resumes from them)."""
+        manifest = self._ledger.manifest if self._ledger is not None else read_json_object(self.work / MANIFEST_NAME)
+        shards = (manifest or {}).get("shards")
+        return len(shards) if isinstance(shards, dict) and self.work.is_dir() else 0
 
     # ---------------------------------------------------------------- the work folder
     def open(self, *, resume: bool, overwrite: bool) -> None:
@@ -203,13 +213,25 @@ class _StreamRun(WorkFolderRun):
     def refusal(self, old: dict[str, Any]) -> str | None:
         if not self.resumable and self.finished():
             return "postprocess='vector' streaming runs cannot be resumed (their report counts this process)"
-        return other_seed(old, next(iter(self.privatizers.values())).seed)
+        return super().refusal(old)
 
     def _progress(self, name: str) -> dict[str, Any]:
-        data = read_json_object(self.work / self.folders[name] / PROGRESS_NAME)
-        if data is None or not isinstance(data.get("shards"), int):
-            return {"shards": 0, "rows": 0, "state": None, "done": False}
-        return data
+        """Where split ``name`` resumes: after the longest run of recorded shards from the first whose files
+        verify (:meth:`~hf_textdp.io.integrity.ShardLedger.verified`); the records after it are dropped."""
+        folder, ledger = self.folders[name], self.ledger
+        k, rows, state = 0, 0, None
+        while (rec := ledger.shards.get(self._rel(name, k))) is not None and ledger.verified(self._rel(name, k)):
+            k, rows, state = k + 1, rows + int(rec["rows"]), rec.get("state")
+        stale = [rel for rel in ledger.shards if rel.startswith(folder + "/shard-") and _index(rel) >= k]
+        done = folder in ledger.manifest.get("done", [])
+        if stale:
+            ledger.manifest["done"] = [f for f in ledger.manifest.get("done", []) if f != folder]
+            ledger.forget(stale)
+            done = False
+        return {"shards": k, "rows": rows, "state": state, "done": done}
+
+    def _rel(self, name: str, k: int) -> str:
+        return self._shard_path(name, k).relative_to(self.work).as_posix()
 
     def _shard_path(self, name: str, k: int) -> Path:
         return shard_path(self.work, self.folders[name], k)
@@ -239,27 +261,27 @@ class _StreamRun(WorkFolderRun):
         stream = part.with_format(None)
         if progress["state"] is not None:
             stream.load_state_dict(progress["state"])
-        progress_path = self.work / self.folders[name] / PROGRESS_NAME
-        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+
+        def batches() -> Iterator[tuple[dict[str, list[Any]], dict[str, Any]]]:
             for batch in stream.iter(batch_size=self.shard_size):
+                yield batch, stream.state_dict()  # the position after this batch, taken before the next is read
+
+        with hf_tqdm(desc=f"Privatizing {name or 'rows'} (streaming)", unit=" rows", initial=progress["rows"]) as bar:
+            # the next shard is privatized (kernels and tokenizer release the GIL) while this one is written
+            for batch, state in ahead(batches()):
                 table = datasets.Dataset.from_dict(batch).data.table
                 k = progress["shards"]
                 # no schema metadata: only the columns go to disk
                 atomic_write_arrow(self._shard_path(name, k), table.replace_schema_metadata(None))
-                progress = {
-                    "shards": k + 1,
-                    "rows": progress["rows"] + table.num_rows,
-                    "state": stream.state_dict(),
-                    "done": False,
-                }
-                atomic_write_text(progress_path, dumps_json(progress))
+                self.ledger.record(self._rel(name, k), table.num_rows, state=state)
+                progress = {"shards": k + 1, "rows": progress["rows"] + table.num_rows, "state": state}
                 bar.update(table.num_rows)
-        progress["done"] = True
-        atomic_write_text(progress_path, dumps_json(progress))
-        return progress
+        self.ledger.manifest["done"] = [*self.ledger.manifest.get("done", []), self.folders[name]]
+        self.ledger.write()
+        return progress | {"done": True}
 
     def _load(self, name: str) -> Any:
-        n = self._progress(name)["shards"]
+        n = sum(1 for rel in self.ledger.shards if rel.startswith(self.folders[name] + "/"))
         shards = [datasets.Dataset.from_file(str(self._shard_path(name, k))) for k in range(n)]
         if not shards:
             return datasets.Dataset.from_dict({})

@@ -36,31 +36,53 @@ ROW_EPSILON_OUTLIER_MULTIPLE = 10.0
 
 
 def totals_from_columns(space: EmbeddingSpace, batches: Iterable[dict[str, list[Any]]]) -> Totals:
-    """Recompute the report totals from released columns (works after num_proc, a cache hit or a resume)."""
+    """Recompute the report totals from released columns (works after num_proc, a cache hit or a resume).
+
+    Each batch's ids are classified in one pass and counted per row with ``np.add.reduceat``: the same integers
+    as a row-by-row count (a streamed MR × 10 spent seconds in the row loop)."""
     totals = Totals()
-    pad = space.pad_id
     for batch in batches:
-        eps_col = batch.get("dp_epsilon")
-        delta_col = batch.get("dp_delta")
-        sens_col = batch.get("dp_sensitive_tokens")  # selective privatization (selective.md §6)
-        for j, (ids, n) in enumerate(zip(batch["input_ids"], batch["dp_tokens"], strict=True)):
-            arr = np.asarray(ids, dtype=np.int64)
-            cls, _ = space.classify(arr)
-            structural = cls == STRUCTURAL
-            padding = int((arr[structural] == pad).sum()) if pad is not None else 0
-            # with others="keep" the candidates not privatized were kept: they are not passthrough tokens
-            kept = int((cls == CANDIDATE).sum()) - int(n) if sens_col is not None else 0
-            totals.add_row(
-                dp_tokens=int(n),
-                special=int(structural.sum()) - padding,
-                padding=padding,
-                passthrough=int(arr.size - structural.sum() - int(n)) - kept,
-                epsilon=None if eps_col is None else eps_col[j],
-                delta=None if delta_col is None else delta_col[j],
-                sensitive=0 if sens_col is None else int(sens_col[j]),
-                kept_other=kept,
-            )
+        _add_batch(space, totals, batch)
     return totals
+
+
+def _add_batch(space: EmbeddingSpace, totals: Totals, batch: dict[str, list[Any]]) -> None:
+    ids_col, n_col = batch["input_ids"], batch["dp_tokens"]
+    if not ids_col:
+        return
+    sizes = np.fromiter((len(x) for x in ids_col), dtype=np.int64, count=len(ids_col))
+    flat = np.fromiter((i for row in ids_col for i in row), dtype=np.int64, count=int(sizes.sum()))
+    cls, _ = space.classify(flat)
+    structural = cls == STRUCTURAL
+    pad = space.pad_id
+    padded = structural & (flat == pad) if pad is not None else np.zeros_like(structural)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    def per_row(mask: np.ndarray) -> np.ndarray:
+        out = np.zeros(sizes.size, dtype=np.int64)
+        nz = sizes > 0  # reduceat reads one element at an empty row's start: count those rows as 0
+        if nz.any():
+            out[nz] = np.add.reduceat(mask.astype(np.int64), starts[nz])
+        return out
+
+    n = np.asarray(n_col, dtype=np.int64)
+    padding = per_row(padded)
+    n_structural = per_row(structural)
+    sens_col = batch.get("dp_sensitive_tokens")  # selective privatization (selective.md §6)
+    # with others="keep" the candidates not privatized were kept: they are not passthrough tokens
+    kept = per_row(cls == CANDIDATE) - n if sens_col is not None else np.zeros_like(n)
+    eps, delta = batch.get("dp_epsilon"), batch.get("dp_delta")
+    for j in range(sizes.size):
+        totals.add_row(
+            dp_tokens=int(n[j]),
+            special=int(n_structural[j] - padding[j]),
+            padding=int(padding[j]),
+            passthrough=int(sizes[j] - n_structural[j] - n[j] - kept[j]),
+            epsilon=None if eps is None else eps[j],
+            delta=None if delta is None else delta[j],
+            sensitive=0 if sens_col is None else int(sens_col[j]),
+            kept_other=int(kept[j]),
+        )
 
 
 def totals_from_dataset(space: EmbeddingSpace, part: Any) -> Totals:

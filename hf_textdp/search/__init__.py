@@ -17,6 +17,10 @@ Algorithm (filter and verify):
    * ``fp32`` (space.md §5's reference, and always on CUDA): ``s̃_c = fl(‖e_c‖² − 2 q·e_c)`` by
      ``addmm`` with TF32 and reduced-precision reductions off; ``|s̃_c − s_c| ≤ 0.51·η`` with
      ``η = 2(d+3)u(R² + 2‖q‖R)``, u = 2⁻²⁴, R = max row norm; candidates ``s̃_c ≤ m + 2η``.
+   * ``int8`` (CPUs with AVX-512 VNNI, or AVX2, and no AMX): an exact integer product of rows and query quantised
+     to int8 (per row, per query), with per-position bounds [Lo_c, Up_c] of t_c and a per-query rounding margin η
+     (:func:`~hf_textdp.cpu.int8_filter.int8_filter_bound`); candidates Up_c ≥ (k-th largest Lo) − 2η, kept in
+     running lists by the kernel. A query whose list overflows is filtered again by the next filter below.
    * ``bf16`` (CPUs whose bf16 matrix product is fast, e.g. AMX): a bf16 product with fp32
      accumulation of an augmented matrix, ``P̃_c ≈ t_c = q·e_c − ‖e_c‖²/2`` (the nearest position has
      the largest t), with the bound of :func:`bf16_filter_bound` (proof there). When the filter keeps
@@ -32,7 +36,7 @@ Memory is O(query_block·chunk + V·d): never V × V.
 
 from .bf16 import BF16_MAX_CANDIDATES, BF16_MAX_K, bf16_filter_available
 from .bounds import BF16_MAX_MAGNITUDE, U32, U64, UBF16, bf16_filter_bound, exact_fp32_matmul
-from .index import BLOCK, FILTERS, FUSED_CPU_QUERIES, FUSED_QUERIES, ExactIndex, FilterName
+from .index import BLOCK, FILTERS, FUSED_CPU_QUERIES, FUSED_QUERIES, ExactIndex, FilterName, int8_filter_runs
 
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "exact_fp32_matmul",
     "bf16_filter_bound",
     "bf16_filter_available",
+    "int8_filter_runs",
     "FILTERS",
     "FilterName",
     "BLOCK",

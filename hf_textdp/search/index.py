@@ -3,7 +3,6 @@ the fused GPU path, and the verification of the candidates (:mod:`~hf_textdp.sea
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import threading
@@ -15,36 +14,21 @@ from .. import settings
 from ..cpu.avx2_filter import LIST_K as AVX2_LIST_K
 from ..cpu.avx2_filter import Fp32Rows, avx2_candidates, avx2_filter_available
 from ..cpu.bf16_filter import NB, PackedRows, fused_candidates, fused_filter_available
+from ..cpu.features import effective_flags
+from ..cpu.int8_filter import LIST_K as INT8_LIST_K
+from ..cpu.int8_filter import Int8Rows, int8_candidates
+from ..cpu.int8_filter import kernel_kind as int8_kind
 from ..errors import InvalidParameterError
 from ..gpu import triton_ready
 from ..gpu.nearest import TensorCoreOperands, fused_nearest, tensor_core_model_holds, tile_config
-from ..utils.rounding import round_up_fp32
 from ..utils.threads import torch_threads
-from .bf16 import (
-    BF16_MAX_CANDIDATES,
-    BF16_MAX_K,
-    Found,
-    _bf16_model_ok,
-    bf16_filter_available,
-    bf16_operands,
-    chunk_bf16,
-)
-from .bounds import (
-    BF16_MAX_MAGNITUDE,
-    U32,
-    U64,
-    Bf16Constants,
-    bf16_filter_bound,
-    check_range,
-    exact_fp32_matmul,
-    round_up,
-    threshold,
-    top_k,
-)
+from .bf16 import BF16_MAX_CANDIDATES, BF16_MAX_K, _bf16_model_ok, bf16_filter_available
+from .bounds import BF16_MAX_MAGNITUDE, U64, check_range, exact_fp32_matmul, round_up
+from .scan import TorchFilter
 from .verify import verify
 
 
-__all__ = ["BLOCK", "FILTERS", "FUSED_CPU_QUERIES", "FUSED_QUERIES", "ExactIndex", "FilterName"]
+__all__ = ["BLOCK", "FILTERS", "FUSED_CPU_QUERIES", "FUSED_QUERIES", "ExactIndex", "FilterName", "int8_filter_runs"]
 
 
 def _single_thread_after_fork() -> None:
@@ -61,9 +45,10 @@ if hasattr(os, "register_at_fork"):
 #: positions per block of the block-extremum pass (strided: block j of a chunk of L positions holds
 #: positions j, j + L/G, j + 2L/G, …, so the pass is a vectorised reduction over rows of memory)
 BLOCK = 64
-#: the filter choices; "auto" takes bf16 where it is available and fast, else fp32
-FILTERS = ("auto", "bf16", "fp32")
-FilterName = Literal["auto", "bf16", "fp32"]
+#: the filter choices; "auto" takes the fastest native one: int8 where its kernel runs (not on AMX CPUs, whose bf16
+#: tiles are faster), else bf16 where it is available and fast, else fp32
+FILTERS = ("auto", "int8", "bf16", "fp32")
+FilterName = Literal["auto", "int8", "bf16", "fp32"]
 #: bytes of scores per (query block × chunk) tile when the chunk size is automatic
 _TILE_BYTES = 32 * 2**20
 #: queries per launch of the fused GPU search (its buffers are O(queries · d))
@@ -77,6 +62,18 @@ FUSED_CPU_QUERIES = 4096
 BF16_WARM_QUERIES = 2048
 #: flagged queries at most that the direct float64 distances resolve (each reads all rows once)
 _FEW_QUERIES = 64
+
+
+def int8_filter_runs(device: str | torch.device = "cpu") -> bool:
+    """Whether ``filter="auto"`` searches of large products (V·d ≥ 2¹⁸, k ≤ 4) on ``device`` run the int8 filter: a
+    CPU whose flags give it a kernel (:func:`~hf_textdp.cpu.int8_filter.kernel_kind`: VNNI, else AVX2) and no AMX
+    (whose bf16 tiles are faster), with the ``search_filter`` switch at ``auto`` or ``int8``."""
+    return (
+        torch.device(device).type == "cpu"
+        and settings.search_filter() in ("auto", "int8")
+        and int8_kind() is not None
+        and "amx_bf16" not in effective_flags()
+    )
 
 
 def _row_sq64(E: torch.Tensor, block: int = 4096) -> torch.Tensor:
@@ -96,9 +93,10 @@ class ExactIndex:
         device (`str`, defaults to `"cpu"`): where scores are computed.
         chunk_size (`int`, *optional*): positions per score tile (rounded up to a multiple of 64);
             by default as many as keep a tile of scores near 32 MB.
-        filter (`str`, defaults to `"auto"`): ``"bf16"`` (the proven low-precision filter, CPU),
-            ``"fp32"`` (space.md §5's reference filter) or ``"auto"`` (bf16 where it is available and fast,
-            see :func:`bf16_filter_available`, and k ≤ ``BF16_MAX_K``). The result is the same exact
+        filter (`str`, defaults to `"auto"`): ``"int8"`` (the int8 filter where its kernel runs, CPU, k ≤ 4),
+            ``"bf16"`` (the proven low-precision filter, CPU), ``"fp32"`` (space.md §5's reference filter) or
+            ``"auto"`` (int8 for large products where :func:`int8_filter_runs`, else bf16 where it is available
+            and fast, see :func:`bf16_filter_available`, and k ≤ ``BF16_MAX_K``). The result is the same exact
             answer for every choice.
 
     Example:
@@ -131,15 +129,15 @@ class ExactIndex:
         self.V, self.d = self.E.shape
         sq64 = _row_sq64(self.E)
         self.sq64 = sq64
-        self.n32 = sq64.float().contiguous()
         r = math.sqrt(float(sq64.max()))
         self.R = math.nextafter(r, math.inf)
         self.chunk_size = chunk_size
         self.filter: FilterName = filter
         self.Vp = round_up(self.V, BLOCK)
+        self._torch = TorchFilter(self.E, sq64, self.Vp, self.R, BLOCK)
+        self.n32 = self._torch.n32
         self._em2t: torch.Tensor | None = None
-        self._fp32_pad: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._bf16: tuple[torch.Tensor, Bf16Constants] | None = None
+        self._int8: Int8Rows | None = None
         self._packed: PackedRows | None = None
         self._fp32_rows: Fp32Rows | None = None
         self._lock = threading.Lock()
@@ -165,23 +163,32 @@ class ExactIndex:
                     self._em2t = (-2.0 * self.E).T.contiguous()
         return self._em2t
 
-    def _fp32_operands(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(n32 padded with +inf, −2·Eᵀ padded with zero columns) to Vp positions."""
-        with self._lock:
-            if self._fp32_pad is None:
-                pad = self.Vp - self.V
-                n32 = torch.cat([self.n32, torch.full((pad,), math.inf, device=self.device)])
-                em2t = torch.zeros((self.d, self.Vp), dtype=torch.float32, device=self.device)
-                em2t[:, : self.V] = (-2.0 * self.E).T
-                self._fp32_pad = (n32.contiguous(), em2t)
-            return self._fp32_pad
+    def _mode(self) -> str:
+        """The filter this index asks for: its own, or the ``search_filter`` switch where it says ``"auto"``."""
+        return self.filter if self.filter != "auto" else settings.search_filter()
 
-    def _bf16_operands(self) -> tuple[torch.Tensor, Bf16Constants]:
-        """:func:`~hf_textdp.search.bf16.bf16_operands` of the rows, built once."""
+    def _int8_rows(self, k: int, queries: int = BF16_WARM_QUERIES) -> Int8Rows | None:
+        """The rows quantised for the int8 filter (:mod:`hf_textdp.cpu.int8_filter`), or ``None`` where it does not run
+        for a search of ``k`` neighbours of ``queries`` more queries: not a CPU, k above its lists' limit, no kernel
+        for this CPU's flags (VNNI, else AVX2), or a filter other than ``"int8"`` asked for; ``"auto"`` also leaves it
+        to AMX CPUs' bf16 tiles and to small products, and packs the rows only once the queries pay for it (as the
+        bf16 filter: a 1-row run packs nothing)."""
+        mode = self._mode()
+        if self.device.type != "cpu" or k > INT8_LIST_K or mode not in ("auto", "int8"):
+            return None
+        kind = int8_kind()
+        if kind is None:
+            return None
+        if mode == "auto" and (
+            "amx_bf16" in effective_flags()
+            or self.V * self.d < 2**18
+            or (self._int8 is None and self._served + queries < BF16_WARM_QUERIES)
+        ):
+            return None
         with self._lock:
-            if self._bf16 is None:
-                self._bf16 = bf16_operands(self.E, self.sq64, self.Vp)
-            return self._bf16
+            if self._int8 is None or self._int8.kind != kind:
+                self._int8 = Int8Rows.build(self.E, self.sq64, kind)
+            return self._int8
 
     def _packed_rows(self, k: int) -> PackedRows | None:
         """The rows packed for the fused bf16 kernel (:mod:`hf_textdp.cpu.bf16_filter`), or ``None`` where it does
@@ -197,8 +204,8 @@ class ExactIndex:
         """The rows packed for the fused AVX2 fp32 filter (:mod:`hf_textdp.cpu.avx2_filter`), or ``None`` where it does
         not run: not a CPU, an explicit ``filter="fp32"`` (the torch reference), k above its lists' limit, no AVX2 and
         FMA or compiler, or the native switch off."""
-        mode = self.filter if self.filter != "auto" else settings.search_filter()
-        if self.device.type != "cpu" or mode != "auto" or k > AVX2_LIST_K or not avx2_filter_available():
+        mode = self._mode()
+        if self.device.type != "cpu" or mode not in ("auto", "int8") or k > AVX2_LIST_K or not avx2_filter_available():
             return None
         with self._lock:
             if self._fp32_rows is None:
@@ -210,7 +217,7 @@ class ExactIndex:
         same either way)."""
         if self.device.type != "cpu":
             return False
-        mode = self.filter if self.filter != "auto" else settings.search_filter()
+        mode = self._mode()
         if mode == "fp32":
             return False
         if mode == "bf16":
@@ -220,7 +227,7 @@ class ExactIndex:
         # or so of the fp32 filter, and verifying them costs more than the cheaper product saves
         # and once the queries pay for packing the rows (~0.1 s for 22,816 x 384, the time the bf16 filter saves
         # over fp32 on ~2,000 queries): a 1-row run packs nothing, a long run packs at its first large batch
-        if self._bf16 is None and self._packed is None and self._served + queries < BF16_WARM_QUERIES:
+        if not self._torch.bf16_ready and self._packed is None and self._served + queries < BF16_WARM_QUERIES:
             return False
         return k <= BF16_MAX_K and self.V * self.d >= 2**18 and bf16_filter_available(self.device)
 
@@ -264,10 +271,13 @@ class ExactIndex:
         query_block: int | None,
     ) -> torch.Tensor:
         """:meth:`search` by the chunked filter and verification (any k, any device; Q finite), ``[B, k]`` on CPU."""
+        int8 = self._int8_rows(k, int(Q.shape[0]))
         use_bf16 = self._use_bf16(k, int(Q.shape[0]))
         self._served += int(Q.shape[0])
         L, qb = self._tiling(chunk_size, query_block, 2 if use_bf16 else 4)
-        if query_block is None and use_bf16 and self._packed_rows(k) is not None:
+        if query_block is None and int8 is not None:
+            qb = FUSED_CPU_QUERIES  # the int8 kernel's lists: no tile of scores
+        elif query_block is None and use_bf16 and self._packed_rows(k) is not None:
             qb = FUSED_CPU_QUERIES  # no tile of scores: lists (k ≤ 2) or [queries, V/32] maxima
         elif query_block is None and not use_bf16 and self._avx2_rows(k) is not None:
             qb = FUSED_CPU_QUERIES  # the AVX2 kernel's lists: no tile of scores either
@@ -282,7 +292,10 @@ class ExactIndex:
             for b0 in range(0, Q.shape[0], qb):
                 Qb = Q[b0 : b0 + qb]
                 ex = None if exclude is None else exclude[b0 : b0 + qb].to(self.device, torch.int64)
-                rows, pos = self._filter(Qb, k, ex, L, use_bf16, gemm_threads)
+                if int8 is not None:
+                    rows, pos = self._filter_int8(int8, Qb, k, ex, L, use_bf16, gemm_threads)
+                else:
+                    rows, pos = self._filter(Qb, k, ex, L, use_bf16, gemm_threads)
                 out.append(verify(self.E, self.interval, Qb, rows, pos, k, Qb.shape[0]))
         return torch.cat(out, 0).cpu()
 
@@ -290,8 +303,7 @@ class ExactIndex:
     def _use_tensor_cores(self) -> bool:
         """Whether ``k = 1`` searches run the fused GPU kernels (:mod:`hf_textdp.gpu.nearest`): CUDA with Triton,
         and tensor cores that meet the bound's accumulation model (checked once per device)."""
-        mode = self.filter if self.filter != "auto" else settings.search_filter()
-        return mode != "fp32" and triton_ready(self.device) and tensor_core_model_holds(self.device)
+        return self._mode() != "fp32" and triton_ready(self.device) and tensor_core_model_holds(self.device)
 
     def _tensor_core_operands(self) -> TensorCoreOperands:
         _, BN, BK, _, _, _ = tile_config()
@@ -376,6 +388,29 @@ class ExactIndex:
                 qb -= qb % 128
         return L, qb
 
+    def _filter_int8(
+        self,
+        rows8: Int8Rows,
+        Qb: torch.Tensor,
+        k: int,
+        exclude: torch.Tensor | None,
+        L: int,
+        use_bf16: bool,
+        gemm_threads: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`_filter` by the int8 kernel; queries whose list overflowed (clusters of near-duplicate rows) by
+        :meth:`_filter`, and queries too large for its scales' range (the bf16 filter's) likewise."""
+        qmax = float(torch.linalg.vector_norm(Qb, dim=1).max())
+        if qmax * self.R + self.R * self.R >= BF16_MAX_MAGNITUDE:
+            return self._filter(Qb, k, exclude, L, use_bf16, gemm_threads)
+        threads = gemm_threads or torch.get_num_threads()
+        rows, pos, dropped = int8_candidates(rows8, Qb, k, threads, exclude)
+        if dropped.numel():
+            ex = None if exclude is None else exclude[dropped]
+            r2, p2 = self._filter(Qb[dropped], k, ex, L, use_bf16, gemm_threads)
+            rows, pos = torch.cat([rows, dropped[r2]]), torch.cat([pos, p2])
+        return rows, pos
+
     def _filter(
         self,
         Qb: torch.Tensor,
@@ -394,7 +429,7 @@ class ExactIndex:
                     threads = gemm_threads or torch.get_num_threads()
                     rows, pos, counts = fused_candidates(packed, Qb, k, threads, exclude)
                 else:
-                    rows, pos, counts = self._scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
+                    rows, pos, counts = self._torch.scan(Qb, k, exclude, L, bf16=True, gemm_threads=gemm_threads)
                 heavy = counts > max(BF16_MAX_CANDIDATES, 4 * k)
                 if not bool(heavy.any()):
                     return rows, pos
@@ -402,122 +437,15 @@ class ExactIndex:
                 hq = torch.nonzero(heavy).squeeze(1)
                 keep = ~heavy[rows]
                 ex = None if exclude is None else exclude[hq]
-                r2, p2, _ = self._scan(Qb[hq], k, ex, L, bf16=False, gemm_threads=gemm_threads)
+                r2, p2, _ = self._torch.scan(Qb[hq], k, ex, L, bf16=False, gemm_threads=gemm_threads)
                 return torch.cat([rows[keep], hq[r2]]), torch.cat([pos[keep], p2])
         fp32_rows = self._avx2_rows(k)
         if fp32_rows is not None:  # the fused AVX2 filter; queries whose list overflowed by the torch filter
             rows, pos, dropped = avx2_candidates(fp32_rows, Qb, k, gemm_threads or torch.get_num_threads(), exclude)
             if dropped.numel():
                 ex = None if exclude is None else exclude[dropped]
-                r2, p2, _ = self._scan(Qb[dropped], k, ex, L, bf16=False, gemm_threads=gemm_threads)
+                r2, p2, _ = self._torch.scan(Qb[dropped], k, ex, L, bf16=False, gemm_threads=gemm_threads)
                 rows, pos = torch.cat([rows, dropped[r2]]), torch.cat([pos, p2])
             return rows, pos
-        rows, pos, _ = self._scan(Qb, k, exclude, L, bf16=False, gemm_threads=gemm_threads)
+        rows, pos, _ = self._torch.scan(Qb, k, exclude, L, bf16=False, gemm_threads=gemm_threads)
         return rows, pos
-
-    def _scan(
-        self,
-        Qb: torch.Tensor,
-        k: int,
-        exclude: torch.Tensor | None,
-        L: int,
-        *,
-        bf16: bool,
-        gemm_threads: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One filter pass over all positions: (rows, positions, candidates per row).
-
-        Scores are oriented so that larger is better (the bf16 score t̃, or −s̃ for fp32). Every chunk's
-        scores go through one strided block-extremum pass; the k-th best block extremum so far gives a
-        running threshold (a threshold from fewer positions is lower, so it keeps a superset), the
-        blocks that reach it are read again, and the final threshold trims the candidates at the end.
-        Comparisons run in the scores' own format against the threshold rounded outwards, and a lower
-        bound on a block's best score in place of the exact one only lowers the threshold, so every
-        shortcut below keeps a superset of the true top k.
-        """
-        B = Qb.shape[0]
-        dev = Qb.device
-        G = BLOCK if self.Vp // BLOCK >= 4 * k else 1
-        if bf16:
-            EaT, consts = self._bf16_operands()
-            Qa = torch.zeros((B, EaT.shape[0]), dtype=torch.bfloat16, device=dev)
-            Qa[:, : self.d] = Qb  # round to nearest even
-            Qa[:, self.d : self.d + 2] = 1.0
-            q_hat = Qa[:, : self.d].double()
-            qh_norm = torch.linalg.vector_norm(q_hat, dim=1)
-            qr_norm = torch.linalg.vector_norm(Qb.double() - q_hat, dim=1)
-            bound = bf16_filter_bound(qh_norm, qr_norm, **dataclasses.asdict(consts))
-            buf = torch.empty((B, L), dtype=torch.bfloat16, device=dev)
-        else:
-            n32p, em2tp = self._fp32_operands()
-            qn = torch.linalg.vector_norm(Qb.double(), dim=1)
-            bound = 2.0 * (self.d + 3) * U32 * (self.R * self.R + 2.0 * qn * self.R)  # η of space.md §5
-            buf = torch.empty((B, L), dtype=torch.float32, device=dev)
-        best = torch.full((B, k), -math.inf, dtype=torch.float64, device=dev)  # k best block scores so far
-        found: Found = []
-        for s in range(0, self.Vp, L):
-            e = min(s + L, self.Vp)
-            Lc = e - s
-            nbc = Lc // G
-            X = buf.view(-1)[: B * Lc].view(B, Lc)  # contiguous, even for a short last chunk
-            with torch_threads(gemm_threads):
-                if bf16:
-                    torch.mm(Qa, EaT[:, s:e], out=X)
-                else:
-                    torch.addmm(n32p[s:e], Qb, em2tp[:, s:e], out=X)
-            if exclude is not None:
-                inside = (exclude >= s) & (exclude < e)
-                if bool(inside.any()):
-                    r_in = torch.nonzero(inside).squeeze(1)
-                    X[r_in, exclude[r_in] - s] = -math.inf if bf16 else math.inf
-            X3 = X.view(B, G, nbc)
-            if bf16 and G > 1:
-                best = chunk_bf16(X3, best, bound, s, found)
-            else:
-                best = self._chunk_exact_order(X3, best, bound, s, found, bf16)
-        thr = threshold(best[:, k - 1], bound, bf16)
-        if found:
-            rows = torch.cat([f[0] for f in found])
-            pos = torch.cat([f[1] for f in found])
-            val = torch.cat([f[2] for f in found])
-            keep = (val >= thr[rows]) & (pos < self.V)
-            rows, pos = rows[keep], pos[keep]
-        else:
-            rows = pos = torch.empty(0, dtype=torch.int64, device=dev)
-        counts = torch.bincount(rows, minlength=B)
-        return rows, pos, counts
-
-    def _chunk_exact_order(
-        self, X3: torch.Tensor, best: torch.Tensor, bound: torch.Tensor, s: int, found: Found, bf16: bool
-    ) -> torch.Tensor:
-        """One chunk ``[B, G, nbc]`` whose scores order like their values (fp32, or bf16 with G = 1).
-
-        ``best`` holds each query's k best block scores so far and ``found`` collects the candidates of
-        positions ``s + …``. fp32 scores are s̃ (smaller is better): the oriented score is −s̃, and
-        "−s̃ ≥ thr" is tested as "s̃ ≤ lim" with lim = −thr rounded up to fp32.
-        """
-        k, nbc = best.shape[1], X3.shape[2]
-        if bf16:  # G == 1: every position is its own block (tiny matrices)
-            bm = X3[:, 0, :].double()
-            best = top_k(best, bm, k)
-            thr = threshold(best[:, k - 1], bound, True)
-            hr, hj = torch.nonzero(bm >= thr[:, None], as_tuple=True)
-            found.append((hr, hj + s, bm[hr, hj]))
-            return best
-        mins = X3.amin(1) if X3.shape[1] > 1 else X3[:, 0, :]  # [B, nbc] fp32
-        kth = mins.topk(k, dim=1, largest=False).values if k > 1 and mins.shape[1] >= k else None
-        if kth is not None:
-            cand = -kth.double()
-        elif k == 1:
-            cand = -mins.amin(1, keepdim=True).double()
-        else:  # fewer blocks in this chunk than k
-            cand = -mins.double()
-        best = top_k(best, cand, k)
-        thr = threshold(best[:, k - 1], bound, False)
-        lim = round_up_fp32(-thr)
-        hr, hj = torch.nonzero(mins <= lim[:, None], as_tuple=True)
-        if hr.numel():
-            vals = X3[hr, :, hj]  # [H, G]: positions hj + i·nbc of the chunk
-            hit, gi = torch.nonzero(vals <= lim[hr][:, None], as_tuple=True)
-            found.append((hr[hit], hj[hit] + gi * nbc + s, -vals[hit, gi].double()))
-        return best

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,3 +50,21 @@ def gc_frozen_imports() -> Iterator[None]:
         yield
     if gc.get_freeze_count() == 0:  # once per process: a later freeze would also keep any cyclic garbage of the
         gc.freeze()  # commands run in between (a test session calling main() again and again)
+        atexit.register(_thaw_for_nanobind)
+
+
+def _thaw_for_nanobind() -> None:
+    """At exit, move the frozen objects back where the interpreter's last collection frees them, when Triton was
+    imported (transformers and the GPU kernels import it).
+
+    Triton's bindings are nanobind modules, and nanobind reports every object of theirs still alive when the
+    interpreter finalizes ("nanobind: leaked 4 instances / 64 types / 514 functions", about 30 lines on stderr
+    after every ``evaluate``). Nothing leaks: Triton's objects sit in reference cycles that ``gc.freeze`` put
+    in the permanent generation, which no collection visits, the last one included. Thawing costs one full
+    collection at exit (about 0.13 s after torch, transformers and Triton), so it is done only where Triton's
+    bindings are loaded, and the hook collects at once, while every module is whole: left to the interpreter's
+    finalization, the thawed objects' finalizers would run in modules already torn down.
+    """
+    if "triton._C.libtriton" in sys.modules:
+        gc.unfreeze()
+        gc.collect()  # now, while every module is whole: not in the finalization, where modules are half torn down

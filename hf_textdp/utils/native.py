@@ -3,18 +3,22 @@
 A kernel is a C file in ``hf_textdp/kernels/``. The first use compiles it with ``$CC`` (else ``cc``,
 ``gcc`` or ``clang``), ``-O3 -march=native -fno-math-errno``, into ``<cache>/native/<name>-<hash>.so``; the
 hash covers the source, the flags and the CPU's model and feature flags, so a cache shared between machines
-never loads another CPU's build. Without a compiler, or with the native switch off
-(:mod:`hf_textdp.settings`), :func:`load_kernel` returns ``None`` and callers run their torch form, more
-slowly: the same answers, and the same bits but for the normals, whose logarithm, cosine and sine are the
-kernel's own (docs/mechanisms/randomness.md §4).
+never loads another CPU's build. The folder is made private (mode 0700), and a library is loaded only when it and
+its folder are this user's, writable by no one else, and its bytes have the SHA-256 recorded beside it
+(``<name>-<hash>.so.sha256``) when it was built; otherwise it is built again (issue 53, R4). Without a
+compiler, or with the native switch off (:mod:`hf_textdp.settings`), :func:`load_kernel` returns ``None`` and
+callers run their torch form, more slowly: the same answers, and the same bits but for the normals, whose
+logarithm, cosine and sine are the kernel's own (docs/mechanisms/randomness.md §4).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import hmac
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +29,7 @@ from typing import Any
 
 from .. import settings
 from .cache_path import cache_dir
+from .file_trust import private_dir, untrusted
 from .logging import get_logger
 
 
@@ -35,6 +40,7 @@ logger = get_logger(__name__)
 _KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 _FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno"], ["-O3", "-fno-math-errno"])
 _loaded: dict[str, ctypes.CDLL | None] = {}
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([A-Za-z0-9_]+\.h)"')
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -95,6 +101,50 @@ def _compiler() -> str | None:
     return None
 
 
+def _sidecar(target: Path) -> Path:
+    """Where the SHA-256 of a built library is kept: ``<name>-<key>.so.sha256`` beside it."""
+    return target.with_name(target.name + ".sha256")
+
+
+def _verified(target: Path) -> bool:
+    """Whether the built library ``target`` may be loaded (issue 53, R4): it and its folder are this user's and
+    writable by no one else (:func:`~hf_textdp.utils.file_trust.untrusted`), and its bytes have the SHA-256
+    recorded when it was built. A failing one is logged, naming it, and built again."""
+    if not target.is_file() and not target.is_symlink():
+        return False
+    if not _sidecar(target).exists() and not _sidecar(target).is_symlink():  # built by a version before the hash
+        logger.info(
+            "the compiled kernel %s has no recorded SHA-256 (an older version built it): building it again", target
+        )
+        return False
+    why = untrusted(target) or untrusted(_sidecar(target))
+    if why is None:
+        try:
+            recorded = _sidecar(target).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            recorded = ""
+        if hmac.compare_digest(recorded, _file_sha256(target)):
+            return True
+        why = "its SHA-256 is not the one recorded when it was built"
+    logger.warning("the compiled kernel %s is not loaded (%s): building it again", target, why)
+    return False
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _install(tmp: str, target: Path) -> None:
+    """Move the library built at ``tmp`` to ``target`` (any file or link there replaced), then record its hash."""
+    digest = _file_sha256(Path(tmp))
+    os.chmod(tmp, 0o700)
+    os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or builds its own
+    fd, side = tempfile.mkstemp(suffix=".tmp", dir=target.parent)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(digest + "\n")
+    os.replace(side, _sidecar(target))
+
+
 def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
     folder = cache_dir() / "native"
     machine = [platform.machine(), _cpu_id()]
@@ -102,22 +152,33 @@ def _build(name: str, source: str, compiler: str, openmp: bool) -> Path | None:
     for flags in flag_sets:
         key = hashlib.sha256("\0".join([source, *flags, *machine]).encode()).hexdigest()
         target = folder / f"{name}-{key[:20]}.so"
-        if target.is_file():
+        if _verified(target):
             return target
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)  # built where only this user can write (mode 0700)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(fd)
         cmd = [compiler, *flags, "-std=c99", "-shared", "-fPIC", "-x", "c", "-", "-o", tmp]
         try:
             done = subprocess.run(cmd, input=source.encode(), capture_output=True, timeout=120, check=False)
             if done.returncode == 0:
-                os.replace(tmp, target)  # atomic: a concurrent process loads a whole file or builds its own
+                _install(tmp, target)
                 return target
             logger.debug("%s: %s failed: %s", name, " ".join(flags), done.stderr.decode(errors="replace")[-500:])
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     return None
+
+
+def _inline_headers(source: str) -> str:
+    """``source`` with each ``#include "x.h"`` line replaced by ``kernels/x.h``, itself so expanded (the kernels'
+    shared helpers; each header guards against a second inclusion): the compiler reads the source from its
+    standard input, and the build's hash then covers the headers too."""
+    lines = []
+    for line in source.splitlines(keepends=True):
+        m = _LOCAL_INCLUDE.match(line)
+        lines.append(_inline_headers((_KERNELS / m.group(1)).read_text(encoding="utf-8")) + "\n" if m else line)
+    return "".join(lines)
 
 
 def run_team(call: Callable[[int, int, int], object], n: int, parts: int, *, openmp: bool) -> None:
@@ -143,7 +204,7 @@ def load_kernel(name: str, *, openmp: bool = False) -> ctypes.CDLL | None:
     lib: ctypes.CDLL | None = None
     compiler = _compiler()
     try:
-        source = (_KERNELS / f"{name}.c").read_text(encoding="utf-8")
+        source = _inline_headers((_KERNELS / f"{name}.c").read_text(encoding="utf-8"))
         path = _build(name, source, compiler, openmp) if compiler else None
         lib = ctypes.CDLL(str(path)) if path else None
     except OSError as err:

@@ -34,7 +34,7 @@ REPORT = {
     "candidate_set": {"size": 30517, "sha256": "ab" * 32, "shape": [30517, 384]},
     "model": {"id": "sentence-transformers/all-MiniLM-L6-v2", "kind": "hf", "d": 384},
     "projection": None,
-    "scale": {"median_rho1": 0.9854, "diam": 2.3404, "epsilon_median_rho1": 78.83, "epsilon_diam": 187.23},
+    "scale": {"median_rho1": 0.9854, "diam": 2.3404, "epsilon_median_rho1": 78.83, "epsilon_diam": 187.232},
     "totals": {"rows": 30, "dp_tokens": 700, "max_row_dp_epsilon": 4000.0},
     "not_covered": ["the length of each text (token count) is released unchanged."],
 }
@@ -85,8 +85,11 @@ def results_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def private_output(tmp_path: Path) -> Path:
     out = tmp_path / "reviews_private.jsonl"
-    out.write_text('{"text": "a secluded review", "dp_tokens": 3, "dp_epsilon": 240.0}\n')
-    out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(bound_report(out, REPORT)))
+    out.write_text('{"text": "a secluded review", "dp_tokens": 3, "dp_epsilon": 561.69}\n')
+    totals = {"rows": 1, "dp_tokens": 3, "max_row_dp_tokens": 3, "max_row_dp_epsilon": 561.69}  # as its rows say
+    out.with_name(out.name + ".privacy_report.json").write_text(
+        json.dumps(bound_report(out, REPORT | {"totals": totals}))
+    )
     return out
 
 

@@ -23,11 +23,12 @@ REPORT = {
     "hf_textdp_version": "0.1.0",
     "mechanism": "madlib",
     "epsilon": 80.0,
+    "epsilon_token": 80.0,
     "delta": None,
     "guarantee": "metric_dp",
     "certified": True,
     "postprocess": "nearest",
-    "totals": {"rows": 2, "dp_tokens": 6, "max_row_dp_epsilon": 400.0},
+    "totals": {"rows": 2, "dp_tokens": 6, "max_row_dp_tokens": 3, "max_row_dp_epsilon": 240.0},
     "not_covered": ["the length of each text"],
 }
 ROWS = [
@@ -57,9 +58,11 @@ def fake_hub(tmp_path, monkeypatch):
     return root, calls
 
 
-def _with_report(path: Path) -> Path:
+def _with_report(path: Path, rows: int = 2) -> Path:
+    """``REPORT`` bound to ``path``, with the totals of its ``rows`` rows (a report must agree with its rows)."""
     report = path / "privacy_report.json" if path.is_dir() else path.with_name(path.name + ".privacy_report.json")
-    report.write_text(json.dumps(bound_report(path, REPORT)))
+    totals = REPORT["totals"] | {"rows": rows, "dp_tokens": 3 * rows}
+    report.write_text(json.dumps(bound_report(path, REPORT | {"totals": totals})))
     return path
 
 
@@ -98,7 +101,7 @@ def _dict_folder(tmp_path: Path) -> Path:
 
     out = tmp_path / "saved_dict"
     DatasetDict({"train": Dataset.from_list(ROWS), "test": Dataset.from_list(ROWS)}).save_to_disk(str(out))
-    return _with_report(out)
+    return _with_report(out, rows=4)
 
 
 FORMATS = [_jsonl, _csv, _parquet, _folder, _dict_folder]

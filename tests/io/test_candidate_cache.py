@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_textdp.io import models
+from hf_textdp.io import candidate_sets, models
 
 
 SPEC = {"set": "no_reserved", "scripts": ["latin"]}
@@ -38,7 +38,7 @@ def test_warm_start_reads_the_restriction(
         raise AssertionError("the restriction was computed again")
 
     monkeypatch.setattr(models, "_CACHE", {})  # a new process: only the disk cache is warm
-    monkeypatch.setattr(models, "_restrict", recomputed)
+    monkeypatch.setattr(candidate_sets, "restrict", recomputed)
     _same(first, models.load_space(tiny_bert, "cpu", SPEC))
 
 

@@ -314,6 +314,7 @@ def _saved_output(tmp_path: Path) -> Path:
     out = tmp_path / "private.jsonl"
     out.write_text('{"text": "a b c", "dp_tokens": 3}\n')
     report = {"guarantee": "metric_dp", "mechanism": "madlib", "epsilon": 100.0, "certified": True}
+    report["totals"] = {"rows": 1, "dp_tokens": 3, "max_row_dp_tokens": 3}  # a report agrees with its rows
     out.with_name(out.name + ".privacy_report.json").write_text(json.dumps(bound_report(out, report)))
     return out
 
@@ -368,13 +369,17 @@ def test_an_epsilon_whose_token_bound_overflows_is_refused(mechanism, tmp_path):
 
     vec = write_vectors(tmp_path / "v.txt", ["a", "b", "c"], np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 5.0]]))
     priv = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=1e308, model=str(vec)), seed=SEED)
-    with pytest.raises(InvalidParameterError, match=r"^epsilon too large: the release would carry no privacy") as info:
+    with pytest.raises(
+        InvalidParameterError, match=r"^epsilon=1e\+308 is too large: the release would carry no"
+    ) as info:
         priv.privacy_report()
-    largest = float(re.search(r"the largest epsilon with a finite bound here is ([0-9.e+]+)\.$", str(info.value))[1])
+    assert "its per-token bound epsilon_token overflows to infinity" in str(info.value)
+    largest = float(re.search(r"is not the identity here is ([0-9.e+]+)\.$", str(info.value))[1])
     ok = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest, model=str(vec)), seed=SEED)
-    assert math.isfinite(ok.engine.claim.epsilon_token)
+    assert math.isfinite(ok.engine.claim.epsilon_token)  # refused otherwise
+    assert ok.privacy_report()["certified"] is True
     over = Privatizer(PrivatizerConfig(mechanism=mechanism, epsilon=largest * (1 + 1e-9), model=str(vec)), seed=SEED)
-    with pytest.raises(InvalidParameterError, match="epsilon too large"):
+    with pytest.raises(InvalidParameterError, match="is too large"):
         over.privacy_report()
 
 

@@ -245,8 +245,8 @@ def _wait_for_shards(
 @pytest.mark.slow
 def test_sigkill_then_resume_gives_the_clean_output(tiny_bert, tmp_path):
     """SIGKILL the CLI after 3 of 15 shards: no output, only the work folder (which leaks nothing). --resume
-    keeps those 3 shard files untouched (same inode and mtime while it writes the others) and the result is
-    byte-identical to a clean run with the same seed."""
+    keeps the recorded ones of those shard files untouched (same inode and mtime while it writes the others) and
+    the result is byte-identical to a clean run with the same seed."""
     canaries = make_canaries(3)
     n = 3000
     texts = corpus(n, seed=51)
@@ -301,6 +301,10 @@ def test_sigkill_then_resume_gives_the_clean_output(tiny_bert, tmp_path):
     manifest = json.loads((work / "manifest.json").read_text())
     assert manifest["seeded"] is True and manifest["shard_size"] == 200 and manifest["splits"][0]["rows"] == n
     assert scan([out_dir], canaries + SEED_NEEDLES) == {}  # neither text nor seed in the work folder
+    # a shard is reused only once the manifest records its SHA-256 (issue 53): the kill may fall between a
+    # shard's rename and its record, and that one shard is computed again
+    recorded = {k: v for k, v in finished.items() if f"split-000/{k}" in manifest["shards"]}
+    assert len(finished) - len(recorded) <= 1
 
     with open(logs / "run2.out", "wb") as out2, open(logs / "run2.err", "wb") as err2:
         proc = subprocess.Popen([*argv, "--resume"], env=env, stdout=out2, stderr=err2)
@@ -312,7 +316,7 @@ def test_sigkill_then_resume_gives_the_clean_output(tiny_bert, tmp_path):
                 proc.kill()
     assert proc.returncode == 0, (logs / "run2.err").read_text()
     assert "wrote" in (logs / "run2.out").read_text()
-    assert {k: later[k] for k in finished} == finished  # (a) finished shards not rewritten
+    assert {k: later[k] for k in recorded} == recorded  # (a) finished, recorded shards not rewritten
     assert not work.exists()
 
     ref = tmp_path / "ref.jsonl"

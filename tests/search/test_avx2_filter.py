@@ -37,6 +37,8 @@ def avx2_forced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
     monkeypatch.setenv("HF_TEXTDP_CPU_ISA", "avx2")
     monkeypatch.delenv("HF_TEXTDP_SEARCH_FILTER", raising=False)
+    # the fp32 kernel: "auto" would take the int8 filter first (tests/search/test_int8_filter.py)
+    monkeypatch.setattr(ExactIndex, "_int8_rows", lambda self, k, queries=0: None)
 
 
 def test_kernel_builds_where_the_cpu_has_avx2() -> None:

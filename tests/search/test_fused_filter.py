@@ -473,8 +473,8 @@ def test_mutation_lists_without_margin_are_caught(noisy_case: Any, monkeypatch: 
     E, Q = noisy_case
     real = fused.RunningLists.empty
 
-    def no_margin(bound: torch.Tensor, rows: int, k: int) -> fused.RunningLists:
-        return real(torch.zeros_like(bound), rows, k)
+    def no_margin(bound: torch.Tensor, rows: int, k: int, cap: int) -> fused.RunningLists:
+        return real(torch.zeros_like(bound), rows, k, cap)
 
     monkeypatch.setattr(fused.RunningLists, "empty", staticmethod(no_margin))
     assert wrong_nearest(E, Q) != 0

@@ -187,7 +187,7 @@ def test_bf16_cluster_falls_back_to_fp32() -> None:
     E = np.concatenate([base + 1e-4 * rng.standard_normal((1000, d)), rng.standard_normal((1000, d))]).astype(F32)
     Q = (base + 1e-4 * rng.standard_normal((50, d))).astype(F32)
     idx = ExactIndex(torch.from_numpy(E), filter="bf16")
-    _, _, counts = idx._scan(torch.from_numpy(Q), 1, None, idx.Vp, bf16=True)
+    _, _, counts = idx._torch.scan(torch.from_numpy(Q), 1, None, idx.Vp, bf16=True)
     assert int(counts.max()) > BF16_MAX_CANDIDATES
     assert np.array_equal(idx.search(torch.from_numpy(Q), 1)[:, 0].numpy(), brute64(Q, E)[:, 0])
 
@@ -210,7 +210,7 @@ def test_bf16_bound_holds_on_random_data() -> None:
     E = (rng.standard_t(3, (4000, 40)) * 0.3).astype(F32)
     Q = (rng.standard_t(3, (300, 40)) * 5).astype(F32)
     idx = ExactIndex(torch.from_numpy(E), filter="bf16")
-    EaT, c = idx._bf16_operands()
+    EaT, c = idx._torch.bf16_operands()
     Qt = torch.from_numpy(Q)
     Qa = torch.zeros((300, EaT.shape[0]), dtype=torch.bfloat16)
     Qa[:, :40] = Qt
@@ -237,7 +237,7 @@ def test_bf16_bound_holds_on_random_data() -> None:
 
 def test_filter_option_and_availability() -> None:
     with pytest.raises(ValueError, match="filter must be one of"):
-        ExactIndex(torch.zeros(3, 2), filter="int8")  # type: ignore[arg-type]
+        ExactIndex(torch.zeros(3, 2), filter="int4")  # type: ignore[arg-type]
     assert isinstance(bf16_filter_available(), bool)
     assert bf16_filter_available("cuda") is False
     assert ExactIndex(torch.eye(3), "cpu", filter="fp32")._use_bf16() is False
@@ -493,12 +493,12 @@ def test_auto_filter_packs_bf16_rows_only_once_queries_pay_for_them() -> None:
     idx = ExactIndex(E)
     small = E[:40] + 0.3 * torch.randn(40, 128, generator=g)
     assert torch.equal(idx.search(small, 1)[:, 0], _brute64(E, small))
-    assert idx._packed is None and idx._bf16 is None
+    assert idx._packed is None and not idx._torch.bf16_ready and idx._int8 is None
     big = E[torch.randint(0, 3000, (BF16_WARM_QUERIES,), generator=g)] + 0.3 * torch.randn(
         BF16_WARM_QUERIES, 128, generator=g
     )
     assert torch.equal(idx.search(big, 1)[:, 0], _brute64(E, big))
-    assert idx._packed is not None or idx._bf16 is not None
+    assert idx._packed is not None or idx._torch.bf16_ready or idx._int8 is not None
     assert ExactIndex(E)._use_bf16(1) is True  # the default question: a large batch would use it
 
 

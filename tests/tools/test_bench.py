@@ -53,7 +53,8 @@ HEADER_FIELDS = {"cpu_model", "cpu_flags", "threads", "text_path", "text_file_ro
 def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two cases on a tiny model and 24 rows of the packaged sample, default repeats: header, per-case
     columns, JSON fields, and fractions that are the rate over the bound of the arithmetic named."""
-    from hf_textdp.search import bf16_filter_available
+    from hf_textdp.search import bf16_filter_available, int8_filter_runs
+    from hf_textdp.tools.bench.bounds import skipped_arithmetic
 
     out = tmp_path / "bench.json"
     code = main(
@@ -140,10 +141,21 @@ def test_cli_bench_smoke(tiny_bert: str, tmp_path: Path, capsys: pytest.CaptureF
         own = case["fraction_own"]
         assert row[5:8] == [f"{case['fraction_fp32']:.2f}", f"{case['fraction_bf16']:.2f}", f"{own:.2f}"]
     madlib, tem = report["cases"]
-    assert madlib["arithmetic"] == ("bf16" if bf16_filter_available("cpu") else "fp32")
+    if int8_filter_runs("cpu"):  # the search's int8 filter: held to the int8 bound where int8 is native (VNNI)
+        expected = "fp32" if "int8" in skipped_arithmetic("cpu") else "int8"
+    else:
+        expected = "bf16" if bf16_filter_available("cpu") else "fp32"
+    assert madlib["arithmetic"] == expected
     assert tem["arithmetic"] == "int8"
-    assert madlib["search_filter"] in ("bf16", "fp32") and tem["search_filter"] == "int8"
-    assert madlib["kernel_name"] in ("AVX-512 bf16 fused filter", "AVX2 fp32 fused filter", "torch bf16", "torch fp32")
+    assert madlib["search_filter"] in ("int8", "bf16", "fp32") and tem["search_filter"] == "int8"
+    assert madlib["kernel_name"] in (
+        "VNNI int8 filter",
+        "AVX2 int8 filter",
+        "AVX-512 bf16 fused filter",
+        "AVX2 fp32 fused filter",
+        "torch bf16",
+        "torch fp32",
+    )
     assert tem["kernel_name"] in ("VNNI keys", "AVX2 keys", "fp32 product")
     for case in report["cases"]:  # the kernel each case ran closes its row
         assert next(line for line in lines if line.startswith(case["name"] + " ")).endswith("  " + case["kernel_name"])

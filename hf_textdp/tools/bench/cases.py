@@ -20,7 +20,7 @@ from ...mechanisms import AdditiveMechanism, get_mechanism_class
 from ...postprocess import clear_neighbour_caches
 from ...privatizer import Privatizer
 from ...rng import Streams, derive_row_seed, streams_for_rows
-from ...search import bf16_filter_available
+from ...search import bf16_filter_available, int8_filter_runs
 from ...space import CANDIDATE, EmbeddingSpace
 from .bounds import ARITHMETICS, Arithmetic, _max_of, _sync, gemm_bounds, skipped_arithmetic
 from .processes import _mb, _RssSampler
@@ -83,8 +83,9 @@ def _parse_case(case: str) -> tuple[str, str]:
 def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
     """The arithmetic whose product bound ``case`` is held to (the ``own`` column).
 
-    Additive mechanisms with a search step run the exact search, whose filter is bf16 where
-    :func:`~hf_textdp.search.bf16_filter_available` says so and fp32 elsewhere; selection mechanisms
+    Additive mechanisms with a search step run the exact search, whose filter is int8 where
+    :func:`~hf_textdp.search.int8_filter_runs` says so (held to the int8 bound where int8 is native, to fp32 on
+    AVX2), else bf16 where :func:`~hf_textdp.search.bf16_filter_available` says so, else fp32; selection mechanisms
     run their sampler's arithmetic (:data:`SAMPLER_ARITHMETIC`) where it is native on the device
     (:func:`~hf_textdp.tools.bench.bounds.skipped_arithmetic`), else fp32; a step with no product (``vector``)
     is held to fp32. Never an emulated arithmetic: the bench does not time those.
@@ -96,6 +97,8 @@ def case_arithmetic(case: str, space: EmbeddingSpace) -> Arithmetic:
     if post in SEARCH_STEPS:
         if post in K1_STEPS and triton_ready(space.device) and tensor_core_model_holds(space.device):
             return "bf16"  # the fused GPU search: bf16 tensor cores (where they pass the bound's model check)
+        if int8_filter_runs(space.device):  # held to int8 where it is native (VNNI), to fp32 on AVX2
+            return "fp32" if "int8" in skipped_arithmetic(space.device) else "int8"
         return "bf16" if bf16_filter_available(space.device) else "fp32"
     return "fp32"
 
@@ -175,7 +178,8 @@ class BenchReport:
 
 
 def case_kernel(priv: Privatizer, post: str) -> str:
-    """The kernel that scored the case's tokens: ``AVX-512 bf16 fused filter``, ``AVX2 fp32 fused filter``,
+    """The kernel that scored the case's tokens: ``VNNI int8 filter``, ``AVX2 int8 filter``, ``AVX-512 bf16 fused
+    filter``, ``AVX2 fp32 fused filter``,
     ``torch bf16`` or ``torch fp32`` for the exact search (``tensor-core fused search`` on a GPU); ``VNNI keys``,
     ``AVX2 keys`` or ``fp32 product`` for the samplers; ``no product`` for a step without one."""
     part, mech = priv.engine.class_mechanisms[0]
@@ -185,6 +189,9 @@ def case_kernel(priv: Privatizer, post: str) -> str:
         index = mech.search_index(part.space)
         if post in K1_STEPS and index._use_tensor_cores():
             return "tensor-core fused search"
+        int8 = index._int8_rows(1)
+        if int8 is not None:
+            return {"vnni": "VNNI int8 filter", "avx2": "AVX2 int8 filter"}[int8.kind]
         if index._use_bf16():
             return "AVX-512 bf16 fused filter" if index._packed_rows(1) is not None else "torch bf16"
         return "AVX2 fp32 fused filter" if index._avx2_rows(1) is not None else "torch fp32"
@@ -307,6 +314,20 @@ def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[s
     return {"tokens": n, "seconds": best, "tokens_per_s": n / best, "fallback_queries": fallbacks, "passes": repeats}
 
 
+def _search_filter(priv: Privatizer, post: str, arithmetic: str) -> str | None:
+    """The filter column of a case: the exact search's filter (``bf16tc`` the fused filter on tensor cores), the
+    sampler's arithmetic, or ``None`` (a step with neither)."""
+    mech = priv.engine.mechanism
+    if mech.kind == "additive":  # selection mechanisms sample; they run no search
+        index = mech.search_index(priv.engine.space)  # type: ignore[attr-defined]
+        if post in K1_STEPS and index._use_tensor_cores():
+            return "bf16tc"  # gpu/nearest.py
+        return "int8" if index._int8_rows(1) is not None else "bf16" if index._use_bf16() else "fp32"
+    if getattr(mech, "sampler", None) == "dense":  # the exact sampler: an int8 product where native
+        return arithmetic
+    return None
+
+
 def _run_case(
     case: str,
     *,
@@ -328,16 +349,8 @@ def _run_case(
     # public benchmark text with a public seed: not a privacy key, so a small seed is fine here
     priv = Privatizer(cfg, seed=seed, split="bench", allow_weak_seed=True)
     priv.privatize(list(texts[:16]))  # warm-up: load, set up, scale statistics (cached), first kernels
-    mech = priv.engine.mechanism
     out.arithmetic = case_arithmetic(case, priv.engine.space)
-    if mech.kind == "additive":  # selection mechanisms sample; they run no search
-        index = mech.search_index(priv.engine.space)  # type: ignore[attr-defined]
-        if post in K1_STEPS and index._use_tensor_cores():
-            out.search_filter = "bf16tc"  # the fused filter on tensor cores (gpu/nearest.py)
-        else:
-            out.search_filter = "bf16" if index._use_bf16() else "fp32"
-    elif getattr(mech, "sampler", None) == "dense":  # the exact sampler: an int8 product where native
-        out.search_filter = out.arithmetic
+    out.search_filter = _search_filter(priv, post, out.arithmetic)
     out.kernel_name = case_kernel(priv, post)
     V, d = priv.engine.space.V, priv.engine.space.d
     per_op, out.searched = work_per_token(priv, texts)
