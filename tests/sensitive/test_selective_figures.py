@@ -82,3 +82,22 @@ def test_readme_quotes_the_held_out_summary_and_the_attack(figures):
     summary = json.loads((RESULTS / "summary.json").read_text(encoding="utf-8"))["sets"]["heldout"]
     said = re.search(r"On (\d+) held-out\s+MR rows with (\d+) generated identifiers", readme)
     assert said is not None and said.groups() == (str(summary["rows"]), str(summary["identifiers"]))
+
+
+def test_docs_selective_quotes_the_timing():
+    timing = json.loads((RESULTS / "timing.json").read_text(encoding="utf-8"))
+    docs = (ROOT / "docs" / "selective.md").read_text(encoding="utf-8")
+    rows = _table(docs, "| release | num_proc 1 | num_proc 2 |")
+    assert rows == [
+        ["madlib, every token", f"{timing['madlib_num_proc_1_s']} s", f"{timing['madlib_num_proc_2_s']} s"],
+        [
+            "default set (ε_s = 1), others at ε = 100",
+            f"{timing['default_set_num_proc_1_s']} s",
+            f"{timing['default_set_num_proc_2_s']} s",
+        ],
+    ]
+    ner = next(s for name, s in timing["detection_alone_s"].items() if name.startswith("spacy:"))
+    words = " ".join(docs.split())
+    assert f"detection alone takes {timing['detection_alone_total_s']} s of it, {ner} s spaCy's NER" in words
+    before, after = timing["loadavg_before"][0], timing["loadavg_after"][0]
+    assert f"load average {before:g} before, {after:g} after" in words
