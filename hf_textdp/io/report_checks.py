@@ -8,7 +8,10 @@ hand (ε 10 → 0.5, ``others`` keep → privatize) then contradicts them or its
   diameter, ``scale.diam``), and ``scale.epsilon_diam`` = ε·diam;
 - every row's ε against its tokens: ``dp_tokens``·ε_tok, or ``n_s``·ε_tok,s + ``n_o``·ε_tok,o under selective
   privatization (null with ``others="keep"``), and the totals (rows, tokens, largest row) against the rows;
-- the classes against the output's columns: a selective report needs ``dp_sensitive_tokens``, and only it.
+- the classes against the output's columns: a selective report needs ``dp_sensitive_tokens``, and only it;
+- a per-person release (users.md, selective.md §8) by what its report states (:mod:`.report_rules`): each row's ε
+  at most its plain bound under a budget's levels, or its repeated strings charged once under ``consistent``, and
+  the ``users`` section against itself, the budget and the rows.
 
 Numbers only: a message names the row's index and the figures, never its text.
 """
@@ -16,53 +19,51 @@ Numbers only: a message names the row's index and the figures, never its text.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import OutputChangedError
 from .paths import FILE_FORMATS
+from .report_rules import close as _close
+from .report_rules import row_rule, user_faults
 
 
 __all__ = ["check_report", "row_columns"]
 
-_COLUMNS = ("dp_tokens", "dp_epsilon", "dp_sensitive_tokens")
-_RTOL = 1e-9  # the JSON and CSV writers keep 10 significant decimals
+_COLUMNS = ("dp_tokens", "dp_epsilon", "dp_delta", "dp_sensitive_tokens")
+_RTOL = 1e-9  # the JSON and CSV writers keep 10 significant decimals (report_rules.close's tolerance)
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=_RTOL, abs_tol=1e-12)
-
-
-def row_columns(output: str | os.PathLike[str]) -> dict[str, list[Any]] | None:
-    """The ``dp_*`` columns of the output (every split of a folder, in order; a column the output lacks is absent),
-    or ``None`` when its rows cannot be read (a folder that is no saved dataset: only the report is checked)."""
+def row_columns(output: str | os.PathLike[str], extra: tuple[str, ...] = ()) -> dict[str, list[Any]] | None:
+    """The ``dp_*`` columns (and the ``extra`` ones) of the output (every split of a folder, in order; a column the
+    output lacks is absent), or ``None`` when its rows cannot be read (a folder that is no saved dataset: only the
+    report is checked)."""
     import pyarrow as pa  # not at import: the CLI's startup imports no heavy library
 
     try:
-        return _read_columns(Path(output))
+        return _read_columns(Path(output), (*_COLUMNS, *extra))
     except (OSError, ValueError, pa.ArrowException):
         return None
 
 
-def _read_columns(path: Path) -> dict[str, list[Any]]:
+def _read_columns(path: Path, names: tuple[str, ...]) -> dict[str, list[Any]]:
     fmt = FILE_FORMATS.get(path.suffix.lower()) if path.is_file() else None
     if fmt == "json":
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
-        present = [c for c in _COLUMNS if rows and c in rows[0]]
+        present = [c for c in names if rows and c in rows[0]]
         return {c: [r.get(c) for r in rows] for c in present}
     if fmt in ("parquet", "csv"):
         import pyarrow.csv as pcsv
         import pyarrow.parquet as pq
 
         table = pq.read_table(path) if fmt == "parquet" else pcsv.read_csv(path)
-        return {c: table.column(c).to_pylist() for c in _COLUMNS if c in table.column_names}
+        return {c: table.column(c).to_pylist() for c in names if c in table.column_names}
     import datasets
 
     loaded = datasets.load_from_disk(str(path))
     parts = list(loaded.values()) if isinstance(loaded, datasets.DatasetDict) else [loaded]
-    present = [c for c in _COLUMNS if parts and all(c in p.column_names for p in parts)]
+    present = [c for c in names if parts and all(c in p.column_names for p in parts)]
     return {c: [v for p in parts for v in p.data.column(c).to_pylist()] for c in present}
 
 
@@ -135,19 +136,18 @@ def _row_faults(report: dict[str, Any], cols: dict[str, list[Any]] | None) -> li
     for key, value in (("rows", len(n)), ("dp_tokens", sum(n)), ("max_row_dp_tokens", max(n, default=0))):
         if totals.get(key) != value:
             faults.append(f"totals.{key} is {totals.get(key)!r} but the output's rows give {value!r}")
-    if (
-        selective
-        and "dp_sensitive_tokens" in cols
-        and totals.get("sensitive_tokens") != sum(cols["dp_sensitive_tokens"])
-    ):
+    sens_col = cols.get("dp_sensitive_tokens")
+    # Totals.to_dict leaves sensitive_tokens out when no position was sensitive (a detector that found nothing)
+    if selective and sens_col is not None and totals.get("sensitive_tokens", 0) != sum(sens_col):
         faults.append("totals.sensitive_tokens is not the sum of the rows' dp_sensitive_tokens")
     if "dp_epsilon" not in cols:
         return faults
     uncertified = report.get("certified") is False  # an uncertified calibration bounds no row: null rows
+    agrees, n_s = row_rule(report), sens_col or [0] * len(n)
     for i, (want, got) in enumerate(zip(_row_bounds(report, cols), cols["dp_epsilon"], strict=True)):
         if got is None and uncertified:
             continue
-        if (want is None) != (got is None) or (want is not None and not _close(want, got)):
+        if (want is None) != (got is None) or (want is not None and not agrees(want, got, n_s[i], n[i] - n_s[i])):
             faults.append(f"row {i}'s dp_epsilon is {got!r} where the report's bounds give {want!r}")
             break
     largest = totals.get("max_row_dp_epsilon")
@@ -161,7 +161,10 @@ def _row_faults(report: dict[str, Any], cols: dict[str, list[Any]] | None) -> li
 def check_report(report: dict[str, Any], output: str | os.PathLike[str]) -> None:
     """Refuse a report of ``output`` that contradicts itself or the output's rows (module doc): one line naming
     the first contradiction and how many there are."""
-    faults = _bound_faults(report) + _class_faults(report) + _row_faults(report, row_columns(output))
+    users = report.get("users")
+    column = users.get("column") if isinstance(users, dict) else None
+    cols = row_columns(output, (column,) if isinstance(column, str) else ())  # a published user column: recounted
+    faults = _bound_faults(report) + _class_faults(report) + _row_faults(report, cols) + user_faults(report, cols)
     if faults:
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
         raise OutputChangedError(

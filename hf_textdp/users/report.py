@@ -20,11 +20,13 @@ from .spec import UserSpec
 
 
 __all__ = [
+    "AT_BUDGET",
     "CONSISTENT_STATEMENT",
     "USER_NOT_COVERED",
     "UserTotals",
     "add_user_section",
     "per_person_report",
+    "section_summary",
     "user_section",
     "user_totals_from_batches",
 ]
@@ -36,7 +38,7 @@ USER_NOT_COVERED = (
 )
 
 #: a user is "at the budget" when its ε is within one level of it (B·2^(−1/8) ≤ ε_u ≤ B, with the margin of §3)
-_AT_BUDGET = 2.0 ** (-1.0 / LEVELS_PER_OCTAVE) * (1.0 - 1e-9)
+AT_BUDGET = 2.0 ** (-1.0 / LEVELS_PER_OCTAVE) * (1.0 - 1e-9)
 
 
 @dataclass
@@ -118,7 +120,7 @@ def user_section(totals: UserTotals, spec: UserSpec) -> dict[str, Any]:
     has_eps = n > 0 and not totals.epsilon_null
     at_budget = None
     if spec.budget is not None and has_eps:
-        at_budget = float(np.mean(eps >= spec.budget * _AT_BUDGET))
+        at_budget = float(np.mean(eps >= spec.budget * AT_BUDGET))
     section: dict[str, Any] = {
         "column": spec.column,
         "published": spec.keep_column,
@@ -136,11 +138,12 @@ def user_section(totals: UserTotals, spec: UserSpec) -> dict[str, Any]:
         "rows_dropped": int(dropped.sum()),
         "users_with_rows_dropped": int((dropped > 0).sum()),
     }
-    section["summary"] = _summary(section)
+    section["summary"] = section_summary(section)
     return section
 
 
-def _summary(s: dict[str, Any]) -> str:
+def section_summary(s: dict[str, Any]) -> str:
+    """The section's one-line ``summary``, from its own figures (the report check recomputes it)."""
     budget = "no budget (reported, not bounded)"
     if s["budget"] is not None:
         how = "per-token ε lowered per user" if s["bound"] == "scale" else "rows kept while they fit"

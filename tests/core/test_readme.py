@@ -166,6 +166,9 @@ def test_license_and_changelog():
 
     assert f"Seeded outputs change: `stream_version` {STREAM_VERSION}" in changelog
     assert "docs/mechanisms/randomness.md" in changelog
+    unreleased = changelog.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    headings = re.findall(r"(?m)^### (\w+)$", unreleased)
+    assert len(headings) == len(set(headings)), headings  # one Added, Changed, Fixed, Removed each
 
 
 def _written(code: str) -> set[str]:

@@ -51,6 +51,16 @@ def test_a_true_report_is_consistent(name, sensitive, tiny_bert, tmp_path):
     assert "epsilon" in str(render_card(str(out)))
 
 
+def test_a_selective_release_whose_detectors_found_nothing_is_consistent(tiny_bert, tmp_path):
+    """No identifier found: the totals leave ``sensitive_tokens`` out and every row's ``dp_sensitive_tokens`` is 0
+    (the check read the missing total as a contradiction, issue 56's engine tests on main)."""
+    out = _output(tmp_path, tiny_bert, "o.jsonl", {"epsilon": 1.0, "detectors": ["card"]})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["dp_sensitive_tokens"] for r in rows} == {0}
+    assert "sensitive_tokens" not in json.loads(report_path_for(out).read_text())["totals"]
+    assert privacy_report(str(out))["epsilon"] == 10.0
+
+
 def _scale_both(r: dict[str, Any]) -> None:
     """ε and ε_tok (and the scale) divided by 20 together: consistent in itself, not with the rows."""
     r["epsilon"] /= 20

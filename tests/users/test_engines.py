@@ -43,11 +43,15 @@ FLAGS = {
 
 
 def _source() -> datasets.Dataset:
-    """45 rows of 7 users (a Zipf law of rows); each user repeats its own id code in about half its rows."""
+    """45 rows of 7 users (a Zipf law of rows); each user repeats its own id code in about half its rows (digits 1-9:
+    the tiny tokenizer has no word-inner "##0", so a code with a 0 inside would be one [UNK], never sensitive)."""
     rng = np.random.default_rng(5)
     users = np.minimum(rng.zipf(1.5, N), 7) - 1
     lines = corpus(N, seed=3)
-    texts = [f"{t} ref AB{100000 + int(u)} ok" if rng.random() < 0.5 else t for t, u in zip(lines, users, strict=True)]
+    texts = [
+        f"{t} ref AB{int(u) + 1}9{int(u) + 2} ok" if rng.random() < 0.5 else t
+        for t, u in zip(lines, users, strict=True)
+    ]
     return datasets.Dataset.from_dict({"id": list(range(N)), "text": texts, "uid": [f"c{int(u)}" for u in users]})
 
 
