@@ -12,10 +12,11 @@ looked at while tuning). MiniLM, madlib, privatizer seed 2**40 + 5400, ε_s = 1.
 Per kind: survived whole (the identifier's normal form, as the tokenizer normalises it, is in the released row's),
 survived partially (≥ 50 % of the identifier's tokens released unchanged: the identity attack's top-1 with the
 attacker knowing the selected positions), other tokens unchanged (positions outside every identifier, in the rows
-holding the kind). Accuracy: bag-of-vectors, 5-fold CV on the released text. ``--time`` also times the default
-set's detection beside a madlib pass over all of MR in one run.
+holding the kind). Accuracy: bag-of-vectors, 5-fold CV on the released text.
 
-Run: ``nice -n 10 python scripts/identifier_evidence.py --out results/selective [--time]``.
+Run: ``nice -n 10 python scripts/identifier_evidence.py --out results/selective``. The folder's README.md also
+quotes ``attacks.json`` (``scripts/selective_attacks.py``) and ``timing.json`` (``scripts/selective_timing.py``)
+where they are there; ``--readme-only`` rewrites it from the folder's JSON files alone.
 """
 
 from __future__ import annotations
@@ -97,36 +98,17 @@ def _run_set(name, seed, n, encoder, tokenizer, normalize):
     return out
 
 
-def _time_mr(data_dir=None):
-    """The default set's detection and a madlib pass over all of MR, in this one process."""
-    from hf_textdp import Privatizer, PrivatizerConfig
-    from hf_textdp.evaluation.tasks import load_task
-    from hf_textdp.sensitive import build_detectors, parse_sensitive, sensitive_spans
-
-    texts = list(load_task("mr", data_dir=data_dir).texts["all"])
-    priv = Privatizer(PrivatizerConfig(mechanism="madlib", epsilon=EPS), seed=PRIV_SEED)
-    priv.privatize(texts[:10])  # load the model outside the timing
-    t0 = time.time()
-    priv({"text": texts}, list(range(len(texts))))
-    madlib = time.time() - t0
-    dets = build_detectors(parse_sensitive({"epsilon": EPS_S}))
-    sensitive_spans(dets, texts[:10])  # load the NER pipeline outside the timing
-    per = {}
-    for d in dets:
-        t0 = time.time()
-        for i in range(0, len(texts), 1000):
-            sensitive_spans([d], texts[i : i + 1000])
-        per[d.name] = round(time.time() - t0, 2)
-    total = round(sum(per.values()), 1)
-    return {"rows": len(texts), "madlib_pass_s": round(madlib, 1), "default_set_s": total, "per_detector_s": per}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/selective")
     ap.add_argument("--rows", type=int, default=400)
-    ap.add_argument("--time", action="store_true")
+    ap.add_argument("--readme-only", action="store_true")
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.readme_only:
+        result = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        (out / "README.md").write_text(readme(result, _extras(out)), encoding="utf-8")
+        return 0
 
     from hf_textdp.evaluation.encoders import BagOfVectorsEncoder
 
@@ -142,13 +124,10 @@ def main(argv=None) -> int:
         "privatizer_seed": "2**40 + 5400",
         "sets": {name: _run_set(name, seed, args.rows, encoder, tokenizer, norm) for name, seed in SETS.items()},
     }
-    if args.time:
-        result["timing_mr"] = _time_mr()
     result["run_time_s"] = round(time.time() - start, 1)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(readme(result), encoding="utf-8")
+    (out / "README.md").write_text(readme(result, _extras(out)), encoding="utf-8")
     print(f"done in {result['run_time_s']:.0f} s", file=sys.stderr)
     return 0
 
@@ -191,7 +170,51 @@ def summary_table(result) -> str:
     return "\n".join(lines)
 
 
-def readme(result) -> str:
+def _extras(out):
+    """The folder's attacks.json and timing.json, where they are there."""
+    found = {}
+    for name in ("attacks", "timing"):
+        path = out / f"{name}.json"
+        if path.exists():
+            found[name] = json.loads(path.read_text(encoding="utf-8"))
+    return found
+
+
+def _attack_part(a) -> str:
+    lines = [
+        "\n## What an attacker recovers (held-out set, the attacker knowing the selected positions)\n",
+        f"`{a['command']}` ({a['run_time_s']:.0f} s): `scripts/selective_attacks.py`'s docstring defines the "
+        f"attacks; {a['n_identifiers']} identifiers of `{a['identifier_set']}`; public text {a['public']}; laws "
+        f"per ε: {json.dumps(a['laws'])}. Top-1 %, 95 % row-bootstrap intervals.\n",
+        "| release | identifier tokens selected % | attack | identifier tokens | identifiers whole "
+        "| Bayes ≠ identity % |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for name, per in a["releases"].items():
+        for attack in ("identity", "bayes"):
+            t, w = per[attack]["tokens"], per[attack]["identifiers"]
+            lines.append(
+                f"| {name} | {per['identifier_tokens_selected_pct']:.1f} | {attack} | {t['top1']:.1f} "
+                f"({t['ci95'][0]:.1f}–{t['ci95'][1]:.1f}) | {w['top1']:.1f} ({w['ci95'][0]:.1f}–{w['ci95'][1]:.1f}) | "
+                f"{per['bayes_not_identity_pct']:.1f} |"
+            )
+    return "\n".join(lines)
+
+
+def _timing_part(t) -> str:
+    per = ", ".join(f"{k} {v}" for k, v in t["detection_alone_s"].items())
+    return (
+        f"\n## Time on all of MR ({t['rows']} rows, one run)\n\n`{t['command']}`; load average (1, 5, 15 min) "
+        f"{t['loadavg_before']} before, {t['loadavg_after']} after, {t['cpus']} CPUs shared.\n\n"
+        "| release | num_proc 1 (s) | num_proc 2 (s) |\n|---|---:|---:|\n"
+        f"| madlib ε = 100 | {t['madlib_num_proc_1_s']} | {t['madlib_num_proc_2_s']} |\n"
+        f"| default set, others at ε = 100 | {t['default_set_num_proc_1_s']} | {t['default_set_num_proc_2_s']} |\n\n"
+        f"num_proc 2 releases the same rows as num_proc 1: {t['default_set_num_proc_1_equals_2']}. Detection alone, "
+        f"one process, seconds: {per} (total {t['detection_alone_total_s']})."
+    )
+
+
+def readme(result, extras=None) -> str:
     parts = [
         "# Identifiers found without being pointed at\n",
         "Generated by `scripts/identifier_evidence.py` (issue 54 item 6); the script's docstring defines every "
@@ -207,12 +230,11 @@ def readme(result) -> str:
         for rel in ("default_keep", "default_privatize"):
             parts.append(f"\n## {name}: {rel} ({s['rows']} rows, {s['identifiers']} identifiers)\n")
             parts.append(kind_table(s["releases"][rel]))
-    if "timing_mr" in result:
-        t = result["timing_mr"]
-        parts.append(
-            f"\n## Time on all of MR ({t['rows']} rows, one run)\n\nmadlib pass {t['madlib_pass_s']} s; default "
-            f"detector set {t['default_set_s']} s (per detector: {json.dumps(t['per_detector_s'])})"
-        )
+    extras = extras or {}
+    if "attacks" in extras:
+        parts.append(_attack_part(extras["attacks"]))
+    if "timing" in extras:
+        parts.append(_timing_part(extras["timing"]))
     return "\n".join(parts) + "\n"
 
 

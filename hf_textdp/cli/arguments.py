@@ -202,8 +202,8 @@ def add_sensitive_args(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME[,NAME]",
         help=f"what finds sensitive spans: default (every rule, NER where an English spaCy pipeline is installed, "
-        f"rare), none (the span column alone), or a list of {', '.join(DETECTORS)}, rare[:ZIPF], spacy:PIPELINE, "
-        "presidio (default: default)",
+        f"name and rare where wordfreq is), none (the span column alone), or a list of {', '.join(DETECTORS)}, name, "
+        "rare[:ZIPF], spacy:PIPELINE, presidio (default: default)",
     )
     p.add_argument(
         "--sensitive-column",

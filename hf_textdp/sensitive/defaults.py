@@ -4,8 +4,8 @@
 ``sensitive`` without ``"detectors"`` (or ``"detectors": "default"``) runs every built-in rule, the NER of the best
 installed English spaCy pipeline with an ``ner`` component (found from the installed packages' metadata: every
 package registered under spaCy's ``spacy_models`` entry point, read from its ``meta.json`` without loading it), and
-the public-rarity detector ``rare`` where ``wordfreq`` is installed. The set is resolved where the detectors run,
-and the report names what ran and what was left out, and why.
+the census name detector ``name`` and the public-rarity detector ``rare`` where ``wordfreq`` is installed. The set
+is resolved where the detectors run, and the report names what ran and what was left out, and why.
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ def covered_kinds(detector: str, labels: tuple[str, ...]) -> tuple[str, ...]:
         return _RULE_KINDS[detector]
     if detector == "rare" or detector.startswith("rare:"):
         return ("rare word",)
+    if detector == "name":
+        return ("person name",)
     if detector.startswith("spacy:"):
         return tuple(dict.fromkeys(_NER_KINDS[x] for x in labels if x in _NER_KINDS))
     return _PRESIDIO_KINDS
@@ -152,7 +154,7 @@ def resolve_detectors(spec: SensitiveSpec) -> tuple[str, ...]:
     if ner is not None:
         out.append(f"spacy:{ner}")
     if _wordfreq():
-        out.append("rare")
+        out += ["name", "rare"]
     return tuple(out)
 
 
@@ -164,5 +166,6 @@ def default_left_out(spec: SensitiveSpec) -> list[dict[str, str]]:
     if best_english_ner() is None:
         out.append({"name": "spacy", "reason": f"no English spaCy pipeline with NER is installed: {NER_INSTALL}"})
     if not _wordfreq():
-        out.append({"name": "rare", "reason": "wordfreq is not installed: pip install 'hf-textdp[ner]'"})
+        reason = "wordfreq is not installed: pip install 'hf-textdp[ner]'"
+        out += [{"name": "name", "reason": reason}, {"name": "rare", "reason": reason}]
     return out

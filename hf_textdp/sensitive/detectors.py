@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from .builtin import builtin_detector
 from .defaults import KINDS, covered_kinds, default_left_out, resolve_detectors
 from .models import PresidioDetector, SpacyDetector, presidio_pipeline
+from .names import NameDetector
 from .rare import RareDetector
 from .spans import RowSpans, column_spans, union
 from .spec import BUILTIN_DETECTORS, SensitiveSpec
@@ -43,6 +44,8 @@ def build_detectors(spec: SensitiveSpec) -> list[Detector]:
             out.append(SpacyDetector(name, spec.labels))
         elif name == "rare" or name.startswith("rare:"):
             out.append(RareDetector(name))
+        elif name == "name":
+            out.append(NameDetector())
         else:
             out.append(PresidioDetector())
     return out
@@ -81,10 +84,10 @@ def sensitive_spans(
 
 
 def detector_reads(name: str) -> str:
-    """``"context"`` for detectors that read words beside what they select (spaCy, Presidio, the ``context``
-    rule's cue words), ``"match"`` for those that read only the characters they match and their two neighbours
-    (the other built-in rules, ``rare``)."""
-    if name == "context" or name.startswith("spacy:") or name == "presidio":
+    """``"context"`` for detectors that read words beside what they select (spaCy, Presidio, the cue words of
+    the ``context`` rule and of ``name``), ``"match"`` for those that read only the characters they match and
+    their two neighbours (the other built-in rules, ``rare``)."""
+    if name in ("context", "name", "presidio") or name.startswith("spacy:"):
         return "context"
     return "match"
 
@@ -92,8 +95,8 @@ def detector_reads(name: str) -> str:
 SELECTION_STATEMENT = (
     "Which positions are sensitive is visible: sensitive and other positions are released by separate mechanisms "
     "over separate classes, so the output shows each position's class. A 'match' detector decides from the "
-    "characters of the string it matches alone; a 'context' detector (spaCy, Presidio) also reads the words "
-    "around it, so a position's class can depend on other words of the row. User spans (the span column) are "
+    "characters of the string it matches alone; a 'context' detector (spaCy, Presidio, name) also reads the "
+    "words around it, so a position's class can depend on other words of the row. User spans (the span column) are "
     "visible the same way. An identifier that no detector finds (and no span covers) is released like any other "
     "word: at the others' epsilon, or unchanged with others='keep'."
 )

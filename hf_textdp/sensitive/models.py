@@ -1,7 +1,9 @@
 """Model-based detectors: a spaCy pipeline's entities and Presidio's analyzer (docs/mechanisms/selective.md §3).
 
 Both are optional extras, imported only when a detector names them, and both read the whole text (a word's
-label depends on the words around it). Batches go through ``nlp.pipe`` and Presidio's
+label depends on the words around it). A spaCy entity loses the cue words of the ``context`` rule that open or
+close it (NER often takes ``iban DE89…`` or ``ref A-12`` as one organisation): they label a value, and selecting
+them cost a tenth of the other tokens of the rows holding IBANs. Batches go through ``nlp.pipe`` and Presidio's
 ``BatchAnalyzerEngine``. Nothing is downloaded: a spaCy pipeline must be installed or be a folder. Presidio's
 NLP engine runs ``en_core_web_lg`` where it is installed, otherwise the best installed English pipeline with NER
 (:func:`~hf_textdp.sensitive.defaults.best_english_ner`); the report names the one it used.
@@ -15,6 +17,7 @@ from typing import Any
 
 from ..errors import MissingExtraError, ModelNotFoundError
 from .defaults import NER_INSTALL, english_ner_pipelines
+from .rules import trim_labels
 from .spans import RowSpans
 
 
@@ -73,10 +76,10 @@ class SpacyDetector:
     def detect(self, texts: Sequence[str]) -> RowSpans:
         nlp = self._load()
         labels = set(self.labels)
-        per_row = [
-            [(e.start_char, e.end_char) for e in doc.ents if e.label_ in labels and e.end_char > e.start_char]
-            for doc in nlp.pipe(list(texts), batch_size=_BATCH)
-        ]
+        per_row = []
+        for text, doc in zip(texts, nlp.pipe(list(texts), batch_size=_BATCH), strict=True):
+            found = [trim_labels(text, e.start_char, e.end_char) for e in doc.ents if e.label_ in labels]
+            per_row.append([(a, b) for a, b in found if b > a])
         return RowSpans.from_lists(per_row)
 
 

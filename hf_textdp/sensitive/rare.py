@@ -18,12 +18,25 @@ from ..errors import MissingExtraError
 from .spans import RowSpans
 
 
-__all__ = ["RareDetector", "DEFAULT_ZIPF"]
+__all__ = ["RareDetector", "DEFAULT_ZIPF", "zipf_lookup"]
 
 #: the default threshold: words rarer than about 0.03 per million words of English (set on the tuning set of
 #: issue 54: 2.5 and 2.0 selected 10 % and 6.5 % of the other tokens and found no identifier more)
 DEFAULT_ZIPF = 1.5
 _WORD = re.compile(r"[^\W\d_]{2,}(?:['’-][^\W\d_]+)*")
+
+
+def zipf_lookup(detector: str) -> Callable[[str, str], float]:
+    """wordfreq's ``zipf_frequency`` (``word, lang -> Zipf``), or the error naming the extra that installs it."""
+    try:
+        from wordfreq import zipf_frequency
+    except ImportError as err:
+        raise MissingExtraError(
+            f'sensitive["detectors"]: {detector!r} reads wordfreq\'s English frequencies, which are not '
+            "installed: pip install 'hf-textdp[ner]'."
+        ) from err
+    lookup: Callable[[str, str], float] = zipf_frequency
+    return lookup
 
 
 @dataclass
@@ -38,19 +51,8 @@ class RareDetector:
     def threshold(self) -> float:
         return float(self.name[len("rare:") :]) if self.name.startswith("rare:") else DEFAULT_ZIPF
 
-    def _lookup(self) -> Callable[[str, str], float]:
-        try:
-            from wordfreq import zipf_frequency
-        except ImportError as err:
-            raise MissingExtraError(
-                f'sensitive["detectors"]: {self.name!r} reads wordfreq\'s English frequencies, which are not '
-                "installed: pip install 'hf-textdp[ner]'."
-            ) from err
-        lookup: Callable[[str, str], float] = zipf_frequency
-        return lookup
-
     def detect(self, texts: Sequence[str]) -> RowSpans:
-        zipf_frequency = self._lookup()
+        zipf_frequency = zipf_lookup(self.name)
         cache, limit = self._zipf, self.threshold
         per_row: list[list[tuple[int, int]]] = []
         for text in texts:

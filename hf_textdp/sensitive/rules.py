@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 
 
-__all__ = ["RULES", "Check", "luhn_valid", "iban_valid"]
+__all__ = ["RULES", "Check", "luhn_valid", "iban_valid", "trim_labels", "is_label"]
 
 Check = Callable[[str], list[tuple[int, int]]]
 
@@ -123,6 +123,21 @@ _STREET = (
     r"(?:street|st|road|rd|avenue|ave|lane|ln|drive|dr|boulevard|blvd|way|court|ct|place|pl|square|sq|terrace|"
     r"close|crescent|highway|hwy|parkway|pkwy|circle|cir|trail|row|gardens|grove|hill|park|mews|walk|alley)"
 )
+# the street suffixes of USPS Publication 28, appendix C1 (primary names, Title Case: matched case-sensitively, so
+# that a capitalised "079 Roman Rest" is an address while a lower-case "2 men run" is not)
+_USPS = (
+    r"(?:Alley|Annex|Arcade|Avenue|Bayou|Beach|Bend|Bluffs?|Bottom|Boulevard|Branch|Bridge|Brooks?|Burgs?|"
+    r"Bypass|Camp|Canyon|Cape|Causeway|Centers?|Circles?|Cliffs?|Club|Commons?|Corners?|Course|Courts?|"
+    r"Coves?|Creek|Crescent|Crest|Crossing|Crossroads?|Curve|Dale|Dam|Divide|Drives?|Estates?|Expressway|"
+    r"Extensions?|Falls?|Ferry|Fields?|Flats?|Fords?|Forest|Forges?|Forks?|Fort|Freeway|Gardens?|Gateway|"
+    r"Glens?|Greens?|Groves?|Harbors?|Haven|Heights|Highway|Hills?|Hollow|Inlet|Islands?|Isle|Junctions?|"
+    r"Keys?|Knolls?|Lakes?|Land|Landing|Lane|Lights?|Loaf|Locks?|Lodge|Loop|Mall|Manors?|Meadows?|Mews|"
+    r"Mills?|Mission|Motorway|Mount|Mountains?|Neck|Orchard|Oval|Overpass|Parks?|Parkways?|Pass|Passage|"
+    r"Path|Pike|Pines?|Place|Plains?|Plaza|Points?|Ports?|Prairie|Radial|Ramp|Ranch|Rapids?|Rest|Ridges?|"
+    r"River|Roads?|Route|Row|Rue|Run|Shoals?|Shores?|Skyway|Springs?|Spurs?|Squares?|Station|Stravenue|"
+    r"Stream|Streets?|Summit|Terrace|Throughway|Trace|Track|Trafficway|Trail|Trailer|Tunnel|Turnpike|"
+    r"Underpass|Unions?|Valleys?|Via|Viaduct|Views?|Villages?|Ville|Vista|Walks?|Wall|Ways?|Wells?)"
+)
 _FR_STREET = r"(?:rue|avenue|av|boulevard|bd|place|chemin|allée|allee|impasse|quai|cours|route)"
 _DE_STREET = r"(?:straße|strasse|str\.|weg|platz|allee|gasse)"
 # words that do not stand between a house number and a street word ("2 hours to drive" is no address)
@@ -175,9 +190,12 @@ RULES: dict[str, tuple[str, Check | None, int]] = {
         re.IGNORECASE,
     ),
     "address": (
-        rf"(?<![\w])[0-9]{{1,5}}[a-z]?(?:[-/][0-9]+)?,?[^\S\n]+(?:{_NOT_NAME}[\w'.-]+[^\S\n]+){{0,3}}?{_STREET}\b\.?"
-        rf"|(?<![\w])[0-9]{{1,4}}(?:[^\S\n]?(?:bis|ter))?,?[^\S\n]+{_FR_STREET}[^\S\n]+(?:(?:de|du|des|la|le|les|l'|d')[^\S\n]*)*"
+        # French first: "90, avenue Hervé" is more than its number and street word
+        rf"(?<![\w])[0-9]{{1,4}}(?:[^\S\n]?(?:bis|ter))?,?[^\S\n]+{_FR_STREET}[^\S\n]+(?:(?:de|du|des|la|le|les|l'|d')[^\S\n]*)*"
         r"[\w'-]+(?:[^\S\n]+(?-i:[A-Z])[\w'-]+){0,2}"
+        rf"|(?<![\w])[0-9]{{1,5}}[a-z]?(?:[-/][0-9]+)?,?[^\S\n]+(?:{_NOT_NAME}[\w'.-]+[^\S\n]+){{0,3}}?{_STREET}\b\.?"
+        rf"|(?<![\w])[0-9]{{1,5}}[a-z]?,?(?:[^\S\n]+(?-i:[A-Z])[\w'.-]+){{1,3}}[^\S\n]+(?-i:{_USPS})\b"
+        rf"|(?<![\w])[0-9]{{1,5}}[a-z]?,?(?:[^\S\n]+{_NOT_NAME}[\w'.-]+){{1,3}}[^\S\n]+{_UNIT}\b"
         rf"|(?<![\w])[\w-]*{_DE_STREET}[^\S\n]+[0-9]{{1,4}}[a-z]?\b"
         rf"|(?<![\w]){_UNIT}\b"
         r"|(?<![\w])[a-z]{1,2}[0-9][a-z0-9]?[^\S\n]?[0-9][a-z]{2}(?![\w])"  # UK postcode
@@ -197,6 +215,32 @@ RULES: dict[str, tuple[str, Check | None, int]] = {
         re.IGNORECASE,
     ),
 }
+#: the context rule's cue words at the start or end of a span (``iban``, ``ref``, ``mrn:``): labels of a value, not
+#: part of it; :func:`trim_labels` takes them off NER entities that swallow them
+_LABELS_AT_START = re.compile(rf"^(?:(?:{_CUES})\b(?:[^\S\n]*(?:no\.?|nr\.?|number)\b)?[\s:#=.,;-]*)+", re.IGNORECASE)
+_LABELS_AT_END = re.compile(rf"(?:[\s:#=.,;-]*\b(?:{_CUES}))+$", re.IGNORECASE)
+
+
+_LABEL_WORD = re.compile(rf"(?:{_CUES})", re.IGNORECASE)
+
+
+def is_label(word: str) -> bool:
+    """Whether ``word`` is one of the context rule's cue words (``iban``, ``ssn``, ``ref``): a label, never a name."""
+    return _LABEL_WORD.fullmatch(word) is not None
+
+
+def trim_labels(text: str, start: int, end: int) -> tuple[int, int]:
+    """``text[start:end]`` without the cue words that open or close it (``"iban DE89 …"`` → ``"DE89 …"``); an
+    empty span (``start == end``) where it holds nothing else."""
+    m = _LABELS_AT_START.match(text, start, end)
+    if m is not None:
+        start = m.end()
+    m = _LABELS_AT_END.search(text, start, end)
+    if m is not None:
+        end = m.start()
+    return start, max(start, end)
+
+
 #: rules whose selection reads a word beside the value (the cue), not only the value's own characters
 READS_CONTEXT = frozenset({"context"})
 _COMPILED_SELF = {name: re.compile(p, f) for name, (p, c, f) in RULES.items() if name in READS_CONTEXT}

@@ -2,13 +2,13 @@
 
 ``{"epsilon": ε_s, "detectors": [...] | "default", "column": name, "labels": [...], "others": "privatize" | "keep",
 "render": "token" | "placeholder", "consistent": "row" | "user"}``: ``epsilon`` (required) is the per-token ε of
-sensitive positions; ``detectors`` name what finds them (:data:`BUILTIN_DETECTORS`, ``"rare"`` or ``"rare:ZIPF"``,
-``"spacy:NAME"``, ``"presidio"``), ``"default"`` (or no ``detectors`` key) the default set (:mod:`.defaults`), ``[]``
-none (the span column alone); ``column`` names a column of character spans ``[[start, end], ...]`` per row;
-``labels`` are the entity labels a spaCy detector keeps; ``others`` says whether the other positions are privatized
-at the config's ε or released unchanged; ``render`` whether each sensitive word is released as privatized tokens or
-as one placeholder; ``consistent`` (``"row"`` or ``"user"``) releases every occurrence of one sensitive string in a
-row (or of one user) as one draw.
+sensitive positions; ``detectors`` name what finds them (:data:`BUILTIN_DETECTORS`, ``"name"``, ``"rare"`` or
+``"rare:ZIPF"``, ``"spacy:NAME"``, ``"presidio"``), ``"default"`` (or no ``detectors`` key) the default set
+(:mod:`.defaults`), ``[]`` none (the span column alone); ``column`` names a column of character spans
+``[[start, end], ...]`` per row; ``labels`` are the entity labels a spaCy detector keeps; ``others`` says whether
+the other positions are privatized at the config's ε or released unchanged; ``render`` whether each sensitive word
+is released as privatized tokens or as one placeholder; ``consistent`` (``"row"`` or ``"user"``) releases every
+occurrence of one sensitive string in a row (or of one user) as one draw.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _str_list(value: Any, key: str) -> list[str]:
 
 
 def _detector(name: str) -> str:
-    if name in BUILTIN_DETECTORS or name in ("presidio", "rare"):
+    if name in BUILTIN_DETECTORS or name in ("presidio", "rare", "name"):
         return name
     if name.startswith("rare:"):
         try:
@@ -143,7 +143,7 @@ def _detector(name: str) -> str:
                 'name or path, such as "spacy:en_core_web_sm".'
             )
         return name
-    allowed = [*BUILTIN_DETECTORS, "rare", "rare:ZIPF", "spacy:NAME", "presidio"]
+    allowed = [*BUILTIN_DETECTORS, "name", "rare", "rare:ZIPF", "spacy:NAME", "presidio"]
     raise InvalidParameterError(f"{_name('detectors')}: unknown detector {name!r}. Allowed: {allowed}.")
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from .spans import RowSpans
 
 
-__all__ = ["TextView", "detection_view", "view_char"]
+__all__ = ["TextView", "detection_view", "view_char", "fold"]
 
 Normalize = Callable[[str], str]
 
@@ -40,7 +40,7 @@ _RLO, _PDF = "\u202e", "\u202c"
 _PLAIN = re.compile(r"[^\x20-\x7e\t\n\r]")
 
 
-def _fold(s: str) -> str:
+def fold(s: str) -> str:
     """Case and accents removed: two strings equal under this differ only in what the view keeps as written."""
     return "".join(c for c in unicodedata.normalize("NFD", s) if not unicodedata.combining(c)).casefold()
 
@@ -61,7 +61,7 @@ def view_char(c: str, normalize: Normalize | None = None) -> str:
         norm = "".join(x for x in normalize(out) if not (x.isspace() or x == "\u2581" or _dropped(x)))
         if not norm:
             return ""  # the tokenizer deletes it
-        if _fold(norm) != _fold(out.strip()):  # more than case or accents changed: the tokenizer reads another
+        if fold(norm) != fold(out.strip()):  # more than case or accents changed: the tokenizer reads another
             out = norm
     return out
 

@@ -15,12 +15,12 @@ from hf_textdp.sensitive.detectors import selection_info
 from hf_textdp.sensitive.rare import RareDetector
 
 
-def test_default_set_is_every_rule_plus_ner_and_rare_where_installed(monkeypatch):
+def test_default_set_is_every_rule_plus_ner_name_and_rare_where_installed(monkeypatch):
     spec = parse_sensitive({"epsilon": 1.0})
     assert spec.is_default and parse_sensitive({"epsilon": 1.0, "detectors": "default"}) == spec
     monkeypatch.setattr(defaults, "best_english_ner", lambda: "xx_some_ner")
     monkeypatch.setattr(defaults, "_wordfreq", lambda: True)
-    assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "rare")
+    assert resolve_detectors(spec) == (*BUILTIN_DETECTORS, "spacy:xx_some_ner", "name", "rare")
     info = selection_info(spec)
     assert info["default_set"] and info["left_out"] == []
     assert info["cannot_find"] == ["nationality or group"]  # NORP is not among the default labels
@@ -34,7 +34,7 @@ def test_default_set_without_ner_or_wordfreq_says_what_is_left_out(monkeypatch):
     spec = parse_sensitive({"epsilon": 1.0, "others": "keep"})
     assert resolve_detectors(spec) == BUILTIN_DETECTORS
     info = selection_info(spec)
-    assert [x["name"] for x in info["left_out"]] == ["spacy", "rare"]
+    assert [x["name"] for x in info["left_out"]] == ["spacy", "name", "rare"]
     assert "python -m spacy download en_core_web_sm" in info["left_out"][0]["reason"]
     assert "hf-textdp[ner]" in info["left_out"][0]["reason"]
     assert info["cannot_find"] == ["person name", "place", "organisation", "nationality or group", "rare word"]
@@ -121,6 +121,7 @@ def test_ner_detector_skips_only_components_ner_does_not_read():
     import spacy
 
     from hf_textdp.sensitive.models import SpacyDetector
+    from hf_textdp.sensitive.rules import trim_labels
 
     name = _installed_ner()
     texts = [
@@ -130,7 +131,8 @@ def test_ner_detector_skips_only_components_ner_does_not_read():
     ]
     full = spacy.load(name)
     expected = [
-        [(e.start_char, e.end_char) for e in d.ents if e.label_ in {"PERSON", "GPE", "ORG"}] for d in full.pipe(texts)
+        [trim_labels(t, e.start_char, e.end_char) for e in d.ents if e.label_ in {"PERSON", "GPE", "ORG"}]
+        for t, d in zip(texts, full.pipe(texts), strict=True)
     ]
     det = SpacyDetector(f"spacy:{name}", ("PERSON", "GPE", "ORG"))
     assert det.detect(texts).to_lists() == expected
@@ -145,9 +147,10 @@ def test_default_set_runs_real_ner_on_names():
     dets = build_detectors(spec)
     assert f"spacy:{name}" in [d.name for d in dets]
     (ner,) = [d for d in dets if d.name.startswith("spacy:")]
-    texts = ["a fine film , said Maria Garcia .", "ask john smith about the ending"]
+    texts = ["a fine film , said Maria Garcia .", "ask john smith about the ending", "ref #I-5947-YWC casual ode"]
     found = [[t[a:b] for a, b in row] for t, row in zip(texts, ner.detect(texts).to_lists(), strict=True)]
     assert found[0] == ["Maria Garcia"] and found[1] == ["john smith"]
+    assert found[2] == ["I-5947-YWC"]  # the pipeline's ORG "ref" is a cue word, trimmed off (an empty span)
 
 
 @pytest.mark.slow
@@ -163,3 +166,22 @@ def test_presidio_runs_with_the_installed_small_pipeline():
     assert "Maria Garcia" in found and any("maria.garcia@example.com" in f for f in found)
     expected = "en_core_web_lg" if "en_core_web_lg" in [n for n, _ in defaults.english_ner_pipelines()] else name
     assert selection_info(spec)["detectors"][0]["pipeline"] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.minilm
+def test_default_set_in_num_proc_workers_releases_what_one_process_does():
+    """privatize_dataset(num_proc=2) with the default set (spaCy's pipeline loaded in each worker) gives the rows
+    num_proc=1 gives: the selection and the row-keyed draws do not depend on the process."""
+    datasets = pytest.importorskip("datasets")
+    from hf_textdp import PrivatizerConfig, privatize_dataset
+
+    texts = [
+        f"row {i}: a fine film , said Maria Garcia ; call +44 20 7946 09{i:02d} or isa tarantino" for i in range(24)
+    ]
+    ds = datasets.Dataset.from_dict({"text": texts})
+    cfg = PrivatizerConfig(mechanism="madlib", epsilon=100.0, sensitive={"epsilon": 1.0})
+    one = privatize_dataset(ds, cfg, seed=2**40 + 7, num_proc=1)
+    two = privatize_dataset(ds, cfg, seed=2**40 + 7, num_proc=2)
+    assert one["input_ids"] == two["input_ids"] and one["dp_sensitive_tokens"] == two["dp_sensitive_tokens"]
+    assert min(one["dp_sensitive_tokens"]) > 0

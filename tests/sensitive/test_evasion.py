@@ -148,3 +148,27 @@ def test_the_release_selects_an_evaded_email(model, request, tmp_path):
     assert evaded >= plain and (plain > 0 or model == "static")  # GPT-2 keeps the ZWSP as bytes: selected too
     assert "zqxann" not in out["text"][1] and "zqxmail" not in out["text"][1]
     assert out["text"][1].startswith("write to ") and out["text"][1].endswith(" today")
+
+
+@pytest.mark.parametrize("variant", ["zwsp-middle", "soft-hyphen", "word-joiner", "bom", "zwsp-everywhere"])
+@pytest.mark.parametrize("detector", ["name", "spacy"])
+def test_names_are_found_whole_through_evasions_by_name_and_ner(detector, variant):
+    """Issue 53 S1 for the context detectors too: ``name`` and spaCy's NER read the same view as the rules, so a
+    format character inside a name hides nothing from them."""
+    if detector == "spacy":
+        pytest.importorskip("spacy")
+        from hf_textdp.sensitive import best_english_ner
+
+        pipeline = best_english_ner()
+        if pipeline is None:
+            pytest.skip("no English spaCy pipeline with NER is installed (pip install 'hf-textdp[ner]')")
+        detector = f"spacy:{pipeline}"
+    else:
+        pytest.importorskip("wordfreq")
+    value = VARIANTS[variant]("Margaret Thompson", " ")
+    text = f"Hello, this is {value} from the billing team."
+    a, b = _visible_range(text, len("Hello, this is "), len("Hello, this is ") + len(value), "name")
+    det = build_detectors(parse_sensitive({"epsilon": 1.0, "detectors": [detector]}))
+    spans = sensitive_spans(det, [text], normalize=NORMALIZERS["bert"]).to_lists()[0]
+    covered = {i for s, e in spans for i in range(s, e)}
+    assert {i for i in range(a, b) if view_char(text[i]) not in ("", " ")} <= covered, (ascii(text), spans)

@@ -32,6 +32,9 @@ def _found(rule: str, text: str) -> list[str]:
         ("address", "in der Hauptstraße 12a wohnt", ["Hauptstraße 12a"]),
         ("address", "flat 4, postcode SW1A 2AA", ["flat 4", "SW1A 2AA"]),
         ("address", "ship to 1600 pennsylvania avenue, DC 20500", ["1600 pennsylvania avenue", "DC 20500"]),
+        ("address", "lives at 079 Roman Rest Suite 543, 80151", ["079 Roman Rest", "Suite 543", "80151"]),  # USPS
+        ("address", "ship to 90, avenue Hervé today", ["90, avenue Hervé"]),  # French before the generic street
+        ("address", "at 17 Elm Row Unit 4 today", ["17 Elm Row", "Unit 4"]),
         ("date", "born 3rd of March 1987, or on march 3, 1987", ["3rd of March 1987", "march 3, 1987"]),
         ("date", "on 12. Mai 1990 and 1987-03-12", ["12. Mai 1990", "1987-03-12"]),
         ("context", "MRN: QWXYZK and passport no. XKQWERTY", ["QWXYZK", "XKQWERTY"]),
@@ -46,6 +49,7 @@ def test_rules_find_real_world_shapes(rule, text, expected):
     "rule, text",
     [
         ("address", "it takes 2 hours to drive and 3 days on the road"),
+        ("address", "the 2 men run to 3 points of view"),  # USPS suffixes count only in Title Case
         ("context", "in order to call it a day, the user of this film"),
         ("date", "march of the penguins may be the best film of may"),
         ("phone", "in 1 of 2 ways, 7 out of 10"),
@@ -56,6 +60,22 @@ def test_rules_find_real_world_shapes(rule, text, expected):
 )
 def test_rules_leave_prose_alone(rule, text):
     assert _found(rule, text) == []
+
+
+def test_cue_words_are_trimmed_off_a_span():
+    from hf_textdp.sensitive.rules import trim_labels
+
+    for text, kept in [
+        ("iban DE89 3704", "DE89 3704"),
+        ("ref A-12", "A-12"),
+        ("mrn: 1234", "1234"),
+        ("order number 55", "55"),
+        ("John Smith iban", "John Smith"),
+        ("iban", ""),
+        ("orderly Paris", "orderly Paris"),
+    ]:
+        a, b = trim_labels(text, 0, len(text))
+        assert text[a:b] == kept
 
 
 def test_iban_check():
