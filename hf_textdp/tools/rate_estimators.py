@@ -19,7 +19,7 @@ from ..postprocess import PostprocessStep
 from ..rng import derive_row_seed, streams_for_rows
 from ..search import exact_fp32_matmul
 from ..space import EmbeddingSpace
-from .audit import apply_step
+from .audit_sampler import apply_step
 
 
 __all__ = ["MonteCarlo", "Mixture", "RaoBlackwell", "bisect_log", "madlib_cell_radii"]
