@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from .accounting import Totals, selective_rows
-from .batch import TokenBatch
+from .batch import TokenBatch, read_map_batch
 from .config import PrivatizerConfig
-from .errors import ColumnNotFoundError, HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
+from .errors import HfTextDPError, InvalidParameterError, InvalidRowError, ParameterTypeError
 from .io.files import stat_identity
 from .io.models import model_identity
 from .mechanisms.context import RowContext
@@ -35,7 +35,6 @@ from .tokens import HFTokens, WordLayout, WordTokens, make_tokens
 from .users import UserBatch, UserRelease, UserTable, blank_dropped, fit_counts, user_secret, user_values
 from .utils.gc_pause import gc_paused
 from .utils.logging import get_logger
-from .validation import check_row_ids
 
 
 __all__ = ["Privatizer"]
@@ -219,50 +218,11 @@ class Privatizer:
         self, batch: dict[str, list[Any]], indices: Sequence[int] | int | None = None
     ) -> dict[str, list[Any]]:
         """Transform a ``datasets`` batch: ``ds.map(priv, batched=True, with_indices=True)``."""
-        if not isinstance(batch, Mapping):  # its "columns" would be the texts, which no message may list
-            raise ParameterTypeError(
-                f"a Privatizer is called with a datasets batch (a dict of columns), got {type(batch).__name__}; "
-                "for a list of texts use priv.privatize(texts)."
-            )
-        if self.text_column not in batch:
-            raise ColumnNotFoundError(
-                f"text_column={self.text_column!r} is not in the dataset. Current columns in the dataset: "
-                f"{sorted(batch)}."
-            )
-        texts = batch[self.text_column]
-        single = not isinstance(texts, list)
-        if single:  # non-batched map
-            texts = [texts]
-            if isinstance(indices, int):
-                indices = [indices]
-        if self.id_column is not None:
-            if self.id_column not in batch:
-                raise ColumnNotFoundError(
-                    f"id_column={self.id_column!r} is not in the dataset. Current columns in the dataset: "
-                    f"{sorted(batch)}."
-                )
-            raw_ids = batch[self.id_column]
-            raw_ids = [raw_ids] if single else raw_ids
-            at = [indices] if isinstance(indices, int) else indices  # the map's indices name a bad row
-            row_ids = check_row_ids(raw_ids, self.id_column, column=True, indices=at)
-        elif indices is not None:
-            row_ids = [int(i) for i in indices]  # type: ignore[union-attr]
-        elif self.seed is not None:
-            raise InvalidParameterError(
-                "indices: a seeded Privatizer needs row ids; call ds.map(priv, batched=True, with_indices=True) "
-                "or pass id_column=."
-            )
-        else:
-            row_ids = [0] * len(texts)  # unused: unseeded rows draw fresh entropy
         spec = self.config.sensitive
-        span_values = None
-        if spec is not None and spec.column is not None:
-            if spec.column not in batch:
-                raise ColumnNotFoundError(
-                    f'sensitive["column"]={spec.column!r} is not in the dataset. Current columns in the dataset: '
-                    f"{sorted(batch)}."
-                )
-            span_values = [batch[spec.column]] if single else list(batch[spec.column])
+        span_column = None if spec is None else spec.column
+        texts, single, row_ids, span_values = read_map_batch(
+            batch, indices, self.text_column, self.id_column, self.seed is not None, span_column
+        )
         plan = None  # per-person accounting (users.md): the rows' users, levels and kept rows
         if self.users is not None:
             plan = self.users.batch(user_values(batch, self.users.spec, single), row_ids)

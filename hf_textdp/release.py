@@ -11,7 +11,6 @@ collators, the runners and the bench call it with candidate positions.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,15 +21,14 @@ import torch
 from .accounting import Claim, Totals, build_report, combine_class_claims
 from .config import PrivatizerConfig
 from .errors import InvalidParameterError
-from .io.attack_table import lookup
-from .io.models import load_space, resolved_candidates
+from .io.models import load_space
 from .mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
 from .mechanisms.context import ContextualSampler, RowContext
 from .mechanisms.limits import refuse_unusable_epsilon
 from .postprocess import PostprocessStep, UnsafePostprocessStep, unsafe_claim
+from .release_report import class_sections, config_key, measured_recovery, sensitive_section
 from .rng import Streams, derive_row_seeds, fresh_seed, streams_for_rows, validate_stream
 from .scale import scale_stats
-from .sensitive import selection_info
 from .space import ClassPart, EmbeddingSpace
 from .users.report import UserTotals, per_person_report
 from .utils.logging import get_logger, warn_once
@@ -219,25 +217,8 @@ class ReleaseEngine:
     def class_report(self) -> list[dict[str, Any]] | None:
         """Each class's size, diameter and claim (the report's ``candidate_set.per_class``); ``None``: one space."""
         self.load()
-        if len(self._releases) < 2:
-            return None
-        out = []
-        for r in self._releases:
-            stats = scale_stats(r.mech.scale_metric_matrix(r.part.space), store=r.part.space.store)
-            out.append(
-                {
-                    "name": r.part.name,
-                    "marker": self._space.piece_marker if self._space is not None else None,
-                    "size": r.part.space.V,
-                    "median_rho1": stats.median_rho1,
-                    "diam": stats.diam,
-                    "epsilon_token": r.claim.epsilon_token,
-                    "delta_token": r.claim.delta_token if r.claim.epsilon_token is not None else None,
-                    "certified": r.claim.certified,
-                    "details": r.mech.details(r.part.space),
-                }
-            )
-        return out
+        marker = self._space.piece_marker if self._space is not None else None
+        return class_sections([(r.part, r.mech, r.claim) for r in self._releases], marker)
 
     def build_report(
         self, totals: Totals, training: dict[str, Any] | None = None, users: UserTotals | None = None
@@ -277,25 +258,12 @@ class ReleaseEngine:
         return per_person_report(report, self.config, users)
 
     def _sensitive_report(self) -> dict[str, Any] | None:
-        """The report's ``sensitive`` section (selective.md §6): the sensitive class's ε and claim, what the others
-        get, and what the selection reveals (:func:`~hf_textdp.sensitive.selection_info`)."""
+        """The report's ``sensitive`` section (selective.md §6; ``None`` without ``sensitive``)."""
         spec, claim = self.config.sensitive, self._sens_claim
         if spec is None or claim is None:
             return None
-        per_class = None
-        if len(self._sens_releases) > 1:
-            per_class = [{"name": r.part.name, "epsilon_token": r.claim.epsilon_token} for r in self._sens_releases]
-        return {
-            "epsilon": spec.epsilon,
-            "epsilon_token": claim.epsilon_token,
-            "delta_token": claim.delta_token if claim.epsilon_token is not None else None,
-            "certified": claim.certified,
-            "others": spec.others,
-            "others_epsilon": self.config.epsilon if spec.others == "privatize" else None,
-            "others_epsilon_token": self._claim.epsilon_token if spec.others == "privatize" and self._claim else None,
-            "per_class": per_class,
-            **selection_info(spec),
-        }
+        per_class = [(r.part.name, r.claim) for r in self._sens_releases]
+        return sensitive_section(spec, claim, per_class, self.config.epsilon, self._claim)
 
     def row_keys(self, row_ids: Sequence[int], stream: int | None = None) -> list[int]:
         """The Philox key of each row: derived from (seed, split, stream, row id), or fresh OS entropy unseeded."""
@@ -481,26 +449,3 @@ class ReleaseEngine:
         else:
             res = step.apply(z, mech, space, streams)
         return res.cpu()
-
-
-# --------------------------------------------------------------------------- the attack table
-def config_key(config: PrivatizerConfig) -> str:
-    """The attack table's key of a configuration: everything that sets the release's law, as canonical JSON
-    (the mechanism's parameters with their defaults filled in, so an option left at its default matches; the
-    candidate set with its scripts resolved from the model's language, as the space is built)."""
-    mech, _ = config.build()
-    return json.dumps(
-        {
-            "model": config.model,
-            "mechanism": config.mechanism,
-            "parameters": mech.parameters(),
-            "postprocess": config.postprocess if mech.kind == "additive" else "none",
-            "candidates": resolved_candidates(config.model, config.candidates).to_value(),
-        },
-        sort_keys=True,
-    )
-
-
-def measured_recovery(config: PrivatizerConfig) -> dict[str, Any] | None:
-    """The attack table's entry for ``config`` (without its key), or ``None`` when it was not measured."""
-    return lookup(config_key(config))

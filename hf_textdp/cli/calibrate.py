@@ -89,7 +89,8 @@ class CalibrateCommand:
     def run(args: argparse.Namespace) -> int:
         with gc_frozen_imports():
             from ..config import PrivatizerConfig  # torch, transformers: not on --help's path
-            from ..tools.calibrate import calibrate, format_calibration, plot_calibration
+            from ..tools.calibrate import calibrate
+            from ..tools.calibration_report import format_calibration, plot_calibration
 
         if args.plot is not None:  # fail before the work when matplotlib is missing or cannot write the format
             try:

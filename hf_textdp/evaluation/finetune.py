@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,19 +146,34 @@ def _predict(model: torch.nn.Module, X: npt.NDArray[np.float32]) -> npt.NDArray[
         return pred
 
 
-def run_finetune(
-    raw: dict[str, Any],
-    output_dir: str | os.PathLike[str],
-    *,
-    recipe_path: Path | None = None,
-    progress: Any = None,
-    resume: bool = True,
-) -> list[Path]:
-    """Run a ``finetune`` recipe (see the module docstring); one JSON per (privatizer, ε, setting).
+@dataclass
+class _Run:
+    """A ``finetune`` recipe read: its task's data, the feature model, the head's options and the fields every
+    record holds."""
 
-    With ``resume`` the results that exist are kept; without it every one is recomputed.
-    """
-    say = progress or (lambda msg: None)
+    shell: Any  # the recipe's privatizers (a Recipe)
+    data: Any  # the task's texts and labels (a TaskData)
+    seed: int
+    head_cfg: dict[str, Any]
+    fm: FeatureModel
+    metrics: Metrics
+    common: dict[str, Any]
+    out_dir: Path
+
+    def accuracy(self, model: torch.nn.Module, X: npt.NDArray[np.float32]) -> float:
+        """The head's accuracy on the test labels."""
+        y = self.data.labels["test"]
+        res = self.metrics.accuracy.compute(predictions=_predict(model, X).tolist(), references=y.tolist())
+        return float(res["accuracy"])
+
+    def train(self, X: npt.NDArray[np.float32]) -> torch.nn.Module:
+        """A head trained on the training features."""
+        y_tr = self.data.labels["train"]
+        return train_head(X, y_tr, num_labels=self.data.spec.num_labels, seed=self.seed, **self.head_cfg)
+
+
+def _read_recipe(raw: dict[str, Any], output_dir: str | os.PathLike[str], recipe_path: Path | None) -> _Run:
+    """Parse: the task's data (a train/test split), the feature model and the records' common fields."""
     ft = dict(raw["finetune"])
     head_cfg = dict(ft.get("head") or {})
     seed = int(raw.get("seed", 1111))
@@ -179,8 +195,6 @@ def run_finetune(
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics()
     fm = FeatureModel(str(ft.get("model", DEFAULT_MODEL)))
-    y_tr, y_te = data.labels["train"], data.labels["test"]
-    n_labels = data.spec.num_labels
     info, command = provenance(shell.name, recipe_path, raw, out_dir)
     common = {
         "task": data.spec.name,
@@ -194,24 +208,19 @@ def run_finetune(
         "versions": versions(),
         "command": command,
     }
+    return _Run(shell, data, seed, head_cfg, fm, metrics, common, out_dir)
 
-    def acc(model: torch.nn.Module, X: npt.NDArray[np.float32], y: npt.NDArray[np.int64]) -> float:
-        res = metrics.accuracy.compute(predictions=_predict(model, X).tolist(), references=y.tolist())
-        return float(res["accuracy"])
 
-    t0 = time.perf_counter()
-    clean = {s: fm.from_texts(t) for s, t in data.texts.items()}
-    say(f"finetune: clean features in {time.perf_counter() - t0:.0f} s")
-    written = []
-    clean_path = out_dir / result_name(data.spec.name, None, None, "clean")
+def _clean_result(run: _Run, clean: dict[str, npt.NDArray[np.float32]], resume: bool, say: Any) -> Path:
+    """The clean baseline's record (kept where it exists and ``resume``)."""
+    clean_path = run.out_dir / result_name(run.data.spec.name, None, None, "clean")
     if not (resume and clean_path.exists()):
-        head = train_head(clean["train"], y_tr, num_labels=n_labels, seed=seed, **head_cfg)
-        a = acc(head, clean["test"], y_te)
-        mean, std, kind = summarize([a], y_te.size, False)
+        a = run.accuracy(run.train(clean["train"]), clean["test"])
+        mean, std, kind = summarize([a], run.data.labels["test"].size, False)
         save_result(
             clean_path,
             {
-                **common,
+                **run.common,
                 "setting": "clean",
                 "mechanism": "none",
                 "label": "clean",
@@ -224,72 +233,106 @@ def run_finetune(
             },
         )
         say(f"finetune: clean {mean:.2f}")
+    return clean_path
+
+
+def _private_features(
+    run: _Run, cfg: PrivatizerConfig
+) -> tuple[dict[str, npt.NDArray[np.float32]], dict[str, Any], float]:
+    """Each split privatized under ``cfg`` and encoded (vectors fed as ``inputs_embeds``), the privacy report and
+    the seconds it took."""
+    t = time.perf_counter()
+    feats: dict[str, npt.NDArray[np.float32]] = {}
+    report: dict[str, Any] = {}
+    for split, texts in run.data.texts.items():
+        # public benchmark data with the recipe's public seed (e.g. 1111): not a privacy key, so a small
+        # seed is allowed here; never reuse it on private data
+        priv = Privatizer(cfg, seed=run.seed, split=f"senteval/{run.data.spec.name}/{split}", allow_weak_seed=True)
+        out = priv({"text": texts}, list(range(len(texts))))
+        feats[split] = (
+            run.fm.from_embeds(out["inputs_embeds"]) if "inputs_embeds" in out else run.fm.from_texts(out["text"])
+        )
+        report = priv.privacy_report()
+    return feats, report, time.perf_counter() - t
+
+
+_PRIVACY_KEYS = ("mechanism", "epsilon", "guarantee", "certified", "epsilon_token", "postprocess", "scale")
+
+
+def _private_results(
+    run: _Run,
+    spec: Any,
+    eps: float,
+    paths: dict[str, Path],
+    clean: dict[str, npt.NDArray[np.float32]],
+    clean_acc: float,
+    say: Any,
+) -> None:
+    """One privatizer at one ε: a head trained on privatized text, scored on clean (``train_only``) and on
+    privatized (``train_and_test``) test text; one record each."""
+    cfg = PrivatizerConfig(
+        mechanism=spec.mechanism,
+        epsilon=eps,
+        postprocess=spec.postprocess,
+        options=dict(spec.options),
+        delta=spec.delta,
+        model=spec.model,
+    )
+    feats, report, seconds = _private_features(run, cfg)
+    head = run.train(feats["train"])
+    for setting, path in paths.items():
+        test = clean["test"] if setting == "train_only" else feats["test"]
+        a = run.accuracy(head, test)
+        mean, std, kind = summarize([a], run.data.labels["test"].size, False)
+        save_result(
+            path,
+            {
+                **run.common,
+                "setting": setting,
+                "mechanism": spec.mechanism,
+                "label": spec.name,
+                "postprocess": spec.postprocess,
+                "epsilon": eps,
+                "accuracy": mean,
+                "accuracy_std": std,
+                "accuracy_std_kind": kind,
+                "values": [mean],
+                "clean_accuracy": clean_acc,
+                "privacy": {k: report.get(k) for k in _PRIVACY_KEYS},
+                "privacy_report": report,
+                "timing_s": {"privatize_and_encode": seconds},
+            },
+        )
+        say(f"finetune: {spec.name} eps={eps:g} {setting} {mean:.2f}")
+
+
+def run_finetune(
+    raw: dict[str, Any],
+    output_dir: str | os.PathLike[str],
+    *,
+    recipe_path: Path | None = None,
+    progress: Any = None,
+    resume: bool = True,
+) -> list[Path]:
+    """Run a ``finetune`` recipe (see the module docstring); one JSON per (privatizer, ε, setting).
+
+    With ``resume`` the results that exist are kept; without it every one is recomputed.
+    """
+    say = progress or (lambda msg: None)
+    run = _read_recipe(raw, output_dir, recipe_path)
+    t0 = time.perf_counter()
+    clean = {s: run.fm.from_texts(t) for s, t in run.data.texts.items()}
+    say(f"finetune: clean features in {time.perf_counter() - t0:.0f} s")
+    clean_path = _clean_result(run, clean, resume, say)
     clean_acc = float(json.loads(clean_path.read_text())["accuracy"])
-    written.append(clean_path)
-    for spec in shell.privatizers:
+    written = [clean_path]
+    for spec in run.shell.privatizers:
         for eps in spec.epsilons:
             paths = {
-                s: out_dir / result_name(data.spec.name, spec.name, eps, s) for s in ("train_only", "train_and_test")
+                s: run.out_dir / result_name(run.data.spec.name, spec.name, eps, s)
+                for s in ("train_only", "train_and_test")
             }
-            if resume and all(p.exists() for p in paths.values()):
-                written.extend(paths.values())
-                continue
-            cfg = PrivatizerConfig(
-                mechanism=spec.mechanism,
-                epsilon=eps,
-                postprocess=spec.postprocess,
-                options=dict(spec.options),
-                delta=spec.delta,
-                model=spec.model,
-            )
-            t = time.perf_counter()
-            feats: dict[str, npt.NDArray[np.float32]] = {}
-            report: dict[str, Any] = {}
-            for split, texts in data.texts.items():
-                # public benchmark data with the recipe's public seed (e.g. 1111): not a privacy key, so a small
-                # seed is allowed here; never reuse it on private data
-                priv = Privatizer(cfg, seed=seed, split=f"senteval/{data.spec.name}/{split}", allow_weak_seed=True)
-                out = priv({"text": texts}, list(range(len(texts))))
-                feats[split] = (
-                    fm.from_embeds(out["inputs_embeds"]) if "inputs_embeds" in out else fm.from_texts(out["text"])
-                )
-                report = priv.privacy_report()
-            seconds = time.perf_counter() - t
-            head = train_head(feats["train"], y_tr, num_labels=n_labels, seed=seed, **head_cfg)
-            for setting, path in paths.items():
-                test = clean["test"] if setting == "train_only" else feats["test"]
-                a = acc(head, test, y_te)
-                mean, std, kind = summarize([a], y_te.size, False)
-                save_result(
-                    path,
-                    {
-                        **common,
-                        "setting": setting,
-                        "mechanism": spec.mechanism,
-                        "label": spec.name,
-                        "postprocess": spec.postprocess,
-                        "epsilon": eps,
-                        "accuracy": mean,
-                        "accuracy_std": std,
-                        "accuracy_std_kind": kind,
-                        "values": [mean],
-                        "clean_accuracy": clean_acc,
-                        "privacy": {
-                            k: report.get(k)
-                            for k in (
-                                "mechanism",
-                                "epsilon",
-                                "guarantee",
-                                "certified",
-                                "epsilon_token",
-                                "postprocess",
-                                "scale",
-                            )
-                        },
-                        "privacy_report": report,
-                        "timing_s": {"privatize_and_encode": seconds},
-                    },
-                )
-                written.append(path)
-                say(f"finetune: {spec.name} eps={eps:g} {setting} {mean:.2f}")
+            if not (resume and all(p.exists() for p in paths.values())):
+                _private_results(run, spec, eps, paths, clean, clean_acc, say)
+            written.extend(paths.values())
     return written

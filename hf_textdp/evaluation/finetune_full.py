@@ -33,18 +33,19 @@ Recipe layout (``recipes/finetune_full.yaml``)::
 
 MR, CR and MPQA have no test split: a stratified held-out split of ``test_rows`` rows (sampling seed
 ``data_seed``) is drawn first and the training rows come from the rest.
+
+This module parses the recipe into units, runs each unit (its training text, training, scoring) and records
+it; the rows and their private ids are in finetune_data.py, training and scoring one model in
+finetune_model.py, the tables in finetune_report.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,42 +57,17 @@ from ..config import PrivatizerConfig
 from ..io.models import resolve_model
 from ..space import DEFAULT_MODEL, parse_device
 from .common import provenance, recipe_from_dict, recipe_root, save_result, versions
+from .finetune_data import CountingCollator, Split, changed_positions, privatize_split
+from .finetune_model import Budget, Membership, accuracy, membership_attack, train_model
 from .plots import plot_loss_curves
 from .tasks import TASKS, _stratified_subsample, chance_accuracy, load_task
 
 
-__all__ = ["FULL_PROTOCOL", "Budget", "Unit", "FullRecipe", "parse_full", "run_full_finetune", "full_table"]
+__all__ = ["FULL_PROTOCOL", "Budget", "Unit", "FullRecipe", "parse_full", "run_full_finetune"]
 
 FULL_PROTOCOL = "finetune_full"
 PATHS = ("once", "on_the_fly")
 SETTINGS = ("train_only", "train_and_test")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Training hyper-parameters shared by every unit."""
-
-    epochs: float = 2.0
-    learning_rate: float = 1e-4
-    batch_size: int = 16
-    max_length: int = 48
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    eval_batch_size: int = 64
-    #: > 0: ``epochs`` is a cap and training stops once an epoch's mean loss improves by less than this
-    #: share over the previous epoch's (convergence.py); the learning-rate schedule still spans the cap
-    plateau_tol: float = 0.0
-
-
-@dataclass(frozen=True)
-class Membership:
-    """The loss-threshold attack of every trained model (membership.py): ``rows`` training rows (a fixed
-    draw, seed ``seed``) as members against as many rows of the test split as non-members."""
-
-    rows: int = 500
-    seed: int = 1111
-    resamples: int = 1000
-    fpr: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -210,14 +186,7 @@ def parse_full(raw: dict[str, Any]) -> FullRecipe:
     return rec
 
 
-@dataclass
-class _Split:
-    texts: list[str]
-    labels: list[int]
-    ids: list[list[int]]  # clean token ids, truncated to max_length
-
-
-def _load_splits(rec: FullRecipe, task: dict[str, Any], tokenizer: Any, root: Path | None) -> dict[str, _Split]:
+def _load_splits(rec: FullRecipe, task: dict[str, Any], tokenizer: Any, root: Path | None) -> dict[str, Split]:
     """The task's train and test rows: stratified subsamples (a held-out test split for ``cv`` tasks)."""
     name = task["name"]
     data = load_task(name, data_dir=rec.data_dir, root=root)
@@ -237,240 +206,119 @@ def _load_splits(rec: FullRecipe, task: dict[str, Any], tokenizer: Any, root: Pa
             pool = pool[_stratified_subsample(data.labels[source[split]][pool], int(limit), rec.data_seed)]
         texts = [data.texts[source[split]][i] for i in pool]
         ids = tokenizer(texts, truncation=True, max_length=rec.budget.max_length)["input_ids"]
-        out[split] = _Split(texts, [int(x) for x in data.labels[source[split]][pool]], [list(i) for i in ids])
+        out[split] = Split(texts, [int(x) for x in data.labels[source[split]][pool]], [list(i) for i in ids])
     return out
 
 
-def _truncate(ids: Sequence[int], max_length: int) -> list[int]:
-    """Cut a privatized row as the tokenizer cuts the clean one: keep the first tokens and the final special."""
-    ids = list(ids)
-    return ids if len(ids) <= max_length else ids[: max_length - 1] + ids[-1:]
+@dataclass
+class _TrainingData:
+    """What ``Trainer`` reads for one unit, and what the training text measures before and after training."""
+
+    dataset: Any
+    collator: Any
+    callbacks: list[Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the ``once`` path: the private training ids, their ``training_privacy`` and changed positions
+    private_ids: list[list[int]] | None = None
+    privacy: dict[str, Any] | None = None
+    changed: int = 0
+    total: int = 0
+    #: the ``on_the_fly`` path: the collator that privatizes and counts each batch
+    counting: CountingCollator | None = None
+
+    def measured(self) -> tuple[dict[str, Any] | None, int, int]:
+        """After training: the ``training_privacy`` record and the (changed, privatized) positions."""
+        if self.counting is None:
+            return self.privacy, self.changed, self.total
+        training = self.counting.inner.privacy_report()["training"]
+        privacy = {k: training[k] for k in ("epochs", "releases", "max_example_epsilon")}
+        return privacy, self.counting.changed, self.counting.total
 
 
-def _rate(clean: list[list[int]], private: list[list[int]]) -> tuple[int, int]:
-    """(changed, privatized) positions, leaving out the first and last (special) tokens."""
-    changed = total = 0
-    for a, b in zip(clean, private, strict=True):
-        changed += sum(x != y for x, y in zip(a[1:-1], b[1:-1], strict=False))
-        total += max(len(a) - 2, 0)
-    return changed, total
-
-
-class _CountingCollator:
-    """Wraps a privatizing collator and counts, per batch, the positions whose id the noise changed."""
-
-    def __init__(self, inner: Any, clean: list[list[int]]) -> None:
-        self.inner = inner
-        self.clean = clean
-        self.changed = 0
-        self.total = 0
-
-    def __call__(self, features: list[dict[str, Any]]) -> Any:
-        batch = self.inner(features)
-        private = [row.tolist() for row in batch["input_ids"]]
-        refs = [self.clean[int(f["idx"])] for f in features]
-        c, t = _rate(refs, [p[: len(r)] for p, r in zip(private, refs, strict=True)])
-        self.changed += c
-        self.total += t
-        return batch
-
-
-def _privatize(
-    split: _Split, config: PrivatizerConfig, seed: int, name: str, max_length: int
-) -> tuple[list[list[int]], float]:
-    """``privatize_dataset`` of one split (noise key = ``name``): truncated private ids and the max row ε."""
-    from datasets import Dataset
-
-    from ..run.pipeline import privatize_dataset
-
-    ds = Dataset.from_dict({"text": split.texts})
-    # public benchmark data with public seeds (1111, ...): not a privacy key; never reuse them on private data
-    out = privatize_dataset(ds, config, split=name, seed=seed, allow_weak_seed=True)
-    ids = [_truncate(r, max_length) for r in out["input_ids"]]
-    return ids, float(max(out["dp_epsilon"]))
-
-
-def _logits(model: Any, ids: list[list[int]], pad_id: int, batch_size: int) -> torch.Tensor:
-    """``[rows, classes]`` logits of ``model`` on token-id rows, in row order (batched by similar length)."""
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = torch.zeros((len(ids), int(model.config.num_labels)), dtype=torch.float32)
-    where = next(model.parameters()).device
-    model.eval()
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            rows = [ids[i] for i in chunk]
-            width = max(len(r) for r in rows)
-            x = torch.full((len(rows), width), pad_id, dtype=torch.long)
-            mask = torch.zeros_like(x)
-            for k, r in enumerate(rows):
-                x[k, : len(r)] = torch.tensor(r)
-                mask[k, : len(r)] = 1
-            out[chunk] = model(input_ids=x.to(where), attention_mask=mask.to(where)).logits.float().cpu()
-    return out
-
-
-def _accuracy(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> float:
-    """Accuracy in % of ``model`` on token-id rows."""
-    if not ids:
-        return 0.0
-    pred = _logits(model, ids, pad_id, batch_size).argmax(-1)
-    return 100.0 * int((pred == torch.tensor(labels)).sum()) / len(ids)
-
-
-def _row_losses(model: Any, ids: list[list[int]], labels: list[int], pad_id: int, batch_size: int) -> np.ndarray:
-    """Per-row cross-entropy of ``model`` (the membership attack's score)."""
-    logits = _logits(model, ids, pad_id, batch_size)
-    losses = torch.nn.functional.cross_entropy(logits, torch.tensor(labels), reduction="none")
-    return losses.numpy().astype(np.float64)
-
-
-#: the loss curve of a record: means of this many consecutive optimizer steps
-CURVE_BLOCK = 10
-
-
-def _train(
-    model_dir: str,
-    dataset: Any,
-    collator: Any,
-    budget: Budget,
-    seed: int,
-    num_labels: int,
-    callbacks: list[Any] | None = None,
-    device: str = "cpu",
-    **extra: Any,
-) -> tuple[Any, float, dict[str, Any]]:
-    """Fine-tune every layer and a new head with ``Trainer``; (model, mean training loss, loss record).
-
-    The loss record holds the per-epoch mean losses, the means of :data:`CURVE_BLOCK` steps, the epochs run
-    and whether training stopped on the plateau rule (``budget.plateau_tol``, convergence.py).
-    """
-    from transformers import AutoModelForSequenceClassification, TrainingArguments
-    from transformers.utils import logging as hf_logging
-
-    from .convergence import LossLog, PlateauCallback, RecordingTrainer
-
-    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=num_labels)
-    log = LossLog()
-    plateau = PlateauCallback(log, budget.plateau_tol)
-    with tempfile.TemporaryDirectory() as tmp:
-        args = TrainingArguments(
-            output_dir=tmp,
-            num_train_epochs=budget.epochs,
-            per_device_train_batch_size=budget.batch_size,
-            learning_rate=budget.learning_rate,
-            weight_decay=budget.weight_decay,
-            warmup_steps=budget.warmup_ratio,
-            lr_scheduler_type="linear",
-            seed=seed,
-            use_cpu=device == "cpu",
-            save_strategy="no",
-            logging_strategy="no",
-            report_to=[],
-            disable_tqdm=True,
-            train_sampling_strategy="group_by_length",
-            dataloader_num_workers=0,
-            **extra,
-        )
-        trainer = RecordingTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            data_collator=collator,
-            callbacks=[*(callbacks or []), plateau],
-        )
-        trainer.loss_log = log
-        loss = float(trainer.train().training_loss)
-    if not math.isfinite(loss):
-        raise RuntimeError(f"the training loss is not finite ({loss})")
-    record = {
-        "epoch_losses": log.epochs,
-        "final_training_loss": log.epochs[-1] if log.epochs else loss,
-        "epochs_run": len(log.epochs),
-        "stopped_on_plateau": plateau.stopped_on_plateau,
-        "loss_curve": {"block_steps": CURVE_BLOCK, "steps": len(log.steps), "means": log.curve(CURVE_BLOCK)},
-    }
-    return trainer.model, loss, record
-
-
-def _run_unit(
-    unit: Unit,
-    splits: dict[str, _Split],
-    rec: FullRecipe,
-    model_dir: str,
-    tokenizer: Any,
-    num_labels: int,
-    device: str = "cpu",
-) -> dict[str, dict[str, Any]]:
-    """Train one model and score it; the records by setting."""
+def _training_data(
+    unit: Unit, train: Split, config: PrivatizerConfig | None, budget: Budget, tokenizer: Any
+) -> _TrainingData:
+    """The clean ids (clean units), the ids privatized once (``once``), or the texts with a collator that
+    privatizes each batch afresh (``on_the_fly``)."""
     from datasets import Dataset
     from transformers import DataCollatorWithPadding
 
     from ..integrations.collators import DataCollatorWithPrivatization, PrivacyAccountingCallback
 
+    if config is None:
+        dataset = Dataset.from_dict({"input_ids": train.ids, "labels": train.labels})
+        return _TrainingData(dataset, DataCollatorWithPadding(tokenizer))
+    assert unit.noise_seed is not None
+    if unit.path == "once":
+        train_ids, max_eps = privatize_split(train, config, unit.noise_seed, "train", budget.max_length)
+        changed, total = changed_positions(train.ids, train_ids)
+        privacy = {"epochs": budget.epochs, "releases": 1, "max_example_epsilon": max_eps}
+        dataset = Dataset.from_dict({"input_ids": train_ids, "labels": train.labels})
+        collator = DataCollatorWithPadding(tokenizer)
+        return _TrainingData(dataset, collator, private_ids=train_ids, privacy=privacy, changed=changed, total=total)
+    inner = DataCollatorWithPrivatization(
+        tokenizer,
+        config,
+        seed=unit.noise_seed,
+        split="train",
+        allow_weak_seed=True,
+        max_length=budget.max_length,
+    )
+    counting = CountingCollator(inner, train.ids)
+    dataset = Dataset.from_dict(
+        {
+            "text": train.texts,
+            "label": train.labels,
+            "idx": list(range(len(train.texts))),
+            "length": [len(i) for i in train.ids],
+        }
+    )
+    return _TrainingData(
+        dataset,
+        counting,
+        callbacks=[PrivacyAccountingCallback(inner)],
+        extra={"remove_unused_columns": False},
+        counting=counting,
+    )
+
+
+def _score(
+    model: Any,
+    unit: Unit,
+    splits: dict[str, Split],
+    config: PrivatizerConfig | None,
+    rec: FullRecipe,
+    pad: int,
+    private_train_ids: list[list[int]] | None,
+) -> tuple[dict[str, float], float | None, dict[str, Any] | None]:
+    """The trained model's test accuracies by setting (clean test text; for a private unit also the test split
+    privatized with its own noise), that split's replacement rate, and the membership attack (when asked)."""
     b = rec.budget
     train, test = splits["train"], splits["test"]
-    t0 = time.perf_counter()
-    extra: dict[str, Any] = {}
-    info: dict[str, Any] = {}
-    if unit.epsilon is None:
-        train_ids = train.ids
-        dataset = Dataset.from_dict({"input_ids": train_ids, "labels": train.labels})
-        collator: Any = DataCollatorWithPadding(tokenizer)
-    else:
-        config = PrivatizerConfig(
-            mechanism=unit.mechanism, epsilon=unit.epsilon, model=rec.model, options=dict(unit.options)
-        )
-        assert unit.noise_seed is not None
-        if unit.path == "once":
-            train_ids, max_eps = _privatize(train, config, unit.noise_seed, "train", b.max_length)
-            changed, total = _rate(train.ids, train_ids)
-            info["training_privacy"] = {"epochs": b.epochs, "releases": 1, "max_example_epsilon": max_eps}
-            dataset = Dataset.from_dict({"input_ids": train_ids, "labels": train.labels})
-            collator = DataCollatorWithPadding(tokenizer)
-        else:
-            inner = DataCollatorWithPrivatization(
-                tokenizer,
-                config,
-                seed=unit.noise_seed,
-                split="train",
-                allow_weak_seed=True,
-                max_length=b.max_length,
-            )
-            collator = _CountingCollator(inner, train.ids)
-            dataset = Dataset.from_dict(
-                {
-                    "text": train.texts,
-                    "label": train.labels,
-                    "idx": list(range(len(train.texts))),
-                    "length": [len(i) for i in train.ids],
-                }
-            )
-            extra = {"remove_unused_columns": False, "callbacks": [PrivacyAccountingCallback(inner)]}
-    callbacks = extra.pop("callbacks", None)
-    seconds_privatize = time.perf_counter() - t0
-    model, loss, curve = _train(
-        model_dir, dataset, collator, b, unit.train_seed, num_labels, callbacks, device=device, **extra
-    )
-    if unit.path == "on_the_fly":
-        changed, total = collator.changed, collator.total
-        training = collator.inner.privacy_report()["training"]
-        info["training_privacy"] = {k: training[k] for k in ("epochs", "releases", "max_example_epsilon")}
-    pad = int(tokenizer.pad_token_id)
-    accs = {"train_only": _accuracy(model, test.ids, test.labels, pad, b.eval_batch_size)}
+    accs = {"train_only": accuracy(model, test.ids, test.labels, pad, b.eval_batch_size)}
     test_rate = None
     test_ids = None
-    if unit.epsilon is not None and unit.noise_seed is not None:
-        test_ids, _ = _privatize(test, config, unit.noise_seed, "test", b.max_length)
-        accs["train_and_test"] = _accuracy(model, test_ids, test.labels, pad, b.eval_batch_size)
-        c, t = _rate(test.ids, test_ids)
+    if config is not None and unit.noise_seed is not None:
+        test_ids, _ = privatize_split(test, config, unit.noise_seed, "test", b.max_length)
+        accs["train_and_test"] = accuracy(model, test_ids, test.labels, pad, b.eval_batch_size)
+        c, t = changed_positions(test.ids, test_ids)
         test_rate = 100.0 * c / max(t, 1)
-    if rec.membership is not None:
-        private = None if unit.path != "once" or test_ids is None else (train_ids, test_ids)
-        info["membership"] = _membership(model, train, test, private, rec.membership, pad, b.eval_batch_size)
-    wall = time.perf_counter() - t0
+    if rec.membership is None:
+        return accs, test_rate, None
+    private = None if private_train_ids is None or test_ids is None else (private_train_ids, test_ids)
+    return accs, test_rate, membership_attack(model, train, test, private, rec.membership, pad, b.eval_batch_size)
+
+
+def _records(
+    unit: Unit,
+    rec: FullRecipe,
+    n_rows: dict[str, int],
+    device: str,
+    measured: dict[str, Any],
+    accs: dict[str, float],
+    rates: dict[str, float | None],
+) -> dict[str, dict[str, Any]]:
+    """The unit's records by setting: what was trained (``measured``: loss, curve, times, privacy) and scored."""
     base = {
         "protocol": FULL_PROTOCOL,
         "task": unit.task,
@@ -482,64 +330,75 @@ def _run_unit(
         "noise_seed": unit.noise_seed,
         "train_seed": unit.train_seed,
         "path": unit.path,
-        "n_rows": {"train": len(train.ids), "test": len(test.ids)},
-        "chance": _chance(unit.task, len(test.ids)),
-        "budget": asdict(b),
+        "n_rows": n_rows,
+        "chance": _chance(unit.task, n_rows["test"]),
+        "budget": asdict(rec.budget),
         "model": rec.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
-        "training_loss": loss,
-        **curve,
-        "wall_s": round(wall, 1),
-        "privatize_s": round(seconds_privatize, 1),
-        **info,
+        **measured,
     }
     if unit.epsilon is None:
         return {"clean": {**base, "setting": "clean", "accuracy": accs["train_only"]}}
-    train_rate = 100.0 * changed / max(total, 1)
     return {
         s: {
             **base,
             "setting": s,
             "accuracy": accs[s],
             "clean_test_accuracy": accs["train_only"],
-            "replacement_rate": {"train": train_rate, "test": test_rate},
+            "replacement_rate": dict(rates),
         }
         for s in SETTINGS
     }
 
 
-def _membership(
-    model: Any,
-    train: _Split,
-    test: _Split,
-    private: tuple[list[list[int]], list[list[int]]] | None,
-    mia: Membership,
-    pad: int,
-    batch_size: int,
-) -> dict[str, Any]:
-    """The loss-threshold attack on ``model`` (membership.py): a fixed draw of training rows (members)
-    against as many test rows (non-members). ``original``: both scored on their clean text (did the model
-    memorize the private rows?); ``privatized`` (the ``once`` path): members on the private ids the model
-    was trained on, non-members on the privatized test text."""
-    from .membership import loss_threshold_attack
-
-    n = min(mia.rows, len(train.ids), len(test.ids))
-    rng = np.random.default_rng(mia.seed)
-    members = np.sort(rng.choice(len(train.ids), n, replace=False)).tolist()
-    others = np.sort(rng.choice(len(test.ids), n, replace=False)).tolist()
-    labels_m = [train.labels[i] for i in members]
-    labels_n = [test.labels[i] for i in others]
-
-    def attack(train_ids: list[list[int]], test_ids: list[list[int]]) -> dict[str, Any]:
-        m = _row_losses(model, [train_ids[i] for i in members], labels_m, pad, batch_size)
-        o = _row_losses(model, [test_ids[i] for i in others], labels_n, pad, batch_size)
-        out = loss_threshold_attack(m, o, fpr=mia.fpr, resamples=mia.resamples, seed=mia.seed)
-        return {**out, "member_loss_mean": float(m.mean()), "nonmember_loss_mean": float(o.mean())}
-
-    result = {"members": "training rows", "nonmembers": "test split", "original": attack(train.ids, test.ids)}
-    if private is not None:
-        result["privatized"] = attack(*private)
-    return result
+def _run_unit(
+    unit: Unit,
+    splits: dict[str, Split],
+    rec: FullRecipe,
+    model_dir: str,
+    tokenizer: Any,
+    num_labels: int,
+    device: str = "cpu",
+) -> dict[str, dict[str, Any]]:
+    """Train one model and score it; the records by setting."""
+    b = rec.budget
+    t0 = time.perf_counter()
+    config = None
+    if unit.epsilon is not None:
+        config = PrivatizerConfig(
+            mechanism=unit.mechanism, epsilon=unit.epsilon, model=rec.model, options=dict(unit.options)
+        )
+    data = _training_data(unit, splits["train"], config, b, tokenizer)
+    seconds_privatize = time.perf_counter() - t0
+    model, loss, curve = train_model(
+        model_dir,
+        data.dataset,
+        data.collator,
+        b,
+        unit.train_seed,
+        num_labels,
+        data.callbacks,
+        device=device,
+        **data.extra,
+    )
+    privacy, changed, total = data.measured()
+    accs, test_rate, membership = _score(
+        model, unit, splits, config, rec, int(tokenizer.pad_token_id), data.private_ids
+    )
+    wall = time.perf_counter() - t0
+    measured: dict[str, Any] = {
+        "training_loss": loss,
+        **curve,
+        "wall_s": round(wall, 1),
+        "privatize_s": round(seconds_privatize, 1),
+    }
+    if privacy is not None:
+        measured["training_privacy"] = privacy
+    if membership is not None:
+        measured["membership"] = membership
+    n_rows = {"train": len(splits["train"].ids), "test": len(splits["test"].ids)}
+    rates = {"train": 100.0 * changed / max(total, 1), "test": test_rate}
+    return _records(unit, rec, n_rows, device, measured, accs, rates)
 
 
 def _chance(task: str, test_rows: int) -> float:
@@ -575,7 +434,7 @@ def run_full_finetune(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     root = recipe_root(recipe_path)
     recipe_info, command = provenance(rec.name, recipe_path, raw, out_dir)
-    splits: dict[str, dict[str, _Split]] = {}
+    splits: dict[str, dict[str, Split]] = {}
     written: list[Path] = []
     todo = [u for u in rec.units if only is None or only(u)]
     for n, unit in enumerate(todo, 1):
@@ -606,58 +465,3 @@ def run_full_finetune(
     if any("loss_curve" in r for r in finished):
         plot_loss_curves(finished, out_dir / "loss_curves.png")
     return written
-
-
-def _mean_std(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1):.1f}"
-
-
-def full_table(results: list[dict[str, Any]], below: str = "†") -> list[str]:
-    """Markdown table of full fine-tuning records: mean ± sample std over noise (or training) seeds.
-
-    A cell whose mean is below the task's chance level carries ``below``. Records with a membership attack
-    (converged recipes) get the wider table of finetune_report.py.
-    """
-    if any("membership" in r for r in results):
-        from .finetune_report import converged_table
-
-        return converged_table(results, below)
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
-    for r in results:
-        groups[(r["task"], r["label"], r["epsilon"], r["path"], r["setting"])].append(r)
-    rows = [
-        "| task | mechanism | ε | path | n | train rate % | train_only | train_and_test |",
-        "|---|---|---:|---|---:|---:|---|---|",
-    ]
-    keys = sorted(
-        {k[:4] for k in groups},
-        key=lambda k: (k[0], k[1] != "clean", k[1], -1.0 if k[2] is None else k[2], str(k[3])),
-    )
-
-    def cell(group: list[dict[str, Any]]) -> str:
-        if not group:
-            return "–"
-        accs = [float(r["accuracy"]) for r in group]
-        flag = below if np.mean(accs) < float(group[0]["chance"]) else ""
-        return _mean_std(accs) + flag
-
-    for task, label, eps, path in keys:
-        if label == "clean":
-            g = groups[(task, label, eps, path, "clean")]
-            rows.append(f"| {task} | clean | – | – | {len(g)} | 0 | {cell(g)} | {cell(g)} |")
-            continue
-        a, b = groups[(task, label, eps, path, "train_only")], groups[(task, label, eps, path, "train_and_test")]
-        rates = [float(r["replacement_rate"]["train"]) for r in a]
-        rows.append(
-            f"| {task} | {label} | {eps:g} | {path} | {len(a)} | {np.mean(rates):.0f} | {cell(a)} | {cell(b)} |"
-        )
-    chance = {r["task"]: r["chance"] for r in results}
-    rows += [
-        "",
-        "Chance (majority class of the scored test rows): "
-        + ", ".join(f"{t} {c:.1f} %" for t, c in sorted(chance.items()))
-        + ".",
-    ]
-    return rows

@@ -1,7 +1,8 @@
-"""The tables of converged fine-tunes (finetune_full.py records with ``epoch_losses`` and ``membership``):
-accuracy, final training loss beside ln(classes), epochs run and the loss-threshold membership attack, as
-mean ± sample std over the models (noise × training seeds) of each cell (:func:`converged_table`) and one row
-per model (:func:`per_model_table`); :func:`folder_tables` renders both for a results folder."""
+"""The tables of full fine-tunes (finetune_full.py records): :func:`full_table` for every recipe; for converged
+fine-tunes (records with ``epoch_losses`` and ``membership``) accuracy, final training loss beside ln(classes),
+epochs run and the loss-threshold membership attack, as mean ± sample std over the models (noise × training
+seeds) of each cell (:func:`converged_table`) and one row per model (:func:`per_model_table`);
+:func:`folder_tables` renders both for a results folder."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..io.results import load_results
 from .tasks import TASKS
 
 
-__all__ = ["converged_table", "folder_tables", "per_model_table"]
+__all__ = ["converged_table", "folder_tables", "full_table", "per_model_table"]
 
 
 def _ms(values: list[float], digits: int = 1) -> str:
@@ -155,3 +156,50 @@ def folder_tables(folder: str | os.PathLike[str], below: str = "†") -> str:
     if not results:
         raise FileNotFoundError(f"no converged fine-tune records (*.json with 'membership') in {str(folder)!r}")
     return "\n".join([*converged_table(results, below), "", "### Per model", "", *per_model_table(results)]) + "\n"
+
+
+def full_table(results: list[dict[str, Any]], below: str = "†") -> list[str]:
+    """Markdown table of full fine-tuning records: mean ± sample std over noise (or training) seeds.
+
+    A cell whose mean is below the task's chance level carries ``below``. Records with a membership attack
+    (converged recipes) get the wider table of finetune_report.py.
+    """
+    if any("membership" in r for r in results):
+        return converged_table(results, below)
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in results:
+        groups[(r["task"], r["label"], r["epsilon"], r["path"], r["setting"])].append(r)
+    rows = [
+        "| task | mechanism | ε | path | n | train rate % | train_only | train_and_test |",
+        "|---|---|---:|---|---:|---:|---|---|",
+    ]
+    keys = sorted(
+        {k[:4] for k in groups},
+        key=lambda k: (k[0], k[1] != "clean", k[1], -1.0 if k[2] is None else k[2], str(k[3])),
+    )
+
+    def cell(group: list[dict[str, Any]]) -> str:
+        if not group:
+            return "–"
+        accs = [float(r["accuracy"]) for r in group]
+        flag = below if np.mean(accs) < float(group[0]["chance"]) else ""
+        return _ms(accs) + flag
+
+    for task, label, eps, path in keys:
+        if label == "clean":
+            g = groups[(task, label, eps, path, "clean")]
+            rows.append(f"| {task} | clean | – | – | {len(g)} | 0 | {cell(g)} | {cell(g)} |")
+            continue
+        a, b = groups[(task, label, eps, path, "train_only")], groups[(task, label, eps, path, "train_and_test")]
+        rates = [float(r["replacement_rate"]["train"]) for r in a]
+        rows.append(
+            f"| {task} | {label} | {eps:g} | {path} | {len(a)} | {np.mean(rates):.0f} | {cell(a)} | {cell(b)} |"
+        )
+    chance = {r["task"]: r["chance"] for r in results}
+    rows += [
+        "",
+        "Chance (majority class of the scored test rows): "
+        + ", ".join(f"{t} {c:.1f} %" for t, c in sorted(chance.items()))
+        + ".",
+    ]
+    return rows

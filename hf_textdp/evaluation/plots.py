@@ -135,6 +135,63 @@ def _x(p: _Point, xname: str) -> float:
     return 100.0 * p.rate
 
 
+def _draw_lines(
+    ax: Any,
+    task: str,
+    lines: dict[tuple[str, str, str], list[_Point]],
+    colors: dict[str, Any],
+    xname: str,
+    entries: dict[str, Any],
+) -> None:
+    """``task``'s panel: a line per (privatizer, setting) with its error bars; each line's legend entry."""
+    from matplotlib.lines import Line2D
+
+    for (t, lab, setting), pts in sorted(lines.items()):
+        if t != task:
+            continue
+        if xname == "rate":  # vector releases have no replacement rate
+            pts = [p for p in pts if p.rate is not None]
+        if not pts:
+            continue
+        pts = sorted(pts, key=lambda p: _x(p, xname))
+        xs = [_x(p, xname) for p in pts]
+        stds = [math.nan if p.std is None else p.std for p in pts]
+        style = LINESTYLES.get(setting, ":")
+        ax.errorbar(
+            xs,
+            [p.accuracy for p in pts],
+            yerr=None if all(math.isnan(s) for s in stds) else stds,
+            marker="o",
+            ms=3,
+            color=colors[lab],
+            linestyle=style,
+            elinewidth=0.8,
+            capsize=2,
+        )
+        # a proxy without the marker: on a short handle the marker hid the dash gap
+        entries.setdefault(f"{lab} ({setting})", Line2D([], [], color=colors[lab], linestyle=style))
+
+
+def _x_axis(ax: Any, task: str, lines: dict[tuple[str, str, str], list[_Point]], xname: str) -> None:
+    """The panel's x axis: ε on a log scale (the grid's own values as plain ticks when it is small), or the
+    replacement rate."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
+
+    if xname == "epsilon":
+        ax.set_xscale("log")
+        ax.set_xlabel("ε (per token)")
+        grid = sorted({p.epsilon for (t, _, _), pts in lines.items() if t == task for p in pts})
+        if 0 < len(grid) <= PLAIN_TICKS_UP_TO:  # a small grid: its own ε as plain ticks, not 4×10^1
+            ax.xaxis.set_major_locator(FixedLocator(grid))
+            ax.xaxis.set_major_formatter(FixedFormatter([f"{e:g}" for e in grid]))
+        else:  # a large one: 1, 2, 5 × 10^k, written as plain numbers (40, not 4×10^1)
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_locator(NullLocator())
+    else:
+        ax.set_xlabel("replacement rate (%)")
+
+
 def _figure(
     plt: Any,
     lines: dict[tuple[str, str, str], list[_Point]],
@@ -149,7 +206,6 @@ def _figure(
 ) -> Figure:
     """One figure: a panel per task, a line per (privatizer, setting), one legend below the panels."""
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter, LogLocator, NullLocator
 
     cols = min(len(tasks), 3)
     rows = math.ceil(len(tasks) / cols)
@@ -157,30 +213,7 @@ def _figure(
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
     entries: dict[str, Line2D] = {}  # legend name -> handle, over all panels (lines may exist for some tasks only)
     for ax, task in zip(axes.ravel(), tasks, strict=False):  # extra axes are switched off below
-        for (t, lab, setting), pts in sorted(lines.items()):
-            if t != task:
-                continue
-            if xname == "rate":  # vector releases have no replacement rate
-                pts = [p for p in pts if p.rate is not None]
-            if not pts:
-                continue
-            pts = sorted(pts, key=lambda p: _x(p, xname))
-            xs = [_x(p, xname) for p in pts]
-            stds = [math.nan if p.std is None else p.std for p in pts]
-            style = LINESTYLES.get(setting, ":")
-            ax.errorbar(
-                xs,
-                [p.accuracy for p in pts],
-                yerr=None if all(math.isnan(s) for s in stds) else stds,
-                marker="o",
-                ms=3,
-                color=colors[lab],
-                linestyle=style,
-                elinewidth=0.8,
-                capsize=2,
-            )
-            # a proxy without the marker: on a short handle the marker hid the dash gap
-            entries.setdefault(f"{lab} ({setting})", Line2D([], [], color=colors[lab], linestyle=style))
+        _draw_lines(ax, task, lines, colors, xname, entries)
         if task in clean:
             base = clean[task]
             ax.axhline(base.accuracy, color="grey", linewidth=1)
@@ -192,19 +225,7 @@ def _figure(
             entries.setdefault("chance (majority class)", Line2D([], [], color="black", linestyle="-.", linewidth=0.8))
         ax.set_title(f"{task} — {title}" if title else task)
         ax.set_ylabel("accuracy (%)")
-        if xname == "epsilon":
-            ax.set_xscale("log")
-            ax.set_xlabel("ε (per token)")
-            grid = sorted({p.epsilon for (t, _, _), pts in lines.items() if t == task for p in pts})
-            if 0 < len(grid) <= PLAIN_TICKS_UP_TO:  # a small grid: its own ε as plain ticks, not 4×10^1
-                ax.xaxis.set_major_locator(FixedLocator(grid))
-                ax.xaxis.set_major_formatter(FixedFormatter([f"{e:g}" for e in grid]))
-            else:  # a large one: 1, 2, 5 × 10^k, written as plain numbers (40, not 4×10^1)
-                ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-                ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-            ax.xaxis.set_minor_locator(NullLocator())
-        else:
-            ax.set_xlabel("replacement rate (%)")
+        _x_axis(ax, task, lines, xname)
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[len(tasks) :]:
         ax.axis("off")

@@ -14,7 +14,8 @@ from typing import Any
 from ..io.files import atomic_write_text
 from ..io.results import load_results
 from ..space import DEFAULT_MODEL
-from .finetune_full import FULL_PROTOCOL, full_table
+from .finetune_full import FULL_PROTOCOL
+from .finetune_report import full_table
 from .tasks import TASKS, chance_accuracy
 
 

@@ -214,6 +214,12 @@ def _probe(dev: torch.device) -> bool:
 
 
 def _build() -> dict[str, Any]:
+    """The three Triton kernels of the fused search (each compiled at its first launch)."""
+    return {"filter": _filter_kernel(), "verify": _verify_kernel(), "norms": _norms_kernel()}
+
+
+def _filter_kernel() -> Any:
+    """The bf16 product filter: each query's running maximum and its candidates within 2β of it."""
     import triton
     import triton.language as tl
 
@@ -284,6 +290,14 @@ def _build() -> dict[str, Any]:
         tl.store(cnt_ptr + rm, cnt, mask=live)
         tl.store(best_ptr + rm, best, mask=live)
 
+    return filter_kernel
+
+
+def _verify_kernel() -> Any:
+    """The float64 check of each query's candidates: the nearest, or a flag where it is not certain."""
+    import triton
+    import triton.language as tl
+
     @triton.jit  # type: ignore[untyped-decorator]
     def verify_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
         q_ptr, e_ptr, cnt_ptr, cand_ptr, cs_ptr, best_ptr, b2_ptr, out_ptr, flag_ptr, c_err,
@@ -331,6 +345,14 @@ def _build() -> dict[str, Any]:
         tl.store(out_ptr + b, best_p.to(tl.int64))
         tl.store(flag_ptr + b, tl.where(ok, 0, 1).to(tl.int8))
 
+    return verify_kernel
+
+
+def _norms_kernel() -> Any:
+    """The queries' norms (of q̂, of q − q̂ and of q) in float64."""
+    import triton
+    import triton.language as tl
+
     @triton.jit  # type: ignore[untyped-decorator]
     def norms_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover - GPU or interpreter
         q_ptr, qa_ptr, out_ptr, B, d: tl.constexpr, K: tl.constexpr, BQ: tl.constexpr, DCH: tl.constexpr,
@@ -353,7 +375,7 @@ def _build() -> dict[str, Any]:
         tl.store(out_ptr + B + rb, tl.sqrt(rr), mask=live)
         tl.store(out_ptr + 2 * B + rb, tl.sqrt(qq), mask=live)
 
-    return {"filter": filter_kernel, "verify": verify_kernel, "norms": norms_kernel}
+    return norms_kernel
 
 
 def fused_nearest(

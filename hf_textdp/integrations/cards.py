@@ -213,26 +213,14 @@ def _size_category(rows: int) -> str:
     return "n>1M"
 
 
-def dataset_card(
-    report: dict[str, Any],
-    *,
-    repo_id: str = "USER/DATASET",
-    pretty_name: str | None = None,
-    original_columns: list[str] | None = None,
-) -> Any:
-    """A :class:`huggingface_hub.DatasetCard` for a privatized dataset, from its privacy report.
-
-    Args:
-        original_columns (`list[str]`, *optional*): columns of the data that hold the original text
-            (``*_original``); the card then says first, plainly, that they and the dataset are not private.
-    """
-    original_columns = sorted(original_columns or [])
+def _card_data(report: dict[str, Any], pretty_name: str | None, original_columns: list[str]) -> DatasetCardData:
+    """The card's YAML metadata: its name, size category and tags, and the ``hf_textdp`` block (mechanism, ε, δ,
+    guarantee, model, candidate set; the original columns and the sensitive settings where there are)."""
     totals = report.get("totals") or {}
-    scale = report.get("scale") or {}
     model = report.get("model") or {}
     cand = report.get("candidate_set") or {}
     mechanism = str(report.get("mechanism"))
-    data = DatasetCardData(
+    return DatasetCardData(
         pretty_name=pretty_name or f"Privatized text ({mechanism}, epsilon={_fmt(report.get('epsilon'))})",
         size_categories=_size_category(int(totals.get("rows") or 0)),
         tags=[
@@ -257,6 +245,28 @@ def dataset_card(
             **({"sensitive": card_fields(report, _fmt)["yaml"]} if report.get("sensitive") else {}),
         },
     )
+
+
+def dataset_card(
+    report: dict[str, Any],
+    *,
+    repo_id: str = "USER/DATASET",
+    pretty_name: str | None = None,
+    original_columns: list[str] | None = None,
+) -> Any:
+    """A :class:`huggingface_hub.DatasetCard` for a privatized dataset, from its privacy report.
+
+    Args:
+        original_columns (`list[str]`, *optional*): columns of the data that hold the original text
+            (``*_original``); the card then says first, plainly, that they and the dataset are not private.
+    """
+    original_columns = sorted(original_columns or [])
+    totals = report.get("totals") or {}
+    scale = report.get("scale") or {}
+    model = report.get("model") or {}
+    cand = report.get("candidate_set") or {}
+    mechanism = str(report.get("mechanism"))
+    data = _card_data(report, pretty_name, original_columns)
     guarantee = str(report.get("guarantee"))
     kind_line = {
         "metric_dp": f"ε·d metric DP, metric {report.get('metric') or 'euclidean'}",

@@ -5,7 +5,7 @@ mechanism parameters, post-processing, candidate setting), how many private toke
 recovered: a lower bound on leakage from those attacks, never a measurement of all an adversary can
 recover. A report whose configuration is in the table quotes it; nothing is computed from the data being
 released; :func:`hf_textdp.integrations.report_text.recovery_statement` words it. The key of a configuration is
-:func:`hf_textdp.release.config_key`'s.
+:func:`hf_textdp.release_report.config_key`'s.
 """
 
 from __future__ import annotations

@@ -46,6 +46,41 @@ def _chunk_uniforms(streams: Streams, c0: int, c1: int) -> torch.Tensor:
     return streams.uniforms(Draw.SAMPLER, c1 - c0 + odd, start=c0 // 2)[:, odd:]
 
 
+def _bottom_columns(
+    arg: torch.Tensor,
+    rows: torch.Tensor,
+    k: torch.Tensor,
+    out_counts: torch.Tensor,
+    chunk_size: int,
+    x: torch.Tensor,
+    x_sq: torch.Tensor,
+    n32: torch.Tensor,
+    em2t: torch.Tensor,
+    gamma: float,
+) -> None:
+    """For the ``rows`` where ⊥ won, ``arg`` becomes the k-th column outside the γ-ball (in increasing order): the
+    chunks holding it are recomputed, by the first pass's call (:func:`gumbel_max_list`, under its fp32 mode)."""
+    if not rows.numel():
+        return
+    V = n32.shape[0]
+    cum = torch.cumsum(out_counts, 1)  # outside columns up to and including each chunk
+    kr = k[rows]
+    chunk_of = (cum[rows] <= kr[:, None]).sum(1)  # first chunk whose cumulative count exceeds k
+    before = torch.where(chunk_of > 0, cum[rows, (chunk_of - 1).clamp(min=0)], torch.zeros_like(kr))
+    for ci in torch.unique(chunk_of).tolist():
+        c0 = ci * chunk_size  # the first pass's starts: range(0, V, chunk_size)
+        c1 = min(c0 + chunk_size, V)
+        dist = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1])  # same call as the first pass
+        sel = chunk_of == ci
+        rr = rows[sel]
+        outside = dist[rr] > gamma
+        if not bool((outside.sum(1) == out_counts[rr, ci]).all()):
+            raise AssertionError("tem list sampler: recomputed distances differ from the first pass")
+        target = (kr[sel] - before[sel])[:, None]
+        j = torch.argmax((torch.cumsum(outside.to(torch.int64), 1) > target).to(torch.int8), dim=1)
+        arg[rr] = j + c0
+
+
 def gumbel_max_list(
     x: torch.Tensor,
     n32: torch.Tensor,
@@ -109,22 +144,5 @@ def gumbel_max_list(
             k = torch.minimum(k, (n_out - 1).clamp(min=0))
         else:
             k = bottom_rank(u_k, n_out)
-        rows = torch.nonzero(won).squeeze(1)
-        if rows.numel():
-            cum = torch.cumsum(out_counts, 1)  # outside columns up to and including each chunk
-            kr = k[rows]
-            chunk_of = (cum[rows] <= kr[:, None]).sum(1)  # first chunk whose cumulative count exceeds k
-            before = torch.where(chunk_of > 0, cum[rows, (chunk_of - 1).clamp(min=0)], torch.zeros_like(kr))
-            for ci in torch.unique(chunk_of).tolist():
-                c0 = starts[ci]
-                c1 = min(c0 + chunk_size, V)
-                dist = chunk_distances(x, x_sq, n32[c0:c1], em2t[:, c0:c1])  # same call as the first pass
-                sel = chunk_of == ci
-                rr = rows[sel]
-                outside = dist[rr] > gamma
-                if not bool((outside.sum(1) == out_counts[rr, ci]).all()):
-                    raise AssertionError("tem list sampler: recomputed distances differ from the first pass")
-                target = (kr[sel] - before[sel])[:, None]
-                j = torch.argmax((torch.cumsum(outside.to(torch.int64), 1) > target).to(torch.int8), dim=1)
-                arg[rr] = j + c0
+        _bottom_columns(arg, torch.nonzero(won).squeeze(1), k, out_counts, chunk_size, x, x_sq, n32, em2t, gamma)
     return arg

@@ -92,39 +92,36 @@ def privatize_dataset(
         config (`PrivatizerConfig`): what to privatize with.
         text_column (`str`, defaults to `"text"`): the column to privatize.
         split (`str`, *optional*): select one split of a ``DatasetDict``; also the noise key.
-        num_proc (`int`, *optional*): worker processes for ``Dataset.map``. On a CUDA device the workers
-            tokenize and decode on CPU and this process alone releases their batches on the GPU
-            (the ``release_service_off`` switch of :mod:`hf_textdp.settings`: each worker uses the GPU
-            itself); the output is the same.
+        num_proc (`int`, *optional*): worker processes for ``Dataset.map``. On a CUDA device the workers tokenize and
+            decode on CPU and this process alone releases their batches on the GPU (the ``release_service_off`` switch
+            of :mod:`hf_textdp.settings`: each worker uses the GPU itself); the output is the same.
         seed (`int`, *optional*): secret key for reproducible noise (never saved; ≥ 64 random bits).
-        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for
-            public benchmark data only.
-        id_column (`str`, *optional*): int column used as the row id instead of the index. Ids must be unique:
-            a ``Dataset`` with a repeated id is refused before any row is privatized (a stream, batch by batch).
-        output_dir (`str`, *optional*): where to save (file by extension, else a folder). Refused when it
-            exists (unless ``overwrite``) or when it is, or contains, the input.
+        allow_weak_seed (`bool`, defaults to `False`): accept a seed below 2**32 (it can be searched), for public
+            benchmark data only.
+        id_column (`str`, *optional*): int column used as the row id instead of the index. Ids must be unique: a
+            ``Dataset`` with a repeated id is refused before any row is privatized (a stream, batch by batch).
+        output_dir (`str`, *optional*): where to save (file by extension, else a folder). Refused when it exists
+            (unless ``overwrite``) or when it is, or contains, the input.
         streaming (`bool`, defaults to `False`): stream the source (``IterableDataset``).
-        resume (`bool`, defaults to `False`): continue a killed run from its finished shards (the same
-            config, input, shard size and seed: the seed is not stored; the first rows of the partial run,
-            privatized again, must agree).
-        overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run): a file
-            output, an empty folder or an earlier output folder (it holds ``privacy_report.json``), never
-            another folder.
+        resume (`bool`, defaults to `False`): continue a killed run from its finished shards (the same config, input,
+            shard size and seed: the seed is not stored; the first rows of the partial run, privatized again, must
+            agree).
+        overwrite (`bool`, defaults to `False`): replace an existing output (and discard a partial run): a file output,
+            an empty folder or an earlier output folder (it holds ``privacy_report.json``), never another folder.
         batch_size (`int`, defaults to `1000`): rows per ``map`` batch (outputs do not depend on it).
-        shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume``
-            (outputs do not depend on it).
+        shard_size (`int`, defaults to `10000`): rows per shard of a saved output, the unit of ``resume`` (outputs do
+            not depend on it).
         return_report (`bool`, defaults to `False`): return ``(dataset, report)``: the report saved with the output
             (less its ``output_sha256``).
-        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in the output
-            (it gives each identifier's character positions in the original text; dropped by default).
+        keep_spans (`bool`, defaults to `False`): keep the span column of ``sensitive["column"]`` in the output (it
+            gives each identifier's character positions in the original text; dropped by default).
 
     Returns:
-        The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced
-        and the columns ``input_ids``, ``attention_mask``, ``dp_tokens``, ``dp_epsilon`` (``dp_delta``).
-        With a folder output it is the saved dataset (memory-mapped); with a file output, the same rows in
-        memory; with ``streaming=True`` and an output, a stream over the saved output (iterating it reads
-        the saved rows and never privatizes the source again). The report is
-        ``hf_textdp.privacy_report(output_dir)``, or the second item with ``return_report=True``.
+        The same kind as ``source`` (a file or path source gives a ``Dataset``), with the text replaced and the columns
+        ``input_ids``, ``attention_mask``, ``dp_tokens``, ``dp_epsilon`` (``dp_delta``). With a folder output it is the
+        saved dataset (memory-mapped); with a file output, the same rows in memory; with ``streaming=True`` and an
+        output, a stream over the saved output (iterating it reads the saved rows and never privatizes the source
+        again). The report is ``hf_textdp.privacy_report(output_dir)``, or the second item with ``return_report=True``.
 
     Raises:
         OutputExistsError: the output exists, is the input, or a partial run exists (see ``resume``); with

@@ -13,7 +13,7 @@ public unit vector u from f(w) to f(w'), f being the noise-free release map, the
 pooled quantiles of the selection draws (a public choice fixed before the estimation draws are read).
 
 The reference implementation is ``docs/mechanisms/kat/audit.py``; this one makes batched torch draws from
-per-pair keyed streams.
+per-pair keyed streams (audit_sampler.py) and tests each pair in audit_stats.py.
 
 Example:
 
@@ -30,29 +30,28 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from scipy import stats
 
 from ..accounting import Claim
 from ..config import PrivatizerConfig
 from ..errors import InvalidParameterError, ParameterTypeError
 from ..io.models import load_space
 from ..mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
-from ..postprocess import PostprocessStep, UnsafePostprocessStep
-from ..rng import Streams, derive_row_seed, fresh_seed, streams_for_rows, validate_seed
+from ..postprocess import PostprocessStep
+from ..rng import fresh_seed, validate_seed
 from ..search import ExactIndex
 from ..space import EmbeddingSpace
 from ..utils.progress import progress_bar
 from ..validation import check_int, check_open_unit
+from .audit_sampler import Sampler
+from .audit_stats import audit_pair
 
 
-__all__ = ["audit", "AuditResult", "AuditRow", "default_pairs", "clopper_pearson_lower", "clopper_pearson_upper"]
+__all__ = ["audit", "AuditResult", "AuditRow", "default_pairs"]
 
-_SPLIT = "hf_textdp/audit"
-_ROW = 4096  # draws per stream row
 _EXACT_DIAMETER_LIMIT = 4096
 
 
@@ -140,72 +139,7 @@ class AuditResult:
         }
 
 
-# --------------------------------------------------------------------------- statistics
-def clopper_pearson_lower(k: np.ndarray, n: int, a: float) -> np.ndarray:
-    """One-sided Clopper–Pearson lower bound: P[p ≥ lo] ≥ 1 − a (0 at k = 0)."""
-    k = np.asarray(k, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        lo = stats.beta.ppf(a, np.maximum(k, 1e-300), n - k + 1)
-    return np.where(k > 0, lo, 0.0)
-
-
-def clopper_pearson_upper(k: np.ndarray, n: int, a: float) -> np.ndarray:
-    """One-sided Clopper–Pearson upper bound: P[p ≤ hi] ≥ 1 − a (1 at k = n)."""
-    k = np.asarray(k, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        hi = stats.beta.ppf(1.0 - a, k + 1, np.maximum(n - k, 1e-300))
-    return np.where(k < n, hi, 1.0)
-
-
-def _events(ya: np.ndarray, yb: np.ndarray, n_out: int, k_max: int) -> list[np.ndarray]:
-    """Prefixes of the k_max outputs with the highest smoothed log ratio P_a/P_b (selection draws only)."""
-    ca = np.bincount(ya, minlength=n_out).astype(np.float64)
-    cb = np.bincount(yb, minlength=n_out).astype(np.float64)
-    seen = (ca + cb) > 0
-    pa = (ca + 0.5) / (ca + 0.5).sum()
-    pb = (cb + 0.5) / (cb + 0.5).sum()
-    score = np.where(seen, np.log(pa) - np.log(pb), -np.inf)
-    order = np.argsort(-score, kind="stable")
-    order = order[np.isfinite(score[order])][:k_max]
-    return [order[: i + 1] for i in range(len(order))]
-
-
-# --------------------------------------------------------------------------- helpers
-def _center(mech: Mechanism, space: EmbeddingSpace, positions: torch.Tensor) -> torch.Tensor:
-    """The noise-free pre-image f(w) of an additive mechanism's noisy vector (testing.md §3 step 2).
-
-    ``mech.inputs`` (the vectors handed to ``perturb``), passed through the map ``perturb`` applies
-    before adding noise when the mechanism exposes one (``transform_input`` for bounding.md bounds,
-    ``project`` for projected mechanisms, or a ``transform_inputs(space, x)`` hook).
-    """
-    assert isinstance(mech, AdditiveMechanism)
-    x: Any = mech.inputs(space, positions)
-    for name in ("transform_input", "project"):
-        fn = getattr(mech, name, None)
-        if callable(fn):
-            x = fn(x)
-            break
-    else:
-        fn = getattr(mech, "transform_inputs", None)
-        if callable(fn):
-            x = fn(space, x)
-    return torch.as_tensor(x).to(torch.float32)
-
-
-def apply_step(
-    step: PostprocessStep,
-    z: torch.Tensor,
-    mech: AdditiveMechanism,
-    space: EmbeddingSpace,
-    streams: Streams,
-    positions: torch.Tensor,
-) -> torch.Tensor:
-    """Run a post-processing step; an unsafe one (postprocess.md §7) also receives the input positions."""
-    if isinstance(step, UnsafePostprocessStep):
-        return step.apply_unsafe(z, mech, space, streams, positions)
-    return step.apply(z, mech, space, streams)
-
-
+# --------------------------------------------------------------------------- the pairs
 def _resolve_space(
     space: EmbeddingSpace | str, device: str, candidates: str | dict[str, Any] = "all"
 ) -> EmbeddingSpace:
@@ -279,121 +213,6 @@ def _positions(space: EmbeddingSpace, pairs: Sequence[Sequence[int]]) -> list[tu
     return [(int(pos[2 * i]), int(pos[2 * i + 1])) for i in range(len(pairs))]
 
 
-class _Sampler:
-    """Draws outputs of one configured mechanism from fresh, counted row streams."""
-
-    def __init__(self, mech: Mechanism, step: PostprocessStep | None, space: EmbeddingSpace, seed: int) -> None:
-        self.mech, self.step, self.space, self.seed = mech, step, space, seed
-        self.counter = 0
-        self.vectors = bool(step is not None and step.RELEASES_VECTORS)
-
-    def _streams(self, m: int) -> Streams:
-        key = derive_row_seed(self.seed, self.counter, _SPLIT, 0)
-        self.counter += 1
-        return streams_for_rows([key], [m], self.space.device)
-
-    def draw(self, position: int, n: int, u: torch.Tensor | None = None) -> np.ndarray:
-        """``n`` outputs of M(position): candidate positions; for vector releases the vectors
-        ``[n, k]`` (``u`` None) or their projections ⟨z, u⟩ (float64)."""
-        mech, step, space = self.mech, self.step, self.space
-        parts: list[np.ndarray] = []
-        for s in range(0, n, _ROW):
-            m = min(_ROW, n - s)
-            st = self._streams(m)
-            pos = torch.full((m,), position, dtype=torch.int64)
-            if isinstance(mech, SelectionMechanism):
-                out = mech.sample(space, pos, st)
-                parts.append(out.cpu().numpy().astype(np.int64))
-                continue
-            assert isinstance(mech, AdditiveMechanism) and step is not None
-            z = mech.perturb(mech.inputs(space, pos), st)
-            out = apply_step(step, z, mech, space, st, pos).cpu()
-            if not self.vectors:
-                parts.append(out.numpy().astype(np.int64))
-            elif u is None:
-                parts.append(out.double().numpy())
-            else:
-                parts.append((out.double() @ u).numpy())
-        return np.concatenate(parts)
-
-    def direction(self, a: int, b: int, va: np.ndarray, vb: np.ndarray) -> torch.Tensor:
-        """Public unit vector from f(a) to f(b) in the released coordinates (vector releases).
-
-        f is the release map applied to the noise-free vectors (``_center``; the identity for
-        ``vector``, Φᵀ for input-space releases). If that cannot be evaluated in the released
-        coordinates, the difference of the two selection means is used instead: it too is fixed
-        before any estimation draw is read.
-        """
-        assert isinstance(self.mech, AdditiveMechanism) and self.step is not None
-        k = va.shape[1]
-        diff: torch.Tensor | None = None
-        try:
-            c = _center(self.mech, self.space, torch.tensor([a, b]))
-            f = self.step.apply(c, self.mech, self.space, streams_for_rows([0], [2])).cpu().double()
-            if f.ndim == 2 and f.shape == (2, k):
-                diff = f[1] - f[0]
-        except Exception:  # noqa: BLE001 - fall back to the selection means below
-            diff = None
-        if diff is None:
-            diff = torch.from_numpy(vb.mean(0) - va.mean(0))
-        norm = float(torch.linalg.vector_norm(diff))
-        if not norm > 0:
-            u = torch.zeros(k, dtype=torch.float64)
-            u[0] = 1.0
-            return u
-        return diff / norm
-
-
-def _audit_pair(
-    sampler: _Sampler,
-    a: int,
-    b: int,
-    n_select: int,
-    n_estimate: int,
-    a_ev: float,
-    delta: float,
-    k_max: int,
-    n_bins: int,
-) -> tuple[float, float, tuple[int, ...], tuple[int, int]]:
-    sa, sb = sampler.draw(a, n_select), sampler.draw(b, n_select)
-    if sampler.vectors:
-        u = sampler.direction(a, b, sa, sb)
-        sa, sb = sa @ u.numpy(), sb @ u.numpy()
-        ea, eb = sampler.draw(a, n_estimate, u), sampler.draw(b, n_estimate, u)
-        edges = np.quantile(np.concatenate([sa, sb]), np.linspace(0.0, 1.0, n_bins + 1)[1:-1])
-        sa, sb, ea, eb = (np.searchsorted(edges, x) for x in (sa, sb, ea, eb))
-        n_out = n_bins
-    else:
-        ea, eb = sampler.draw(a, n_estimate), sampler.draw(b, n_estimate)
-        n_out = int(max(sa.max(), sb.max(), ea.max(), eb.max())) + 1
-    best_lcb, best_pt = -math.inf, -math.inf
-    best_event: tuple[int, ...] = ()
-    best_dir = (a, b)
-    for sx, sy, ex, ey, direction in ((sa, sb, ea, eb, (a, b)), (sb, sa, eb, ea, (b, a))):
-        events = _events(sx, sy, n_out, k_max)
-        if not events:
-            continue
-        cx = np.bincount(ex, minlength=n_out)
-        cy = np.bincount(ey, minlength=n_out)
-        kx = np.array([cx[e].sum() for e in events], dtype=np.float64)
-        ky = np.array([cy[e].sum() for e in events], dtype=np.float64)
-        lo = clopper_pearson_lower(kx, n_estimate, a_ev) - delta
-        hi = clopper_pearson_upper(ky, n_estimate, a_ev)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lcb = np.where(lo > 0, np.log(np.maximum(lo, 1e-300)) - np.log(hi), -np.inf)
-            pt = np.where(
-                (kx > 0) & (ky > 0),
-                np.log(kx / n_estimate) - np.log(np.maximum(ky, 1) / n_estimate),
-                np.where(kx > 0, np.inf, -np.inf),
-            )
-        i = int(np.argmax(lcb))
-        if lcb[i] > best_lcb or not best_event:
-            best_lcb, best_event, best_dir = float(lcb[i]), tuple(int(o) for o in events[i]), direction
-        best_pt = max(best_pt, float(pt.max()))
-    return best_lcb, best_pt, best_event, best_dir
-
-
-# --------------------------------------------------------------------------- public entry point
 def _pair_claim(mech: Mechanism, claim: Claim, a: int, b: int) -> float:
     """The claim under test for positions (a, b): the pair bound, else ε_tok."""
     if claim.pair_bound is not None:
@@ -403,6 +222,122 @@ def _pair_claim(mech: Mechanism, claim: Claim, a: int, b: int) -> float:
     raise InvalidParameterError(
         f"mechanism {mech.name!r} makes no per-pair claim (guarantee {claim.guarantee!r}); nothing to audit."
     )
+
+
+# --------------------------------------------------------------------------- the audit
+class _Plan(NamedTuple):
+    """One class's audit: its set-up mechanism, space and claim, and the candidate-position pairs to test."""
+
+    mech: Mechanism
+    space: EmbeddingSpace
+    claim: Claim
+    pairs: list[tuple[int, int]]
+
+
+def _target(
+    config_or_mechanism: PrivatizerConfig | tuple[Mechanism, PostprocessStep | None], space: EmbeddingSpace | str
+) -> tuple[Mechanism, PostprocessStep | None, EmbeddingSpace, str | None]:
+    """What to audit: the mechanism, its post-processing step, the space and the step's name (``None``
+    for a selection mechanism built from a config)."""
+    if isinstance(config_or_mechanism, PrivatizerConfig):
+        mech, step = config_or_mechanism.build()
+        sp = _resolve_space(space, config_or_mechanism.device, config_or_mechanism.candidates)
+        postprocess: str | None = config_or_mechanism.postprocess if mech.kind == "additive" else None
+    elif (
+        isinstance(config_or_mechanism, tuple)
+        and len(config_or_mechanism) == 2
+        and isinstance(config_or_mechanism[0], Mechanism)
+    ):
+        mech, step = config_or_mechanism
+        sp = _resolve_space(space, "cpu")
+        postprocess = step.name if step is not None else None
+    else:
+        raise ParameterTypeError(
+            "config_or_mechanism must be a PrivatizerConfig or a (mechanism, postprocess step) pair, got "
+            f"{type(config_or_mechanism).__name__}."
+        )
+    if isinstance(mech, AdditiveMechanism) and not isinstance(step, PostprocessStep):
+        raise InvalidParameterError("config_or_mechanism: an additive mechanism needs a post-processing step.")
+    if not isinstance(mech, (AdditiveMechanism, SelectionMechanism)):
+        raise ParameterTypeError(f"mechanism must be additive or selection, got kind {mech.kind!r}.")
+    return mech, step, sp, postprocess
+
+
+def _plans(
+    mech: Mechanism, step: PostprocessStep | None, sp: EmbeddingSpace, pairs: Sequence[Sequence[int]] | None
+) -> list[_Plan]:
+    """The audit of each class. Class-preserving replacement (space.md §7): each class is its own space with its
+    own mechanism and claim, so each pair is audited inside its class; a pair across classes has no claim."""
+    if pairs is not None:
+        if isinstance(pairs, (str, bytes)) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+            raise ParameterTypeError("pairs must be a list of (w, w') candidate id pairs.")
+        if not pairs:
+            raise InvalidParameterError("pairs must hold at least one pair.")
+        _positions(sp, [(int(p[0]), int(p[1])) for p in pairs])  # every id a candidate (raises naming the others)
+    vectors = step is not None and step.RELEASES_VECTORS
+    parts = [sp.whole_part()] if vectors else sp.class_parts()
+    plans = []
+    for part in parts:
+        m = mech if len(parts) == 1 else copy.deepcopy(mech)
+        m.setup(part.space)
+        claim: Claim = m.claim(part.space)
+        if pairs is None:
+            id_pairs = default_pairs(m, part.space)
+        else:
+            members = set(part.space.candidate_ids.tolist())
+            id_pairs = [(int(p[0]), int(p[1])) for p in pairs if int(p[0]) in members and int(p[1]) in members]
+        if id_pairs:
+            plans.append(_Plan(m, part.space, claim, _positions(part.space, id_pairs)))
+    if pairs is not None and sum(len(plan.pairs) for plan in plans) < len(pairs):
+        raise InvalidParameterError(
+            "pairs: every pair must hold two candidates of one piece class; with class-preserving replacement "
+            "(candidates classes='preserve') a pair across classes differs in a released class and has no claim."
+        )
+    return plans
+
+
+def _audit_rows(
+    plans: list[_Plan],
+    step: PostprocessStep | None,
+    seed: int | None,
+    n_select: int,
+    n_estimate: int,
+    alpha: float,
+    k_max: int,
+    n_bins: int,
+    progress: bool,
+) -> list[AuditRow]:
+    """Test every pair of every plan at the family-wise level ``alpha`` (Bonferroni over pairs and events)."""
+    n_pairs = sum(len(plan.pairs) for plan in plans)
+    a_ev = alpha / (n_pairs * 2 * k_max * 2)
+    rows = []
+    bar = progress_bar(total=n_pairs, desc="audit", unit="pair", enabled=progress)
+    for m, part_space, claim, pos_pairs in plans:
+        delta = float(claim.delta_token or 0.0)
+        sampler = Sampler(m, step, part_space, fresh_seed() if seed is None else seed)
+        M = m.scale_metric_matrix(part_space).detach().cpu().double()
+        ids = part_space.candidate_ids
+        for a, b in pos_pairs:
+            c = _pair_claim(m, claim, a, b)
+            lcb, pt, event, direction = audit_pair(sampler, a, b, n_select, n_estimate, a_ev, delta, k_max, n_bins)
+            if not sampler.vectors:
+                event = tuple(int(ids[o]) for o in event)
+            rows.append(
+                AuditRow(
+                    w=int(ids[a]),
+                    w_prime=int(ids[b]),
+                    distance=float(torch.linalg.vector_norm(M[a] - M[b])),
+                    claim=c,
+                    lcb=lcb,
+                    point=pt,
+                    event=event,
+                    event_direction=(int(ids[direction[0]]), int(ids[direction[1]])),
+                    event_outputs="bins" if sampler.vectors else "ids",
+                )
+            )
+            bar.update(1)
+    bar.close()
+    return rows
 
 
 def audit(
@@ -448,83 +383,9 @@ def audit(
     k_max = check_int(k_max, "k_max", minimum=1)
     n_bins = check_int(n_bins, "n_bins", minimum=2)
     seed = validate_seed(seed)
-    if isinstance(config_or_mechanism, PrivatizerConfig):
-        mech, step = config_or_mechanism.build()
-        sp = _resolve_space(space, config_or_mechanism.device, config_or_mechanism.candidates)
-        postprocess: str | None = config_or_mechanism.postprocess if mech.kind == "additive" else None
-    elif (
-        isinstance(config_or_mechanism, tuple)
-        and len(config_or_mechanism) == 2
-        and isinstance(config_or_mechanism[0], Mechanism)
-    ):
-        mech, step = config_or_mechanism
-        sp = _resolve_space(space, "cpu")
-        postprocess = step.name if step is not None else None
-    else:
-        raise ParameterTypeError(
-            "config_or_mechanism must be a PrivatizerConfig or a (mechanism, postprocess step) pair, got "
-            f"{type(config_or_mechanism).__name__}."
-        )
-    if isinstance(mech, AdditiveMechanism) and not isinstance(step, PostprocessStep):
-        raise InvalidParameterError("config_or_mechanism: an additive mechanism needs a post-processing step.")
-    if not isinstance(mech, (AdditiveMechanism, SelectionMechanism)):
-        raise ParameterTypeError(f"mechanism must be additive or selection, got kind {mech.kind!r}.")
-    if pairs is not None:
-        if isinstance(pairs, (str, bytes)) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
-            raise ParameterTypeError("pairs must be a list of (w, w') candidate id pairs.")
-        if not pairs:
-            raise InvalidParameterError("pairs must hold at least one pair.")
-        _positions(sp, [(int(p[0]), int(p[1])) for p in pairs])  # every id a candidate (raises naming the others)
-    # Class-preserving replacement (space.md §7): each class is its own space with its own mechanism and
-    # claim, so each pair is audited inside its class; a pair across classes has no claim.
-    vectors = step is not None and step.RELEASES_VECTORS
-    parts = [sp.whole_part()] if vectors else sp.class_parts()
-    plans = []
-    for part in parts:
-        m = mech if len(parts) == 1 else copy.deepcopy(mech)
-        m.setup(part.space)
-        claim: Claim = m.claim(part.space)
-        if pairs is None:
-            id_pairs = default_pairs(m, part.space)
-        else:
-            members = set(part.space.candidate_ids.tolist())
-            id_pairs = [(int(p[0]), int(p[1])) for p in pairs if int(p[0]) in members and int(p[1]) in members]
-        if id_pairs:
-            plans.append((m, part.space, claim, _positions(part.space, id_pairs)))
-    n_pairs = sum(len(plan[3]) for plan in plans)
-    if pairs is not None and n_pairs < len(pairs):
-        raise InvalidParameterError(
-            "pairs: every pair must hold two candidates of one piece class; with class-preserving replacement "
-            "(candidates classes='preserve') a pair across classes differs in a released class and has no claim."
-        )
-    a_ev = alpha / (n_pairs * 2 * k_max * 2)
-    rows = []
-    bar = progress_bar(total=n_pairs, desc="audit", unit="pair", enabled=progress)
-    for m, part_space, claim, pos_pairs in plans:
-        delta = float(claim.delta_token or 0.0)
-        sampler = _Sampler(m, step, part_space, fresh_seed() if seed is None else seed)
-        M = m.scale_metric_matrix(part_space).detach().cpu().double()
-        ids = part_space.candidate_ids
-        for a, b in pos_pairs:
-            c = _pair_claim(m, claim, a, b)
-            lcb, pt, event, direction = _audit_pair(sampler, a, b, n_select, n_estimate, a_ev, delta, k_max, n_bins)
-            if not sampler.vectors:
-                event = tuple(int(ids[o]) for o in event)
-            rows.append(
-                AuditRow(
-                    w=int(ids[a]),
-                    w_prime=int(ids[b]),
-                    distance=float(torch.linalg.vector_norm(M[a] - M[b])),
-                    claim=c,
-                    lcb=lcb,
-                    point=pt,
-                    event=event,
-                    event_direction=(int(ids[direction[0]]), int(ids[direction[1]])),
-                    event_outputs="bins" if sampler.vectors else "ids",
-                )
-            )
-            bar.update(1)
-    bar.close()
+    mech, step, sp, postprocess = _target(config_or_mechanism, space)
+    plans = _plans(mech, step, sp, pairs)
+    rows = _audit_rows(plans, step, seed, n_select, n_estimate, alpha, k_max, n_bins, progress)
     return AuditResult(
         passed=all(r.lcb <= r.claim for r in rows),
         worst_ratio=max(r.ratio for r in rows),
@@ -536,7 +397,7 @@ def audit(
         n_bins=n_bins,
         mechanism=mech.name,
         postprocess=postprocess,
-        guarantee=plans[0][2].guarantee,
-        delta_slack=max(float(plan[2].delta_token or 0.0) for plan in plans),
-        unsafe=bool(getattr(step, "UNSAFE", False)) or plans[0][2].guarantee == "none",
+        guarantee=plans[0].claim.guarantee,
+        delta_slack=max(float(plan.claim.delta_token or 0.0) for plan in plans),
+        unsafe=bool(getattr(step, "UNSAFE", False)) or plans[0].claim.guarantee == "none",
     )

@@ -29,41 +29,31 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from scipy import special
 
 from ..config import PrivatizerConfig
-from ..errors import HfTextDPError, InvalidParameterError, MissingExtraError, ParameterTypeError
+from ..errors import HfTextDPError, InvalidParameterError, ParameterTypeError
 from ..io.models import load_space
-from ..mechanisms import get_mechanism_class
-from ..mechanisms.base import AdditiveMechanism, Mechanism, SelectionMechanism
+from ..mechanisms.base import Mechanism
 from ..mechanisms.madlib import Madlib
 from ..postprocess import PostprocessStep
-from ..rng import derive_row_seed, streams_for_rows, validate_seed
+from ..rng import validate_seed
 from ..scale import scale_stats
-from ..search import exact_fp32_matmul
 from ..space import DEFAULT_MODEL, EmbeddingSpace
 from ..utils.logging import get_logger
 from ..utils.progress import counted, progress_bar
-from ..utils.table import format_table
 from ..validation import check_epsilon, check_int, check_open_unit
-from .audit import apply_step
+from .rate_estimators import Mixture, MonteCarlo, RaoBlackwell, bisect_log, madlib_cell_radii
 
 
 __all__ = ["calibrate", "CalibrationResult", "madlib_cell_radii"]
 
 logger = get_logger("hf_textdp.calibrate")  # the name its log lines have always carried (issue 38 moved the module)
 
-_SPLIT = "hf_textdp/calibrate"
-_MC_ROW = 256  # tokens per stream row in the Monte Carlo estimator
-_REFINE = 8  # per draw, the smallest fp32-based radii re-checked in float64
-_BLOCK_ELEMS = 2**22  # N × V block size of the radius computation (memory ≈ 5 × 8 × this bytes)
 _RADII_MEMO: dict[tuple[str, int, int, int, str], np.ndarray] = {}  # public draws only: safe to keep
 
 
@@ -108,145 +98,6 @@ class CalibrationResult:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rates"}
         out["rates"] = [{"epsilon": e, "replacement_rate": r, "stderr": s} for e, (r, s) in sorted(self.rates.items())]
         return out
-
-
-# --------------------------------------------------------------------------- the madlib estimator
-def _duplicate_groups(E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Group id of every row (exact duplicates share one) and whether a lower position has the same row."""
-    _, inv = torch.unique(E.cpu(), dim=0, return_inverse=True)
-    V = E.shape[0]
-    first = torch.full((int(inv.max()) + 1,), V, dtype=torch.int64)
-    first = first.scatter_reduce(0, inv, torch.arange(V), reduce="amin")
-    return inv, first[inv] < torch.arange(V)
-
-
-def madlib_cell_radii(E: torch.Tensor, w: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """s(wᵢ, uᵢ) of madlib.md §4: how far the ray φ(wᵢ) + s·uᵢ stays in wᵢ's ``nearest`` cell.
-
-    ``+∞`` when no candidate lies ahead in direction uᵢ; 0 when a lower-id exact duplicate of φ(wᵢ)
-    exists (``nearest`` then never returns wᵢ); higher-id duplicates are ignored (ties go to wᵢ).
-    Approximate radii come from two fp32 GEMMs per block of draws (TF32 off); for each draw the
-    ``_REFINE`` smallest are recomputed in float64 from exact differences, and their minimum is s.
-
-    Args:
-        E (`torch.Tensor` `[V, d]`): candidate rows (fp32).
-        w (`np.ndarray` `[N]`): positions of the tokens.
-        U (`np.ndarray` `[N, d]`): unit directions (float64).
-    """
-    E = E.detach().to("cpu", torch.float32).contiguous()
-    V, d = E.shape
-    E64 = E.double()
-    sq32 = (E64**2).sum(1).float()
-    ET = E.T.contiguous()
-    group, lower_dup = _duplicate_groups(E)
-    has_dup = torch.bincount(group)[group] > 1
-    N = len(w)
-    out = np.empty(N, dtype=np.float64)
-    block = max(1, min(N, _BLOCK_ELEMS // V))
-    t = min(_REFINE, V)
-    wt_all = torch.from_numpy(np.asarray(w, dtype=np.int64))
-    U_all = torch.from_numpy(np.asarray(U, dtype=np.float64))
-    for s0 in range(0, N, block):
-        wt = wt_all[s0 : s0 + block]
-        B = int(wt.numel())
-        u64 = U_all[s0 : s0 + block]
-        x64 = E64[wt]
-        # fp32 filter: approximate radii, only used to pick each draw's `t` best candidates
-        with exact_fp32_matmul():
-            ud = u64.float() @ ET
-            ud -= (u64 * x64).sum(1, keepdim=True).float()
-            dd2 = E[wt] @ ET
-        dd2.mul_(-2.0).add_(sq32[None, :]).add_(sq32[wt][:, None])
-        ud[torch.arange(B), wt] = 0.0
-        for r in torch.nonzero(has_dup[wt]).squeeze(1).tolist():  # rows whose w has exact duplicates
-            ud[r, group == group[wt[r]]] = 0.0
-        s = torch.where(ud > 0, dd2 / (2.0 * ud), math.inf)
-        cand = torch.topk(s, t, dim=1, largest=False).indices  # [B, t]
-        # float64 re-check of the best candidates (differences of fp32 values are exact in float64)
-        delta = E64[cand] - x64[:, None, :]
-        ud64 = (delta * u64[:, None, :]).sum(2)
-        dd64 = (delta**2).sum(2)
-        ok64 = (ud64 > 0) & (group[cand] != group[wt][:, None])
-        s64 = torch.where(ok64, dd64 / (2.0 * torch.where(ok64, ud64, 1.0)), math.inf).min(1).values
-        s64 = torch.where(lower_dup[wt], 0.0, s64)
-        out[s0 : s0 + block] = s64.numpy()
-    return out
-
-
-def _keep_terms(d: int, epsilon: float, radii: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        x = np.where(np.isinf(radii), np.inf, epsilon * radii)
-    return np.asarray(special.gammainc(d, x), dtype=np.float64)
-
-
-class _RaoBlackwell:
-    def __init__(self, d: int, radii: np.ndarray) -> None:
-        self.d, self.radii, self.n = d, radii, radii.size
-
-    def rate(self, epsilon: float) -> tuple[float, float]:
-        k = _keep_terms(self.d, epsilon, self.radii)
-        se = float(k.std(ddof=1) / math.sqrt(self.n)) if self.n > 1 else float("nan")
-        return 1.0 - float(k.mean()), se
-
-    def slope(self, epsilon: float) -> float:
-        """d(replacement rate)/dε = −mean(s·gamma_pdf(d)(ε·s))."""
-        r = self.radii
-        fin = np.isfinite(r) & (r > 0)
-        x = epsilon * r[fin]
-        pdf = np.exp((self.d - 1) * np.log(x) - x - special.gammaln(self.d))
-        return -float((r[fin] * pdf).sum() / self.n)
-
-    def range(self) -> tuple[float, float]:
-        """Replacement rates reachable as ε → ∞ and ε → 0."""
-        return float((self.radii == 0).mean()), float(1.0 - np.isinf(self.radii).mean())
-
-
-# --------------------------------------------------------------------------- the generic estimator
-class _MonteCarlo:
-    def __init__(self, make: Any, space: EmbeddingSpace, positions: np.ndarray, seed: int) -> None:
-        self.make, self.space, self.seed = make, space, seed
-        self.positions = torch.from_numpy(positions.astype(np.int64))
-        self.n = int(self.positions.numel())
-        self._memo: dict[float, tuple[float, float]] = {}
-
-    def outputs(self, mech: Mechanism, step: PostprocessStep | None) -> torch.Tensor:
-        space = self.space
-        sizes = [int(p.numel()) for p in torch.split(self.positions, _MC_ROW)]
-        # the same public streams at every ε: common random numbers make the rate smooth in ε
-        keys = [derive_row_seed(self.seed, i, _SPLIT, 0) for i in range(len(sizes))]
-        streams = streams_for_rows(keys, sizes, space.device)
-        if isinstance(mech, SelectionMechanism):
-            return mech.sample(space, self.positions, streams).cpu()
-        assert isinstance(mech, AdditiveMechanism) and step is not None
-        z = mech.perturb_positions(space, self.positions, streams)
-        return apply_step(step, z, mech, space, streams, self.positions).cpu()
-
-    def rate(self, epsilon: float) -> tuple[float, float]:
-        if epsilon not in self._memo:
-            mech, step = self.make(epsilon)
-            out = self.outputs(mech, step)
-            p = float((out != self.positions).double().mean())
-            self._memo[epsilon] = (p, math.sqrt(p * (1.0 - p) / self.n))
-        return self._memo[epsilon]
-
-    def slope(self, epsilon: float) -> float:
-        f = 1.1
-        hi, lo = self.rate(epsilon * f)[0], self.rate(epsilon / f)[0]
-        return (hi - lo) / (epsilon * f - epsilon / f)
-
-
-class _Mixture:
-    """Class-preserving replacement (space.md §7): each class's estimator, weighted by its share of the draws."""
-
-    def __init__(self, parts: list[tuple[float, _MonteCarlo]]) -> None:
-        self.parts = parts
-
-    def rate(self, epsilon: float) -> tuple[float, float]:
-        rates = [(w, est.rate(epsilon)) for w, est in self.parts]
-        return sum(w * r for w, (r, _) in rates), math.sqrt(sum((w * se) ** 2 for w, (_, se) in rates))
-
-    def slope(self, epsilon: float) -> float:
-        return sum(w * est.slope(epsilon) for w, est in self.parts)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -338,7 +189,151 @@ def _epsilon_list(epsilons: Iterable[Any] | None) -> list[float]:
     return [check_epsilon(e, "epsilons[]") for e in epsilons]
 
 
+def _checked_arguments(
+    target_rate: float | None,
+    config: PrivatizerConfig | None,
+    mechanism: str,
+    model: str,
+    options: dict[str, Any] | None,
+    epsilons: Iterable[float] | None,
+    n: int,
+    calibration_seed: int,
+) -> tuple[float | None, int, int, PrivatizerConfig, list[float]]:
+    """:func:`calibrate`'s arguments checked: (target rate, n, seed, the configuration, the ε list)."""
+    if target_rate is not None:
+        target_rate = check_open_unit(target_rate, "target_rate")
+    n = check_int(n, "n", minimum=2)
+    seed = validate_seed(calibration_seed, "calibration_seed")
+    if seed is None:
+        raise InvalidParameterError("calibration_seed must be an int in [0, 2**64) (a public constant), got None.")
+    eps_list = _epsilon_list(epsilons)
+
+    if config is not None:
+        if not isinstance(config, PrivatizerConfig):
+            raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
+        base = config
+    else:
+        base = PrivatizerConfig(epsilon=1.0, mechanism=mechanism, model=model, options=dict(options or {}))
+    if target_rate is None and not eps_list:
+        if config is None:
+            raise InvalidParameterError("calibrate needs target_rate or epsilons (or a config whose epsilon to use).")
+        eps_list = [config.epsilon]
+    if any(math.isinf(e) for e in eps_list):
+        raise InvalidParameterError("epsilons must be finite.")
+    return target_rate, n, seed, base, eps_list
+
+
+_Make = Callable[[float], tuple[Mechanism, PostprocessStep | None]]
+
+
+def _maker(base: PrivatizerConfig, on: EmbeddingSpace) -> _Make:
+    """The mechanism and post-processing step of ``base`` at a given ε, set up on the space ``on``."""
+
+    def make(epsilon: float) -> tuple[Mechanism, PostprocessStep | None]:
+        mech, step = dataclasses.replace(base, epsilon=float(epsilon)).build()
+        mech.setup(on)
+        return mech, step
+
+    return make
+
+
+def _draw_tokens(
+    space: EmbeddingSpace, rng: np.random.Generator, n: int, frequencies: Mapping[Any, Any] | None
+) -> tuple[np.ndarray, str]:
+    """``n`` public candidate positions drawn uniformly or by the frequency table, and the weighting's name."""
+    if frequencies is None:
+        return rng.integers(0, space.V, n), "uniform"
+    pi, weighting = _weights(space, frequencies)
+    return rng.choice(space.V, n, p=pi), weighting
+
+
+def _estimator(
+    space: EmbeddingSpace,
+    base: PrivatizerConfig,
+    rng: np.random.Generator,
+    w: np.ndarray,
+    seed: int,
+    weighting: str,
+    rao_blackwell: bool,
+) -> RaoBlackwell | MonteCarlo | Mixture:
+    """The rate estimator of the draws ``w``: Rao–Blackwell from the cell radii (kept in ``_RADII_MEMO``),
+    Monte Carlo, or per class (space.md §7: each draw is calibrated inside its own class's space) a mixture."""
+    n, d = w.size, space.d
+    parts = space.class_parts()
+    cls_of, local = space.position_class(), space.local_positions()
+    by_class = [(part, local[w[cls_of[w] == part.index]]) for part in parts]
+    if rao_blackwell:
+        key = (space.space_hash, len(parts), n, seed, weighting)
+        if key not in _RADII_MEMO:
+            if len(_RADII_MEMO) >= 16:
+                _RADII_MEMO.pop(next(iter(_RADII_MEMO)))
+            g = rng.standard_normal((n, d))
+            U = g / np.linalg.norm(g, axis=1, keepdims=True)
+            _RADII_MEMO[key] = np.concatenate(
+                [madlib_cell_radii(part.space.E, lw, U[cls_of[w] == part.index]) for part, lw in by_class if lw.size]
+            )
+        return RaoBlackwell(d, _RADII_MEMO[key])
+    if len(parts) == 1:
+        return MonteCarlo(_maker(base, space), space, w, seed)
+    return Mixture(
+        [(lw.size / n, MonteCarlo(_maker(base, part.space), part.space, lw, seed)) for part, lw in by_class if lw.size]
+    )
+
+
+def _solve_target(
+    estimator: RaoBlackwell | MonteCarlo | Mixture,
+    rate: Callable[[float], tuple[float, float]],
+    target_rate: float,
+    median_rho1: float,
+    d: int,
+    mechanism: str,
+) -> float:
+    """The ε whose estimated replacement rate is ``target_rate`` (bisection on log ε)."""
+    if isinstance(estimator, RaoBlackwell):
+        lo_rate, hi_rate = estimator.range()
+        if not lo_rate < target_rate < hi_rate:
+            raise InvalidParameterError(
+                f"target_rate={target_rate} cannot be reached on this space: the estimated replacement rate of "
+                f"madlib + nearest lies in ({lo_rate:.4g}, {hi_rate:.4g}) for all epsilon."
+            )
+        finite = estimator.radii[np.isfinite(estimator.radii) & (estimator.radii > 0)]
+        start = d / float(np.median(finite)) if finite.size else 1.0
+        return bisect_log(rate, target_rate, start, rel_tol=1e-12)
+    start = 1.0 / median_rho1 if median_rho1 > 0 else 1.0
+    try:
+        return bisect_log(rate, target_rate, start, rel_tol=1e-3, max_iter=40)
+    except HfTextDPError as err:
+        raise InvalidParameterError(
+            f"target_rate={target_rate}: calibration of mechanism {mechanism!r} failed: {err}"
+        ) from err
+
+
 # --------------------------------------------------------------------------- public entry point
+def _evaluate(
+    estimator: RaoBlackwell | MonteCarlo | Mixture,
+    target_rate: float | None,
+    eps_list: list[float],
+    median_rho1: float,
+    d: int,
+    mechanism: str,
+    progress: bool,
+) -> tuple[float | None, float | None, dict[float, tuple[float, float]]]:
+    """(the ε of ``target_rate``, its standard error, ε → (rate, standard error)) for the solved ε and ``eps_list``."""
+    rate = counted(estimator.rate, bar := progress_bar(desc="calibrate", unit="rate", enabled=progress))
+    epsilon: float | None = None
+    epsilon_se: float | None = None
+    rates: dict[float, tuple[float, float]] = {}
+    if target_rate is not None:
+        epsilon = _solve_target(estimator, rate, target_rate, median_rho1, d, mechanism)
+        rates[epsilon] = rate(epsilon)
+        slope = estimator.slope(epsilon)
+        epsilon_se = abs(rates[epsilon][1] / slope) if slope != 0 and math.isfinite(slope) else None
+    for e in eps_list:
+        rates[e] = rate(e)
+    bar.close()
+    return epsilon, epsilon_se, rates
+
+
 def calibrate(
     *,
     target_rate: float | None = None,
@@ -376,37 +371,11 @@ def calibrate(
         InvalidParameterError: a bad value, no ε to evaluate, an unreachable target, or a
             post-processing step that releases vectors (nothing is "replaced").
     """
-    if target_rate is not None:
-        target_rate = check_open_unit(target_rate, "target_rate")
-    n = check_int(n, "n", minimum=2)
-    seed = validate_seed(calibration_seed, "calibration_seed")
-    if seed is None:
-        raise InvalidParameterError("calibration_seed must be an int in [0, 2**64) (a public constant), got None.")
-    eps_list = _epsilon_list(epsilons)
-
-    if config is not None:
-        if not isinstance(config, PrivatizerConfig):
-            raise ParameterTypeError(f"config must be a PrivatizerConfig, got {type(config).__name__}.")
-        base = config
-    else:
-        base = PrivatizerConfig(epsilon=1.0, mechanism=mechanism, model=model, options=dict(options or {}))
-    if target_rate is None and not eps_list:
-        if config is None:
-            raise InvalidParameterError("calibrate needs target_rate or epsilons (or a config whose epsilon to use).")
-        eps_list = [config.epsilon]
-    if any(math.isinf(e) for e in eps_list):
-        raise InvalidParameterError("epsilons must be finite.")
-
-    def maker(on: EmbeddingSpace) -> Any:
-        def make(epsilon: float) -> tuple[Mechanism, PostprocessStep | None]:
-            mech, step = dataclasses.replace(base, epsilon=float(epsilon)).build()
-            mech.setup(on)
-            return mech, step
-
-        return make
-
+    target_rate, n, seed, base, eps_list = _checked_arguments(
+        target_rate, config, mechanism, model, options, epsilons, n, calibration_seed
+    )
     space = load_space(base.model, base.device, base.candidates)
-    mech0, step0 = maker(space)(eps_list[0] if eps_list else base.epsilon)
+    mech0, step0 = _maker(base, space)(eps_list[0] if eps_list else base.epsilon)
     if step0 is not None and step0.RELEASES_VECTORS:
         raise InvalidParameterError(
             f"postprocess={base.postprocess!r} releases vectors, not tokens: no token is 'replaced', so there is "
@@ -414,70 +383,16 @@ def calibrate(
         )
     stats = scale_stats(mech0.scale_metric_matrix(space), store=space.store)
     rng = np.random.default_rng(seed)
-    V, d = space.V, space.d
-    if frequencies is None:
-        weighting = "uniform"
-        w = rng.integers(0, V, n)
-    else:
-        pi, weighting = _weights(space, frequencies)
-        w = rng.choice(V, n, p=pi)
-    # class-preserving replacement (space.md §7): each draw is calibrated inside its own class's space
-    parts = space.class_parts()
-    cls_of, local = space.position_class(), space.local_positions()
-    by_class = [(part, local[w[cls_of[w] == part.index]]) for part in parts]
-
+    w, weighting = _draw_tokens(space, rng, n, frequencies)
     mech_options = {k: v for k, v in mech0.parameters().items() if k not in ("epsilon", "delta")}
     rao_blackwell = (
         type(mech0) is Madlib and mech0.options.get("bound", "none") == "none" and base.postprocess == "nearest"
     )
-    estimator: _RaoBlackwell | _MonteCarlo | _Mixture
-    if rao_blackwell:
-        key = (space.space_hash, len(parts), n, seed, weighting)
-        if key not in _RADII_MEMO:
-            if len(_RADII_MEMO) >= 16:
-                _RADII_MEMO.pop(next(iter(_RADII_MEMO)))
-            g = rng.standard_normal((n, d))
-            U = g / np.linalg.norm(g, axis=1, keepdims=True)
-            _RADII_MEMO[key] = np.concatenate(
-                [madlib_cell_radii(part.space.E, lw, U[cls_of[w] == part.index]) for part, lw in by_class if lw.size]
-            )
-        estimator = _RaoBlackwell(d, _RADII_MEMO[key])
-    elif len(parts) == 1:
-        estimator = _MonteCarlo(maker(space), space, w, seed)
-    else:
-        estimator = _Mixture(
-            [(lw.size / n, _MonteCarlo(maker(part.space), part.space, lw, seed)) for part, lw in by_class if lw.size]
-        )
+    estimator = _estimator(space, base, rng, w, seed, weighting, rao_blackwell)
 
-    rate = counted(estimator.rate, bar := progress_bar(desc="calibrate", unit="rate", enabled=progress))
-    epsilon: float | None = None
-    epsilon_se: float | None = None
-    rates: dict[float, tuple[float, float]] = {}
-    if target_rate is not None:
-        if isinstance(estimator, _RaoBlackwell):
-            lo_rate, hi_rate = estimator.range()
-            if not lo_rate < target_rate < hi_rate:
-                raise InvalidParameterError(
-                    f"target_rate={target_rate} cannot be reached on this space: the estimated replacement rate of "
-                    f"madlib + nearest lies in ({lo_rate:.4g}, {hi_rate:.4g}) for all epsilon."
-                )
-            finite = estimator.radii[np.isfinite(estimator.radii) & (estimator.radii > 0)]
-            start = d / float(np.median(finite)) if finite.size else 1.0
-            epsilon = _bisect_log(rate, target_rate, start, rel_tol=1e-12)
-        else:
-            start = 1.0 / stats.median_rho1 if stats.median_rho1 > 0 else 1.0
-            try:
-                epsilon = _bisect_log(rate, target_rate, start, rel_tol=1e-3, max_iter=40)
-            except HfTextDPError as err:
-                raise InvalidParameterError(
-                    f"target_rate={target_rate}: calibration of mechanism {base.mechanism!r} failed: {err}"
-                ) from err
-        rates[epsilon] = rate(epsilon)
-        slope = estimator.slope(epsilon)
-        epsilon_se = abs(rates[epsilon][1] / slope) if slope != 0 and math.isfinite(slope) else None
-    for e in eps_list:
-        rates[e] = rate(e)
-    bar.close()
+    epsilon, epsilon_se, rates = _evaluate(
+        estimator, target_rate, eps_list, stats.median_rho1, space.d, base.mechanism, progress
+    )
     return CalibrationResult(
         mechanism=base.mechanism,
         postprocess=base.postprocess,
@@ -492,59 +407,8 @@ def calibrate(
         median_rho1=stats.median_rho1,
         diam=stats.diam,
         epsilon_median_rho1=None if epsilon is None else epsilon * stats.median_rho1,
-        V=V,
-        d=d,
+        V=space.V,
+        d=space.d,
         space_hash=space.space_hash,
         options=mech_options,
     )
-
-
-def format_calibration(result: CalibrationResult) -> str:
-    """A readable summary of a :class:`CalibrationResult` (``hf-textdp calibrate`` prints it)."""
-    defaults = get_mechanism_class(result.mechanism).OPTIONS
-    opts = ", ".join(f"{k}={v}" for k, v in sorted(result.options.items()) if defaults.get(k, object()) != v)
-    lines = [
-        f"Calibration of {result.mechanism}{f' ({opts})' if opts else ''} + {result.postprocess} on the public "
-        "embedding matrix "
-        f"(V = {result.V}, d = {result.d}; no private data used)",
-        f"  scale: median nearest-neighbour distance {result.median_rho1:.4g}, diameter {result.diam:.4g}",
-        f"  estimator: {result.estimator}, {result.n} public draws (seed {result.calibration_seed}), "
-        f"weighting {result.weighting}",
-    ]
-    if result.target_rate is not None and result.epsilon is not None:
-        err = f" ± {result.epsilon_stderr:.2g}" if result.epsilon_stderr is not None else ""
-        lines.append(f"  epsilon for a {result.target_rate:.0%} replacement rate: {result.epsilon:.4g}{err} per token")
-    rows = [(f"{e:.4g}", f"{r:.1%}", f"{1 - r:.1%}", f"(± {se:.1%})") for e, (r, se) in sorted(result.rates.items())]
-    lines += format_table(("epsilon", "replaced", "kept", "(± stderr)"), rows, right=(1, 2), indent="  ")
-    lines.append(
-        "  Rates are uniform over the candidate vocabulary unless frequencies are given; on real text they differ "
-        "(frequent tokens weigh more). (raw result: --json)"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def plot_calibration(result: CalibrationResult, path: str | os.PathLike[str]) -> None:
-    """Draw the replacement rate against ε (matplotlib, from the ``eval`` extra) into ``path``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise MissingExtraError("--plot needs matplotlib: pip install 'hf-textdp[eval]'.") from err
-    items = sorted(result.rates.items())
-    eps = [e for e, _ in items]
-    rate = [r for _, (r, _s) in items]
-    stderr = [s for _, (_r, s) in items]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.errorbar(eps, rate, yerr=stderr, marker="o", capsize=3)
-    if result.target_rate is not None and result.epsilon is not None:
-        ax.axhline(result.target_rate, color="grey", linestyle=":")
-        ax.axvline(result.epsilon, color="grey", linestyle=":")
-    ax.set_xlabel("epsilon (per token)")
-    ax.set_ylabel("replacement rate")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{result.mechanism} + {result.postprocess} (V = {result.V}, d = {result.d})")
-    fig.tight_layout()
-    fig.savefig(os.fspath(path))
-    plt.close(fig)

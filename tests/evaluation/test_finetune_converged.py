@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hf_textdp.evaluation.convergence import LossLog, plateaued
-from hf_textdp.evaluation.finetune_full import full_table, parse_full, run_full_finetune
-from hf_textdp.evaluation.finetune_report import folder_tables, per_model_table
+from hf_textdp.evaluation.finetune_full import parse_full, run_full_finetune
+from hf_textdp.evaluation.finetune_report import folder_tables, full_table, per_model_table
 from hf_textdp.evaluation.membership import loss_threshold_attack
 from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from hf_textdp.evaluation.finetune_full import full_table, parse_full, run_full_finetune
+from hf_textdp.evaluation.finetune_full import parse_full, run_full_finetune
+from hf_textdp.evaluation.finetune_report import full_table
 from hf_textdp.evaluation.recipe import run_recipe_file
 from hf_textdp.evaluation.summary import folder_markdown, summary_markdown
 from hf_textdp.evaluation.tasks import SENTEVAL_DIR_ENV

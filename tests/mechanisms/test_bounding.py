@@ -397,7 +397,7 @@ def test_madlib_bound_invalid():
 
 def test_exact_sensitivity_shows_progress_on_large_matrices(capsys):
     """Minutes of work on a real vocabulary: a progress bar (stderr) from PROGRESS_ROWS rows, none below."""
-    from hf_textdp.bounding import PROGRESS_ROWS, exact_sensitivity
+    from hf_textdp.sensitivity import PROGRESS_ROWS, exact_sensitivity
 
     g = torch.Generator().manual_seed(3)
     small = exact_sensitivity(torch.randn(200, 4, generator=g, dtype=torch.float64))

@@ -24,13 +24,8 @@ from hf_textdp.mechanisms.madlib import Madlib, sample_madlib_noise
 from hf_textdp.postprocess import Nearest, PostprocessStep, list_postprocess
 from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
-from hf_textdp.tools.audit import (
-    AuditResult,
-    audit,
-    clopper_pearson_lower,
-    clopper_pearson_upper,
-    default_pairs,
-)
+from hf_textdp.tools.audit import AuditResult, audit, default_pairs
+from hf_textdp.tools.audit_stats import clopper_pearson_lower, clopper_pearson_upper
 from tests.utils import one_row, row_key
 
 

@@ -27,7 +27,8 @@ from hf_textdp.mechanisms.madlib import Madlib
 from hf_textdp.postprocess import PostprocessStep
 from hf_textdp.rng import Draw, Streams, as_streams
 from hf_textdp.space import EmbeddingSpace
-from hf_textdp.tools.calibrate import CalibrationResult, calibrate, format_calibration, madlib_cell_radii
+from hf_textdp.tools.calibrate import CalibrationResult, calibrate, madlib_cell_radii
+from hf_textdp.tools.calibration_report import format_calibration
 from tests.conftest import minilm_available
 from tests.utils import write_vectors
 

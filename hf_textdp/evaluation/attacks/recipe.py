@@ -177,18 +177,23 @@ def load_attack_recipe(path: str | Path) -> AttackRecipe:
     )
 
 
-def run_attack_recipe(
-    path: str | Path, output: str | Path = "results", *, resume: bool = True, progress: Callable[[str], None] = print
-) -> Path:
-    """Run an attack recipe; returns its results folder."""
-    parsed = load_attack_recipe(path)
-    raw, recipe, private_task, public_tasks = parsed.raw, parsed.recipe, parsed.private_task, parsed.public_tasks
-    seed = parsed.seed
+@dataclass
+class _Pools:
+    """The attack's text: the private rows and their labels, the public text, what the filters did, the marked
+    identifiers (an ``identifiers`` recipe) and which private rows occur in the public tasks (left out)."""
+
+    private: list[str]
+    labels: Any
+    public: list[str]
+    filtered: dict[str, Any]
+    marked: IdentifierRows | None
+    shared: Any
+
+
+def _pools(parsed: AttackRecipe, progress: Callable[[str], None]) -> _Pools:
+    """Plan: the private and public text, split, filtered and capped as the recipe says."""
+    raw, root, seed, private_task = parsed.raw, parsed.recipe.root, parsed.seed, parsed.private_task
     data_dir = (raw.get("data") or {}).get("dir")
-    key = "results_folder" if raw.get("results_folder") else "name"
-    folder = folder_inside(output, str(raw.get("results_folder") or recipe.name), key)
-    folder.mkdir(parents=True, exist_ok=True)
-    root = recipe.root
     split = raw.get("private_split")
     max_private = raw.get("max_private_rows")
     priv_task = load_task(
@@ -196,7 +201,7 @@ def run_attack_recipe(
     )
     private_texts, labels = priv_task.texts["all"], priv_task.labels["all"]
     public: list[str] = []
-    for name in public_tasks:
+    for name in parsed.public_tasks:
         public.extend(_texts(load_task(name, data_dir=data_dir, root=root)))
     filtered: dict[str, Any] = {}
     if split:
@@ -235,49 +240,76 @@ def run_attack_recipe(
     if raw.get("max_public_rows"):
         keep = np.sort(np.random.default_rng(seed).permutation(len(public))[: int(raw["max_public_rows"])])
         public = [public[i] for i in keep]
-    utility = _Utility(raw.get("utility") or {}, private_texts, labels)
+    return _Pools(private_texts, labels, public, filtered, marked, shared)
+
+
+def _attack_one(
+    parsed: AttackRecipe,
+    pools: _Pools,
+    utility: _Utility,
+    spec: Any,
+    eps: float,
+    settings: Any,
+    path: str | Path,
+    out: Path,
+    progress: Callable[[str], None],
+) -> None:
+    """Run: one privatizer at one ε attacked, its utility measured, its record written to ``out``."""
+    private_task, marked = parsed.private_task, pools.marked
+    config = spec.config(eps)
+    progress(f"{spec.name} ε={eps:g}: attacking {len(pools.private):,} {private_task} rows")
+    t = time.perf_counter()
+    record, released = run_attack(
+        config,
+        pools.private,
+        pools.public,
+        seed=parsed.seed,
+        settings=settings,
+        keep_texts=True,
+        spans=None if marked is None else marked.spans,
+        span_kinds=None if marked is None else marked.kinds,
+        progress=progress,
+    )
+    if marked is not None:
+        record.update(identifiers=marked.info, selection="uniform")
+    t_util = time.perf_counter()
+    record["utility"] = utility(released.texts, spec.model)
+    record["timing_s"]["utility"] = time.perf_counter() - t_util
+    record.update(
+        public_filter=pools.filtered,
+        n_private_rows_in_public=int(pools.shared.sum()),
+        task=private_task,
+        public_tasks=parsed.public_tasks,
+        label=spec.name,
+        recipe=parsed.raw,
+        versions=versions(),
+        command=f"hf-textdp attack --recipe {path}",
+        wall_s=time.perf_counter() - t,
+    )
+    out.write_text(dumps_json(record), encoding="utf-8")
+    recovered = ", ".join(f"{a} {e['recovery_top1']['value']:.3f}" for a, e in record["attacks"].items())
+    progress(f"wrote {out}: {recovered}, accuracy {record['utility']['accuracy']:.1f} ({record['wall_s']:.0f} s)")
+
+
+def run_attack_recipe(
+    path: str | Path, output: str | Path = "results", *, resume: bool = True, progress: Callable[[str], None] = print
+) -> Path:
+    """Run an attack recipe; returns its results folder."""
+    parsed = load_attack_recipe(path)
+    raw, recipe = parsed.raw, parsed.recipe
+    key = "results_folder" if raw.get("results_folder") else "name"
+    folder = folder_inside(output, str(raw.get("results_folder") or recipe.name), key)
+    folder.mkdir(parents=True, exist_ok=True)
+    pools = _pools(parsed, progress)
+    utility = _Utility(raw.get("utility") or {}, pools.private, pools.labels)
     for spec in recipe.privatizers:
         settings = parsed.settings_for(spec.name, spec.epsilons)
         for eps in spec.epsilons:
-            out = folder / result_name(private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
+            out = folder / result_name(parsed.private_task, spec.name, eps, "attack").replace("__attack.json", ".json")
             if resume and out.is_file():
                 progress(f"kept {out}")
                 continue
-            config = spec.config(eps)
-            progress(f"{spec.name} ε={eps:g}: attacking {len(private_texts):,} {private_task} rows")
-            t = time.perf_counter()
-            record, released = run_attack(
-                config,
-                private_texts,
-                public,
-                seed=seed,
-                settings=settings,
-                keep_texts=True,
-                spans=None if marked is None else marked.spans,
-                span_kinds=None if marked is None else marked.kinds,
-                progress=progress,
-            )
-            if marked is not None:
-                record.update(identifiers=marked.info, selection="uniform")
-            t_util = time.perf_counter()
-            record["utility"] = utility(released.texts, spec.model)
-            record["timing_s"]["utility"] = time.perf_counter() - t_util
-            record.update(
-                public_filter=filtered,
-                n_private_rows_in_public=int(shared.sum()),
-                task=private_task,
-                public_tasks=public_tasks,
-                label=spec.name,
-                recipe=raw,
-                versions=versions(),
-                command=f"hf-textdp attack --recipe {path}",
-                wall_s=time.perf_counter() - t,
-            )
-            out.write_text(dumps_json(record), encoding="utf-8")
-            recovered = ", ".join(f"{a} {e['recovery_top1']['value']:.3f}" for a, e in record["attacks"].items())
-            progress(
-                f"wrote {out}: {recovered}, accuracy {record['utility']['accuracy']:.1f} ({record['wall_s']:.0f} s)"
-            )
+            _attack_one(parsed, pools, utility, spec, eps, settings, path, out, progress)
     plot_attacks(folder)
     write_attack_summary(folder)
     return folder

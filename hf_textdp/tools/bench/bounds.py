@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -160,6 +160,27 @@ def _best_seconds(products: dict[str, Callable[[], None]], repeats: int) -> dict
     return best_s
 
 
+def _native_products(
+    operands: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]], timed: Sequence[str]
+) -> dict[str, Callable[[], object]]:
+    """The compiled kernels' products on the CPU operands, where they run: the search's fused bf16 filter and the
+    sampler's int8 keys (:func:`gemm_bounds`)."""
+    products: dict[str, Callable[[], object]] = {}
+    a32, b32, _ = operands["fp32"]
+    k, n = b32.shape
+    if "bf16" in timed and fused_filter_available():
+        packed = fused.PackedRows.build(b32.T.contiguous(), torch.zeros(n, dtype=torch.float64))
+        q_tiles = fused.query_tiles(a32, packed.K2)
+        products["bf16 fused"] = lambda: fused.block_maxima(packed, q_tiles, torch.get_num_threads())
+    if "int8" in operands and int8_keys_available():
+        a8, b8 = operands["int8"][0], operands["int8"][1]
+        cols = torch.zeros((-(-n // int8_keys.NB) * int8_keys.NB, k), dtype=torch.int8)
+        cols[:n] = b8.T
+        targets = int8_keys.PackedTargets.build(cols, torch.zeros(cols.shape[0], dtype=torch.int32))
+        products["int8 keys"] = lambda: int8_keys.block_key_maxima(targets, a8, torch.get_num_threads())
+    return products
+
+
 def gemm_bounds(
     V: int,
     d: int,
@@ -212,16 +233,8 @@ def gemm_bounds(
         return lambda: torch.mm(a, b, out=res)
 
     products = {name: matmul(*ops) for name, ops in operands.items()}
-    if dev.type == "cpu" and "bf16" in timed and fused_filter_available():
-        packed = fused.PackedRows.build(b32.T.contiguous(), torch.zeros(n, dtype=torch.float64))
-        q_tiles = fused.query_tiles(a32, packed.K2)
-        products["bf16 fused"] = lambda: fused.block_maxima(packed, q_tiles, torch.get_num_threads())
-    if dev.type == "cpu" and "int8" in operands and int8_keys_available():
-        a8, b8 = operands["int8"][0], operands["int8"][1]
-        cols = torch.zeros((-(-n // int8_keys.NB) * int8_keys.NB, k), dtype=torch.int8)
-        cols[:n] = b8.T
-        targets = int8_keys.PackedTargets.build(cols, torch.zeros(cols.shape[0], dtype=torch.int32))
-        products["int8 keys"] = lambda: int8_keys.block_key_maxima(targets, a8, torch.get_num_threads())
+    if dev.type == "cpu":
+        products.update(_native_products(operands, timed))
 
     def product(name: str) -> Callable[[], None]:
         def run() -> None:

@@ -8,7 +8,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -102,17 +102,53 @@ def run_bench(
             f"rows, batch_size, repeats and bound_repeats must be >= 1, got {rows}, {batch_size}, {repeats}, "
             f"{bound_repeats}."
         )
-    rows_given = rows is not None
     cases = list(mechanisms) if mechanisms else list(DEFAULT_CASES)
     for c in cases:
         _parse_case(c)
     note = progress or (lambda line: None)
+    setup = _setup(model, device, text, rows, one_word, bound_repeats, note)
+    kernel = torch.device(device).type == "cuda" if kernel_only is None else kernel_only
+    run_case = dict(model=model, device=device, epsilon=epsilon, batch_size=batch_size, repeats=repeats)
+    run_case.update(bound_repeats=bound_repeats, seed=seed, reference_tokens=reference_tokens, kernel_only=kernel)
+    results = [_measure_case(c, setup, run_case, note) for c in cases]
+    report = _report(setup, results, model, device, one_word, repeats, rows_given=rows is not None)
+    _cli_runs(report, setup, model, device, epsilon, cold_start, memory_run, note)
+    return report
+
+
+class _Setup(NamedTuple):
+    """What every case shares: the text, the space's size and load time, and the machine's measured bounds."""
+
+    text_path: Path
+    file_rows: int
+    texts: list[str]
+    source: str
+    rows: int
+    V: int
+    d: int
+    load_s: float
+    skipped: dict[str, str]
+    rows_b: int
+    sources: dict[str, float]
+    best_ops: dict[str, float | None]
+
+
+def _setup(
+    model: str,
+    device: str,
+    text: str | os.PathLike[str] | None,
+    rows: int | None,
+    one_word: bool,
+    bound_repeats: int,
+    note: Callable[[str], None],
+) -> _Setup:
+    """Load the text and the space, measure the products' bounds, and size the rows from the fp32 bound when
+    ``rows`` is not given."""
     text_path, file_rows, texts, source = _load(text, rows, one_word)
     t0 = time.perf_counter()
     space = load_space(model, device)
     load_s = time.perf_counter() - t0
     V, d = space.V, space.d
-    per_op = 2.0 * V * d
     skipped = skipped_arithmetic(device)
     for a, why in skipped.items():
         note(f"{a} bound skipped: {why}")
@@ -125,80 +161,102 @@ def run_bench(
         note(f"rows: {rows:,} per timed pass (sized to about {PASS_S:g} s from the fp32 bound)")
     if _is_sample(text_path):
         note(f"text: {source}")
-    results: list[BenchCase] = []
-    for c in cases:
-        try:
-            res = _run_case(
-                c,
-                model=model,
-                device=device,
-                epsilon=epsilon,
-                texts=texts,
-                batch_size=batch_size,
-                repeats=repeats,
-                bound_repeats=bound_repeats,
-                seed=seed,
-                reference_tokens=reference_tokens,
-                bound_rows=rows_b,
-                kernel_only=torch.device(device).type == "cuda" if kernel_only is None else kernel_only,
-            )
-        except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
-            res = BenchCase(
-                name=c,
-                mechanism=c.partition("/")[0],
-                postprocess=c.partition("/")[2] or "nearest",
-                epsilon=epsilon,
-                error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}",
-            )
-        results.append(res)
-        for a, tps in res.bound_tokens_per_s.items():
-            best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
-        note(_case_line(res))
+    return _Setup(text_path, file_rows, texts, source, rows, V, d, load_s, skipped, rows_b, sources, best_ops)
+
+
+def _measure_case(c: str, setup: _Setup, run_case: dict[str, Any], note: Callable[[str], None]) -> BenchCase:
+    """One case measured (or its error recorded: one failing case must not hide the others); its products raise
+    the run's best bounds."""
+    try:
+        res = _run_case(c, texts=setup.texts, bound_rows=setup.rows_b, **run_case)
+    except Exception as err:  # noqa: BLE001 - one failing case must not hide the others
+        res = BenchCase(
+            name=c,
+            mechanism=c.partition("/")[0],
+            postprocess=c.partition("/")[2] or "nearest",
+            epsilon=run_case["epsilon"],
+            error=f"{type(err).__name__}: {' '.join(str(err).split())[:300]}",
+        )
+    best_ops = setup.best_ops
+    for a, tps in res.bound_tokens_per_s.items():
+        best_ops[a] = _max_of(best_ops[a], None if tps is None else tps * res.ops_per_token)
+    note(_case_line(res))
+    return res
+
+
+def _report(
+    setup: _Setup,
+    results: list[BenchCase],
+    model: str,
+    device: str,
+    one_word: bool,
+    repeats: int,
+    rows_given: bool,
+) -> BenchReport:
+    """The report: the machine, the bounds in tokens/s, the cases."""
+    per_op = 2.0 * setup.V * setup.d
+    skipped = setup.skipped
     bounds: dict[str, dict[str, Any]] = {
         a: {
             "ops_per_s": ops,
             "tokens_per_s": None if ops is None else ops / per_op,
             "note": skipped.get(a) or (None if ops is not None else "the product failed on this device"),
         }
-        for a, ops in best_ops.items()
+        for a, ops in setup.best_ops.items()
     }
     cpu_model, cpu_flags = cpu_info()
     machine = f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs"
     if torch.device(device).type == "cuda":
         machine += f"; {torch.cuda.get_device_name(torch.device(device))}"
-    report = BenchReport(
+    return BenchReport(
         model=model,
         device=device,
-        text=source,
-        text_path=str(text_path),
-        text_file_rows=file_rows,
-        text_is_sample=_is_sample(text_path),
+        text=setup.source,
+        text_path=str(setup.text_path),
+        text_file_rows=setup.file_rows,
+        text_is_sample=_is_sample(setup.text_path),
         one_word=one_word,
-        rows=len(texts),
-        V=V,
-        d=d,
+        rows=len(setup.texts),
+        V=setup.V,
+        d=setup.d,
         threads=torch.get_num_threads(),
         torch_version=torch.__version__,
         machine=machine,
         cpu_model=cpu_model,
         cpu_flags=cpu_flags,
-        bound_shape=[rows_b, _ceil8(d), _ceil8(V)],
+        bound_shape=[setup.rows_b, _ceil8(setup.d), _ceil8(setup.V)],
         bounds=bounds,
         cases=results,
         peak_rss_mb=_mb(_max_rss_bytes()),
         repeats=repeats,
-        model_load_s=load_s,
+        model_load_s=setup.load_s,
         rows_sized_s=None if rows_given else PASS_S,
-        bound_sources=sources,
+        bound_sources=setup.sources,
         flags_used=flags_used() if torch.device(device).type == "cpu" else [],
         skipped=skipped,
         bound_rows_s=BOUND_PRODUCT_S if torch.device(device).type == "cpu" else None,
     )
+
+
+def _cli_runs(
+    report: BenchReport,
+    setup: _Setup,
+    model: str,
+    device: str,
+    epsilon: float,
+    cold_start: bool,
+    memory_run: bool,
+    note: Callable[[str], None],
+) -> None:
+    """The vector file's load times, and the CLI runs in fresh interpreters (cold start, whole file)."""
+    texts, text_path = setup.texts, setup.text_path
     if Path(model).is_file():
         report.vector_load = _vector_load(Path(model))
         note(f"vector file: read {report.vector_load['read_s']:.2f} s, parse {report.vector_load['parse_s']:.2f} s")
     if cold_start:
-        report.cold_start = _privatize_cli(texts[:30], model, device, epsilon, timeout=600) | {"rows": min(30, rows)}
+        report.cold_start = _privatize_cli(texts[:30], model, device, epsilon, timeout=600) | {
+            "rows": min(30, setup.rows)
+        }
         note(f"cold start: {report.cold_start['seconds']:.2f} s")
     if memory_run:
         whole = (
@@ -206,4 +264,3 @@ def run_bench(
         )
         report.memory_run = _privatize_cli(whole, model, device, epsilon, timeout=3600) | {"text": text_path.name}
         note(f"memory run: peak RSS {report.memory_run['peak_rss_mb']} MB")
-    return report

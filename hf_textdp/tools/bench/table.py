@@ -29,6 +29,11 @@ def _case_line(c: BenchCase) -> str:
 
 def format_table(report: BenchReport) -> str:
     """The report as a fixed-width table with its header lines."""
+    return "\n".join(_header_lines(report) + _case_lines(report) + _footer_lines(report))
+
+
+def _header_lines(report: BenchReport) -> list[str]:
+    """The model, text, machine and the products' bounds the cases are measured against."""
     m, k, n = report.bound_shape
     absent = [f for f in CPU_FLAGS if f not in report.cpu_flags]
     flags = " ".join(report.cpu_flags) or "none"
@@ -63,7 +68,12 @@ def format_table(report: BenchReport) -> str:
             f"  (int8: the faster of torch._int_mm, {src.get('int8', 0) / 1e9:,.0f} GOPS, and the sampler's key "
             f"kernel, {src['int8 keys'] / 1e9:,.0f} GOPS, in the first measurement)"
         )
-    lines += [
+    return lines
+
+
+def _case_lines(report: BenchReport) -> list[str]:
+    """One line per case (end to end), then the kernel-only timings."""
+    lines = [
         "",
         f"{'case':26s} {'arith':>5s} {'filter':>6s} {'tokens':>9s} {'tokens/s':>10s} {'fp32':>6s} {'bf16':>6s} "
         f"{'own':>6s} {'paired':>6s} {'peak RSS':>9s}  kernel",
@@ -97,7 +107,12 @@ def format_table(report: BenchReport) -> str:
                 f"{c.name:26s} {kr['tokens']:>9,d} {kr['tokens_per_s']:>12,.0f} {_frac(kr.get('fraction_fp32'), 6)} "
                 f"{_frac(kr.get('fraction_bf16'), 6)} {_frac(kr.get('fraction_own'), 6)} {kr['fallback_queries']:>9,d}"
             )
-    lines.append("")
+    return lines
+
+
+def _footer_lines(report: BenchReport) -> list[str]:
+    """The per-token references, peak memory, the vector file's load and the CLI runs."""
+    lines = [""]
     for c in report.cases:
         ref = c.per_token_reference
         if ref:
@@ -121,4 +136,4 @@ def format_table(report: BenchReport) -> str:
             rss = "?" if run["peak_rss_mb"] is None else f"{run['peak_rss_mb']:,.0f} MB"
             status = "" if run["returncode"] == 0 else f" (exit {run['returncode']}: {run.get('error')})"
             lines.append(f"{what.format(**run)}: {run['seconds']:.2f} s, peak RSS {rss} (its own){status}")
-    return "\n".join(lines)
+    return lines
