@@ -151,36 +151,6 @@ def _weights(space: EmbeddingSpace, frequencies: Mapping[Any, Any]) -> tuple[np.
     return pi / total, h.hexdigest()
 
 
-def _bisect_log(rate: Any, target: float, start: float, *, rel_tol: float, max_iter: int = 200) -> float:
-    """Solve rate(ε) = target for a rate decreasing in ε by bracketing and bisection on log ε."""
-    lo = hi = start
-    r = rate(start)[0]
-    steps = 0
-    if r > target:  # too much replacement: increase ε
-        while r > target:
-            lo, hi = hi, hi * 4.0
-            r = rate(hi)[0]
-            steps += 1
-            if steps > 60:
-                raise InvalidParameterError(f"target_rate={target}: not reached for epsilon up to {hi:.3g}.")
-    else:
-        while r <= target:
-            hi, lo = lo, lo / 4.0
-            r = rate(lo)[0]
-            steps += 1
-            if steps > 60:
-                raise InvalidParameterError(f"target_rate={target}: not reached for epsilon down to {lo:.3g}.")
-    for _ in range(max_iter):
-        if hi / lo - 1.0 <= rel_tol:
-            break
-        mid = math.sqrt(lo * hi)
-        if rate(mid)[0] > target:
-            lo = mid
-        else:
-            hi = mid
-    return math.sqrt(lo * hi)
-
-
 def _epsilon_list(epsilons: Iterable[Any] | None) -> list[float]:
     if epsilons is None:
         return []
