@@ -42,7 +42,7 @@ from ..errors import ColumnNotFoundError, InvalidParameterError, ParameterTypeEr
 from ..io.frequencies import check_not_input as check_public
 from ..io.outputs import check_not_input, input_paths, output_errors, refuse_existing_output
 from ..io.paths import FILE_FORMATS, output_path
-from ..io.sources import load_source
+from ..io.sources import load_source, stream_saved_output
 from ..io.workdir import DEFAULT_SHARD_SIZE
 from ..privatizer import Privatizer
 from ..rng import validate_secret_seed
@@ -244,7 +244,7 @@ def _privatize(
             )
         # a stream over the saved rows: iterating the mapped stream again would privatize the source
         # a second time (fresh noise without a seed: a second release of the same text)
-        return load_source(output, streaming=True), report
+        return stream_saved_output(output), report
     for priv in privatizers.values():
         priv.engine.load()  # load the model now: a bad model fails before anything is written
     is_dict = isinstance(ds, datasets.DatasetDict)
