@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import HfTextDPError
-from ..users import UserSpec, parse_user, user_section, user_totals_from_batches
-from ..users.report import AT_BUDGET, section_summary
+
+
+if TYPE_CHECKING:
+    from ..users import UserSpec
+
+# hf_textdp.users is imported where a users section is checked: it brings numpy, and the CLI's parser (which
+# imports this module through ``report``) imports no heavy library (tests/cli/test_catalog.py)
 
 
 __all__ = ["RTOL", "close", "row_rule", "user_faults"]
@@ -69,6 +74,9 @@ def user_faults(report: dict[str, Any], cols: dict[str, list[Any]] | None) -> li
         return []
     if not isinstance(section, dict):
         return [f"the users section is {type(section).__name__}, not a section"]
+    from ..users import parse_user
+    from ..users.report import section_summary
+
     try:
         spec = parse_user({k: section.get(k) for k in ("column", "budget", "bound")} | _optional(section))
         expected_summary = section_summary(section)
@@ -119,6 +127,8 @@ def _count_faults(section: dict[str, Any], totals: dict[str, Any]) -> list[str]:
 
 def _epsilon_faults(section: dict[str, Any], cols: dict[str, list[Any]] | None) -> list[str]:
     """The largest and median user's ε against the budget, the share at it, and the rows' ε."""
+    from ..users.report import AT_BUDGET
+
     stated, median, share = (section.get(k) for k in ("user_epsilon_max", "user_epsilon_median", "share_at_budget"))
     budget, users = _num(section.get("budget")), int(section.get("users") or 0)  # parse_user checked the budget
     eps = None if cols is None else cols.get("dp_epsilon")
@@ -154,6 +164,8 @@ def _epsilon_faults(section: dict[str, Any], cols: dict[str, list[Any]] | None) 
 def _recount_faults(section: dict[str, Any], cols: dict[str, list[Any]], spec: UserSpec) -> list[str]:
     """With the user column published, the section recounted from the output's rows (every figure; only the ε
     and δ maxima when rows were dropped, which the output no longer holds)."""
+    from ..users import user_section, user_totals_from_batches
+
     batch = {k: v for k, v in cols.items() if k in (spec.column, "dp_epsilon", "dp_delta")}
     try:
         recount = user_section(user_totals_from_batches([batch], spec), spec)
