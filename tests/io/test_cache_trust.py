@@ -113,7 +113,11 @@ def test_a_changed_kernel_is_built_again_not_loaded(tamper, kernel, tmp_path, ca
     if tamper == "flipped-byte":
         data = bytearray(kernel.read_bytes())
         data[len(data) // 2] ^= 0xFF
-        kernel.write_bytes(bytes(data))
+        # a new file in its place, as another process would leave it: writing this process's loaded library in
+        # place would change its mapped pages, and the interpreter's exit would run a garbled destructor (exit 139)
+        changed = tmp_path / "changed.so"
+        changed.write_bytes(bytes(data))
+        os.replace(changed, kernel)
     elif tamper == "symlink":
         other = tmp_path / "other.so"
         other.write_bytes(kernel.read_bytes())
