@@ -62,9 +62,7 @@ def _thaw_for_nanobind() -> None:
     after every ``evaluate``). Nothing leaks: Triton's objects sit in reference cycles that ``gc.freeze`` put
     in the permanent generation, which no collection visits, the last one included. Thawing costs one full
     collection at exit (about 0.13 s after torch, transformers and Triton), so it is done only where Triton's
-    bindings are loaded, and the hook collects at once, while every module is whole: left to the interpreter's
-    finalization, the thawed objects' finalizers would run in modules already torn down.
+    bindings are loaded.
     """
     if "triton._C.libtriton" in sys.modules:
         gc.unfreeze()
-        gc.collect()  # now, while every module is whole: not in the finalization, where modules are half torn down
