@@ -35,7 +35,7 @@ def main() -> None:
     priv = Privatizer(cfg, seed=2**40 + 1, split="bench", allow_weak_seed=True)
     tokens = 0
 
-    def identity(positions, sizes, row_ids):
+    def identity(positions, sizes, row_ids, **_kw):
         nonlocal tokens
         tokens += int(positions.numel())
         return positions.clone()

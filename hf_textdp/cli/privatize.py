@@ -82,7 +82,7 @@ class PrivatizeCommand:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         with gc_frozen_imports():
-            from ..run.pipeline import DEFAULT_SHARD_SIZE, privatize_dataset  # datasets, torch: not on --help's path
+            from ..run.pipeline import DEFAULT_SHARD_SIZE, save_privatized  # datasets, torch: not on --help's path
 
         config = config_from_args(args)
         try:
@@ -113,7 +113,7 @@ class PrivatizeCommand:
             )
             print(summary(report, args.output, " with Ray"))
             return 0
-        _, report = privatize_dataset(
+        report = save_privatized(
             args.input,
             config,
             text_column=args.text_column,
@@ -128,7 +128,6 @@ class PrivatizeCommand:
             overwrite=args.overwrite,
             batch_size=args.batch_size,
             shard_size=DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
-            return_report=True,
             keep_spans=args.keep_spans,
         )
         print(summary(report, args.output))

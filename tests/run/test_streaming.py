@@ -285,3 +285,29 @@ def test_a_bad_row_discards_the_partial_run(cfg, tmp_path):
     with pytest.raises(InvalidRowError, match="row 12"):
         save_streaming(stream, tmp_path / "o.jsonl", {"": priv}, shard_size=4)
     assert not work_dir_for(tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_cli_does_not_build_a_stream_it_discards(cfg, tmp_path, monkeypatch):
+    """Issue 58 item 3: ``hf-textdp privatize --streaming`` prints the report and never reads its output back through
+    ``load_dataset`` (1.4 s after MR x 10); ``privatize_dataset`` still returns that stream, and the file and
+    report are the same either way."""
+    import datasets
+
+    import hf_textdp.run.pipeline as pipeline
+    from hf_textdp.cli import main
+
+    src = tmp_path / "src.jsonl"
+    _source().to_json(str(src))
+    built: list[object] = []
+    real = pipeline.stream_saved_output
+    monkeypatch.setattr(pipeline, "stream_saved_output", lambda out: built.append(out) or real(out))
+    seed_file = tmp_path / "seed"
+    seed_file.write_text(str(SEED))
+    cli_out, api_out = tmp_path / "cli.jsonl", tmp_path / "api.jsonl"
+    args = ["privatize", str(src), str(cli_out), "--streaming", "--model", cfg.model, "--epsilon", "3"]
+    assert main([*args, "--seed-file", str(seed_file)]) == 0
+    assert built == [] and cli_out.read_bytes()
+    out = privatize_dataset(str(src), cfg, seed=SEED, output_dir=api_out, streaming=True)
+    assert isinstance(out, datasets.IterableDataset) and built == [api_out]
+    assert cli_out.read_bytes() == api_out.read_bytes()
+    assert privacy_report(cli_out)["totals"] == privacy_report(api_out)["totals"]
