@@ -276,6 +276,32 @@ def test_pair_sqdist_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pair_sqdist(torch.from_numpy(Q), torch.from_numpy(E), rows, pos) is None
 
 
+@pytest.mark.parametrize("d,n", [(384, 4097), (45, 201), (7, 3), (16, 1)])
+def test_pair_sqdist_is_its_documented_sum_for_every_pair(d: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each D is exactly the documented float64 sum (partial sums over j = l mod 8, then the tail, then the eight
+    partial sums in order; seed 7113), whether the kernel takes the pair alone or two at a time (odd n), on one
+    thread or a team: the pairing changes no bit of any pair."""
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
+    if _compiler() is None:
+        pytest.skip("no C compiler")
+    rng = np.random.default_rng(7113)
+    Q = (rng.standard_normal((50, d)) * 3).astype(F32)
+    E = rng.standard_normal((70, d)).astype(F32)
+    rows, pos = rng.integers(0, 50, n), rng.integers(0, 70, n)
+    t = Q[rows].astype(np.float64) - E[pos].astype(np.float64)
+    acc = np.zeros((n, 8))
+    for j in range(0, d - d % 8, 8):
+        acc = acc + t[:, j : j + 8] * t[:, j : j + 8]
+    want = np.zeros(n)
+    for j in range(d - d % 8, d):
+        want = want + t[:, j] * t[:, j]
+    for lane in range(8):
+        want = want + acc[:, lane]
+    got = pair_sqdist(torch.from_numpy(Q), torch.from_numpy(E), torch.from_numpy(rows), torch.from_numpy(pos))
+    assert got is not None
+    assert np.array_equal(got.numpy(), want)
+
+
 @needs_kernel
 def test_second_threshold_cuts_the_list_for_k2(noisy_case: Any) -> None:
     """k = 2: the kernel's second cut (at the 2nd largest candidate score − 2β) keeps fewer candidates than the
