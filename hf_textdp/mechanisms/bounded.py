@@ -250,6 +250,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
             or state.map_back
             or math.isinf(self.epsilon)
             or space.E.device.type != "cpu"
+            or space.E.dtype != torch.float32
             or (cls.perturb, cls.transform_input, cls.inputs) != _NATIVE_STEPS
         ):
             return None

@@ -167,3 +167,14 @@ def test_end_to_end_output_equals_the_tensor_form(vectors, space, monkeypatch, n
     cls = type(get_mechanism_class(name)(epsilon=5.0))
     monkeypatch.setattr(cls, "perturb_positions", AdditiveMechanism.perturb_positions)
     assert got == run()
+
+
+def test_without_the_native_switch_the_tensor_form_runs(space, monkeypatch):
+    """``HF_TEXTDP_NATIVE=0``: no kernel runs, and laplace's vectors are the same (its uniforms are the same bits
+    every way; gaussian's normals are the kernel's own functions, within an ulp of torch's, randomness.md §4)."""
+    mech = get_mechanism_class("laplace")(epsilon=3.0)
+    mech.setup(space)
+    pos, streams = _batch(space, 5807)
+    got = mech.perturb_positions(space, pos, streams)
+    monkeypatch.setenv("HF_TEXTDP_NATIVE", "0")
+    assert torch.equal(mech.perturb_positions(space, pos, streams), got)
