@@ -11,6 +11,8 @@ Primitives:
 
 * **metric Laplace noise added to rows** (madlib and the metric mechanisms): :func:`noise_shift_runs`,
   :func:`noise_reads_rows`, :func:`metric_laplace_shift`;
+* **the additive mechanisms' noise added to bounded rows** (laplace, gaussian, truncated_laplace; CPU only):
+  :func:`gaussian_release`, :func:`laplace_parts`, :func:`laplace_release`;
 * **the exponential sampler's integer keys** (tem, santext, santext+): :func:`int_product`, :class:`KeyKernel`
   (CPU, VNNI or AVX2), :func:`triton_runs`, :func:`cuda_int_keys`, :func:`cuda_sampler_bounds`,
   :func:`cuda_sample_tries`;
@@ -27,6 +29,9 @@ import torch
 from .cpu import int8_keys
 from .cpu.distances import pair_sqdist
 from .cpu.features import native_int8
+from .cpu.noise import native_gaussian_release as gaussian_release
+from .cpu.noise import native_laplace_parts as laplace_parts
+from .cpu.noise import native_laplace_release as laplace_release
 from .cpu.noise import native_metric_laplace_shift, noise_kernel_available
 from .gpu import sampler as _gpu_sampler
 from .gpu import triton_ready
@@ -41,7 +46,10 @@ __all__ = [
     "cuda_int_keys",
     "cuda_sample_tries",
     "cuda_sampler_bounds",
+    "gaussian_release",
     "int_product",
+    "laplace_parts",
+    "laplace_release",
     "metric_laplace_shift",
     "noise_reads_rows",
     "noise_shift_runs",

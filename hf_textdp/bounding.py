@@ -187,10 +187,18 @@ class Transform:
         """``clip`` and ``unit`` given the vectors' norms ``[n, 1]`` (float64)."""
         if self.bound == "unit":
             return x / norm
+        return x * self._clip_factor(norm)
+
+    def _clip_factor(self, norm: torch.Tensor) -> torch.Tensor:
+        """``clip``'s factor min(1, C/‖x‖) for float64 norms (any shape)."""
         assert self.bound == "clip" and self.clip_norm is not None
         # T(0) = 0: a row with norm ≤ C is multiplied by exactly 1 (unchanged bit for bit)
-        factor = torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
-        return x * factor
+        return torch.where(norm > self.clip_norm, self.clip_norm / norm, torch.ones_like(norm))
+
+    def row_factors(self, x: torch.Tensor) -> torch.Tensor:
+        """For ``clip``: f ``[n]`` float64 with T(x)_i = x_i·f_i, the numbers of :meth:`apply` (a row's norm does not
+        depend on the rows around it). For the kernels that read rows and scale them themselves."""
+        return self._clip_factor(torch.linalg.vector_norm(x.to(torch.float64), dim=1))
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
         """T⁻¹(y) in float64 (``minmax`` and ``vocab_exact`` only)."""

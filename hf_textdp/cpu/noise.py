@@ -21,7 +21,8 @@ from ..utils.native import check_index_range, load_kernel, native_enabled, run_t
 
 
 __all__ = [
-    "box_muller", "native_normals", "native_metric_laplace_shift", "native_uniforms", "noise_kernel_available",
+    "box_muller", "native_gaussian_release", "native_laplace_parts", "native_laplace_release", "native_normals",
+    "native_metric_laplace_shift", "native_uniforms", "noise_kernel_available",
 ]  # fmt: skip
 
 #: values (normals or uniforms) per thread below which one call on one thread is faster than splitting
@@ -41,6 +42,12 @@ def _lib() -> Any:
         lib.metric_laplace_shift.restype = ctypes.c_int
         lib.box_muller.argtypes = [p, p, i, p]
         lib.box_muller.restype = None
+        lib.laplace_parts.argtypes = [p, p, p, i, i, ctypes.c_double, i, i, i, p, p]
+        lib.laplace_parts.restype = None
+        lib.laplace_release.argtypes = [p, p, ctypes.c_double, i, p, p, p, i, i, i, p]
+        lib.laplace_release.restype = ctypes.c_int
+        lib.gaussian_release.argtypes = [p, p, p, i, ctypes.c_double, p, p, p, i, i, i, i, p]
+        lib.gaussian_release.restype = ctypes.c_int
     return lib
 
 
@@ -165,4 +172,92 @@ def native_metric_laplace_shift(
             failed.append(i0)
 
     _run(lib, call, n, d)
+    return None if failed else out
+
+
+def _rows_args(x: torch.Tensor, factor: torch.Tensor | None, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """x fp32 ``[V, k]``, the per-row factors float64 ``[V]`` (or none) and ``rows`` int64, contiguous and checked."""
+    if x.dtype != torch.float32 or (factor is not None and factor.dtype != torch.float64):
+        raise TypeError("x must be fp32 and factor float64.")
+    idx = rows.to("cpu", torch.int64).contiguous()
+    check_index_range(idx, x.shape[0], "rows")
+    f = () if factor is None else (factor.contiguous(),)
+    return (x.contiguous(), idx, *f)
+
+
+def native_laplace_parts(
+    k0: torch.Tensor, k1: torch.Tensor, position: torch.Tensor, draw: int, k: int, mult: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(w, neg) ``[n, k]``: w = |2u − 1|·mult (float64) and neg = (u < ½) (uint8) from each token's uniforms
+    0 … k − 1 of ``draw`` (those of :func:`native_uniforms`); ``None`` where the kernel does not run. One thread:
+    the caller runs it on chunks whose values stay in cache."""
+    if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
+        return None
+    n = int(position.shape[0])
+    w = torch.empty((n, k), dtype=torch.float64)
+    neg = torch.empty((n, k), dtype=torch.uint8)
+    if n and k:
+        a, b, c = _keys(k0, k1, position)
+        lib.laplace_parts(a.data_ptr(), b.data_ptr(), c.data_ptr(), int(draw), k, float(mult), 0, n, 1,
+                          w.data_ptr(), neg.data_ptr())  # fmt: skip
+    return w, neg
+
+
+def native_laplace_release(
+    L: torch.Tensor,
+    neg: torch.Tensor,
+    scale: float,
+    divide: bool,
+    x: torch.Tensor,
+    factor: torch.Tensor | None,
+    rows: torch.Tensor,
+    out: torch.Tensor,
+) -> bool:
+    """Writes ``out[i] = fl32(x[rows[i]]·factor[rows[i]] + z_i)`` (no factor: ``x[rows[i]]``), z_ij = ±(L_ij·scale)
+    (``divide``: ±(L_ij/scale)), + where ``neg``; L and neg ``[n, k]`` contiguous from :func:`native_laplace_parts`.
+    ``False`` where the kernel does not run or its buffer could not be allocated (then ``out`` is not all written).
+    """
+    if not native_enabled() or (lib := _lib()) is None:
+        return False
+    n, k = L.shape
+    if n == 0 or k == 0:
+        return True
+    xc, idx, *f = _rows_args(x, factor, rows)
+    if not (L.is_contiguous() and neg.is_contiguous() and out.is_contiguous() and out.shape == (n, k)):
+        raise ValueError("L, neg and out must be contiguous [n, k].")
+    fp = f[0].data_ptr() if f else None
+    rc = lib.laplace_release(L.data_ptr(), neg.data_ptr(), float(scale), int(divide), xc.data_ptr(), fp,
+                             idx.data_ptr(), k, 0, n, out.data_ptr())  # fmt: skip
+    return bool(rc == 0)
+
+
+def native_gaussian_release(
+    k0: torch.Tensor,
+    k1: torch.Tensor,
+    position: torch.Tensor,
+    draw: int,
+    sigma: float,
+    x: torch.Tensor,
+    factor: torch.Tensor | None,
+    rows: torch.Tensor,
+) -> torch.Tensor | None:
+    """``[n, k]`` fp32: fl32(x[rows[i]]·factor[rows[i]] + G_i·σ) per token i, G_i its first k normals of ``draw``
+    (those of :func:`native_normals`); ``None`` where the kernel does not run."""
+    if position.device.type != "cpu" or not native_enabled() or (lib := _lib()) is None:
+        return None
+    n, k = int(rows.numel()), int(x.shape[1])
+    out = torch.empty((n, k), dtype=torch.float32)
+    if n == 0 or k == 0:
+        return out
+    xc, idx, *f = _rows_args(x, factor, rows)
+    a, b, c = _keys(k0, k1, position)
+    args = (a.data_ptr(), b.data_ptr(), c.data_ptr(), int(draw), float(sigma), xc.data_ptr(),
+            f[0].data_ptr() if f else None, idx.data_ptr(), k)  # fmt: skip
+    failed: list[int] = []
+
+    def call(i0: int, i1: int, team: int) -> None:
+        if lib.gaussian_release(*args, i0, i1, team, out.data_ptr()) != 0:
+            failed.append(i0)
+
+    _run(lib, call, n, k)
     return None if failed else out

@@ -306,3 +306,106 @@ int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *po
     }
     return failed ? -1 : 0;
 }
+
+/* The Laplace-type noises of the additive mechanisms (docs/mechanisms/laplace.md §4, §8.1): for tokens i0 .. i1 - 1
+ * and j < k, from the token's uniform u_j of `draw` (those of philox_uniforms, start 0, extra 0):
+ * w[i][j] = |2u − 1|·mult (exact for mult = −1; Laplace's −2|u − ½|, the truncated law's |2u − 1|·expm1(−αA)) and
+ * neg[i][j] = (u < ½), the sign of u − ½. The logarithm log1p(w) is taken by the caller (torch's own). */
+void laplace_parts(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw, int64_t k, double mult,
+                   int64_t i0, int64_t i1, int64_t threads, double *w, uint8_t *neg) {
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1)
+    for (int64_t p = 0; p < threads; p++) {
+        int64_t lo, hi;
+        part_range(i0, i1, p, threads, &lo, &hi);
+        double u[CHUNK], v[CHUNK], x[2 * CHUNK];
+        const int64_t blocks = (k + 1) / 2;
+        for (int64_t i = lo; i < hi; i++) {
+            for (int64_t j0 = 0; j0 < blocks; j0 += CHUNK) {
+                const int64_t m = blocks - j0 < CHUNK ? blocks - j0 : CHUNK;
+                const int64_t c0 = 2 * j0, c1 = 2 * (j0 + m) < k ? 2 * (j0 + m) : k;
+                uniform_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw, 0, j0, m, u, v);
+                for (int64_t j = 0; j < m; j++) {
+                    x[2 * j] = u[j];
+                    x[2 * j + 1] = v[j];
+                }
+                double *wi = w + i * k + c0;
+                uint8_t *ni = neg + i * k + c0;
+                for (int64_t c = 0; c < c1 - c0; c++) {
+                    wi[c] = fabs(2.0 * x[c] - 1.0) * mult;
+                    ni[c] = x[c] < 0.5;
+                }
+            }
+        }
+    }
+}
+
+/* token i's input x̃ = x[row]·f[row] in float64 (x fp32; f NULL: x̃ = x) into xt[k] */
+static inline void bounded_input(const float *x, const double *f, int64_t row, int64_t k, double *restrict xt) {
+    const float *xr = x + row * k;
+    if (f) {
+        const double fr = f[row];
+        for (int64_t j = 0; j < k; j++)
+            xt[j] = (double)xr[j] * fr;
+    } else
+        for (int64_t j = 0; j < k; j++)
+            xt[j] = (double)xr[j];
+}
+
+/* The Laplace-type releases fl32(x̃_i + z_i) for tokens i0 .. i1 - 1 into out[][k]: x̃ of bounded_input for row
+ * rows[i], z_ij = ±(L_ij·scale) (divide 0) or ±(L_ij/scale) (divide 1), + where neg[i][j], L = log1p(w) of
+ * laplace_parts: Laplace's L·(sgn(u − ½)·(−b)) and the truncated law's sgn(2u − 1)·(−L/α), each rounded once
+ * as in the tensor form. Returns 0, or -1 when a row buffer cannot be allocated. */
+int laplace_release(const double *L, const uint8_t *neg, double scale, int64_t divide, const float *x,
+                    const double *f, const int64_t *rows, int64_t k, int64_t i0, int64_t i1, float *out) {
+    double *xt = malloc((size_t)k * sizeof(double));
+    if (xt == NULL)
+        return -1;
+    for (int64_t i = i0; i < i1; i++) {
+        bounded_input(x, f, rows[i], k, xt);
+        const double *Li = L + i * k;
+        const uint8_t *ni = neg + i * k;
+        float *o = out + i * k;
+        for (int64_t j = 0; j < k; j++) {
+            const double a = divide ? Li[j] / scale : Li[j] * scale;
+            o[j] = (float)(xt[j] + (ni[j] ? a : -a));
+        }
+    }
+    free(xt);
+    return 0;
+}
+
+/* The Gaussian release fl32(x̃_i + G_i·σ) for tokens i0 .. i1 - 1 into out[][k]: G_i the token's first k normals of
+ * `draw` (those of philox_normals, extra 0), x̃ of bounded_input for row rows[i]. Returns 0, or -1 when a buffer
+ * cannot be allocated (nothing written). */
+static int gaussian_range(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw, double sigma,
+                          const float *x, const double *f, const int64_t *rows, int64_t k, int64_t i0, int64_t i1,
+                          float *out) {
+    const int64_t blocks = (k + 1) / 2;
+    double *buf = malloc((size_t)(2 * blocks + k) * sizeof(double));
+    if (buf == NULL)
+        return -1;
+    double *xt = buf + 2 * blocks;
+    for (int64_t i = i0; i < i1; i++) {
+        normal_pairs((uint32_t)k0[i], (uint32_t)k1[i], (uint32_t)pos[i], (uint32_t)draw, 0, 0, blocks, buf);
+        bounded_input(x, f, rows[i], k, xt);
+        float *o = out + i * k;
+        for (int64_t j = 0; j < k; j++)
+            o[j] = (float)(xt[j] + buf[j] * sigma);
+    }
+    free(buf);
+    return 0;
+}
+
+/* gaussian_range's tokens i0 .. i1 - 1 on `threads` threads: 0, or -1 when a part's buffer cannot be allocated */
+int gaussian_release(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw, double sigma,
+                     const float *x, const double *f, const int64_t *rows, int64_t k, int64_t i0, int64_t i1,
+                     int64_t threads, float *out) {
+    int failed = 0;
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1) reduction(| : failed)
+    for (int64_t p = 0; p < threads; p++) {
+        int64_t lo, hi;
+        part_range(i0, i1, p, threads, &lo, &hi);
+        failed |= gaussian_range(k0, k1, pos, draw, sigma, x, f, rows, k, lo, hi, out) != 0;
+    }
+    return failed ? -1 : 0;
+}

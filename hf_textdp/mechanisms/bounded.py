@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from .. import backend
 from ..accounting import Claim
 from ..bounding import (
     BOUNDS,
@@ -27,18 +28,19 @@ from ..bounding import (
     fit_transform,
 )
 from ..errors import InvalidParameterError
-from ..rng import Streams, as_streams
+from ..rng import Draw, Streams, as_streams
 from ..search import ExactIndex
 from ..utils.logging import get_logger, warn_once
+from ..utils.threads import torch_threads
 from ..validation import check_choice
-from .base import AdditiveMechanism
+from .base import PERTURB_CHUNK, AdditiveMechanism
 
 
 if TYPE_CHECKING:
     from ..space import EmbeddingSpace
 
 
-__all__ = ["BoundedAdditiveMechanism", "Prepared", "MATCH_SPACES", "NOT_A_GUARANTEE"]
+__all__ = ["BoundedAdditiveMechanism", "NativeNoise", "Prepared", "MATCH_SPACES", "NOT_A_GUARANTEE"]
 
 logger = get_logger(__name__)
 
@@ -59,6 +61,26 @@ class Prepared:
     noise: Any  # b, σ, or TruncatedLaplaceConstants
     index: ExactIndex
     map_back: bool
+    #: clip's factor f_c per row c of E (T(E_c) = E_c·f_c), for the compiled release; ``None`` for other bounds
+    row_factor: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class NativeNoise:
+    """A noise law the compiled release (``kernels/philox.c``) draws with the tensor form's numbers.
+
+    ``kind="gaussian"``: z = G·scale, G the token's normals. ``kind="laplace"``: z = ±(L·scale) (``divide``:
+    ±(L/scale)), + where u < ½, with L = log1p(|2u − 1|·mult) (torch's log1p, on the tensor form's chunks).
+    """
+
+    kind: str
+    scale: float
+    mult: float = -1.0
+    divide: bool = False
+
+
+#: bounds whose T the compiled release applies itself (x·f per row; ``vocab_exact``: x)
+NATIVE_BOUNDS: tuple[str, ...] = ("clip", "vocab_exact")
 
 
 class BoundedAdditiveMechanism(AdditiveMechanism):
@@ -158,6 +180,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
             noise=noise,
             index=index,
             map_back=raw and transform.bound == "minmax",
+            row_factor=transform.row_factors(space.E) if transform.bound == "clip" else None,
         )
         self._state = state
         if not self.certified:
@@ -203,6 +226,52 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         if state.map_back:
             xt = state.transform.inverse(xt)
         return xt.to(torch.float32)
+
+    def native_noise(self) -> NativeNoise | None:
+        """The law of :meth:`sample_noise` for the compiled release, or ``None`` (the tensor form runs)."""
+        return None
+
+    def perturb_positions(self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
+        """:meth:`perturb` of rows ``positions`` of E; on the CPU, for ``clip`` and ``vocab_exact``, by the compiled
+        release: it reads the rows, applies T, draws the noise and rounds once to fp32 per token, the numbers of
+        the tensor form bit for bit (the same float64 operations in the same order; Laplace's logarithm is
+        torch's, on the tensor form's chunks)."""
+        out = self._native_release(space, positions, streams)
+        return super().perturb_positions(space, positions, streams) if out is None else out
+
+    def _native_release(self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams) -> torch.Tensor | None:
+        state, spec = self._state, self.native_noise()
+        cls = type(self)
+        if (
+            spec is None
+            or state is None
+            or state.space_hash != space.space_hash
+            or state.transform.bound not in NATIVE_BOUNDS
+            or state.map_back
+            or math.isinf(self.epsilon)
+            or space.E.device.type != "cpu"
+            or space.E.dtype != torch.float32
+            or (cls.perturb, cls.transform_input, cls.inputs) != _NATIVE_STEPS
+        ):
+            return None
+        E, f, n = space.E, state.row_factor, int(positions.numel())
+        if spec.kind == "gaussian":
+            k0, k1, p = streams.k0, streams.k1, streams.position
+            return backend.gaussian_release(k0, k1, p, Draw.NOISE, spec.scale, E, f, positions)
+        k = int(E.shape[1])
+        out = torch.empty((n, k), dtype=torch.float32)
+        # log1p_ on the chunks of AdditiveMechanism.perturb_positions, on its threads: the tensor form's numbers
+        with torch_threads(1 if self.serial_small_ops else None):
+            for s in range(0, n, PERTURB_CHUNK):
+                e = min(n, s + PERTURB_CHUNK)
+                sl = streams.slice(s, e)
+                parts = backend.laplace_parts(sl.k0, sl.k1, sl.position, Draw.NOISE, k, spec.mult)
+                if parts is None:
+                    return None
+                L = parts[0].log1p_()
+                if not backend.laplace_release(L, parts[1], spec.scale, spec.divide, E, f, positions[s:e], out[s:e]):
+                    return None
+        return out
 
     def search_index(self, space: EmbeddingSpace) -> ExactIndex:
         """Rows of T(E) (``match_space="clipped"``) or of E (``"raw"``), as laplace.md §4."""
@@ -268,3 +337,11 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         if state.noise is not None:
             out.update(self.noise_details(state))
         return out
+
+
+#: the steps the compiled release implements (compared at call time: a subclass's or a patched step runs itself)
+_NATIVE_STEPS = (
+    BoundedAdditiveMechanism.perturb,
+    BoundedAdditiveMechanism.transform_input,
+    AdditiveMechanism.inputs,
+)

@@ -17,7 +17,7 @@ import torch
 from ..bounding import Sensitivity
 from ..errors import InvalidParameterError
 from ..rng import Draw, Streams
-from .bounded import BoundedAdditiveMechanism, Prepared
+from .bounded import BoundedAdditiveMechanism, NativeNoise, Prepared
 
 
 __all__ = ["Gaussian", "gaussian_delta", "analytic_gaussian_sigma", "classic_gaussian_sigma"]
@@ -122,6 +122,12 @@ class Gaussian(BoundedAdditiveMechanism):
         sigma = float(self._require_state().noise)
         return streams.normals(Draw.NOISE, k).mul_(sigma)
 
+    def native_noise(self) -> NativeNoise | None:
+        """:meth:`sample_noise`'s z = G·σ for the compiled release."""
+        if type(self).sample_noise is not _SAMPLE_NOISE:  # a changed law (tests' variants) draws itself
+            return None
+        return NativeNoise("gaussian", float(self._require_state().noise))
+
     def delta_token(self) -> float:
         # reference_code states no δ (laplace.md §3): seed 001's code ignores it
         return 0.0 if self.options["calibration"] == "reference_code" else super().delta_token()
@@ -135,3 +141,7 @@ class Gaussian(BoundedAdditiveMechanism):
     def noise_details(self, state: Prepared) -> dict[str, Any]:
         sigma = float(state.noise)
         return {"sigma": sigma, "noise_variance": sigma * sigma}
+
+
+#: the law the compiled release implements (compared at call time: a subclass or a patched method is another law)
+_SAMPLE_NOISE = Gaussian.sample_noise

@@ -28,7 +28,7 @@ import torch
 from ..bounding import Sensitivity
 from ..errors import InvalidParameterError, NumericalRangeError
 from ..rng import Draw, Streams, as_streams
-from .bounded import BoundedAdditiveMechanism, Prepared
+from .bounded import BoundedAdditiveMechanism, NativeNoise, Prepared
 
 
 __all__ = [
@@ -238,9 +238,20 @@ class TruncatedLaplace(BoundedAdditiveMechanism):
         c: TruncatedLaplaceConstants = self._require_state().noise
         return truncated_laplace_from_uniform(streams.uniforms(Draw.NOISE, k), c.alpha, c.A)
 
+    def native_noise(self) -> NativeNoise | None:
+        """:meth:`sample_noise`'s z = sgn(2u − 1)·(−log1p(|2u − 1|·expm1(−αA))/α) for the compiled release."""
+        if type(self).sample_noise is not _SAMPLE_NOISE:  # a changed law (tests' variants) draws itself
+            return None
+        c: TruncatedLaplaceConstants = self._require_state().noise
+        return NativeNoise("laplace", c.alpha, mult=math.expm1(-c.alpha * c.A), divide=True)
+
     def warning_text(self) -> str:
         return "reference_code truncation is not private: δ ≥ 0.25 for an axis pair (laplace.md §8.4)"
 
     def noise_details(self, state: Prepared) -> dict[str, Any]:
         c: TruncatedLaplaceConstants = state.noise
         return c.to_dict()
+
+
+#: the law the compiled release implements (compared at call time: a subclass or a patched method is another law)
+_SAMPLE_NOISE = TruncatedLaplace.sample_noise
