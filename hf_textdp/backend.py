@@ -36,6 +36,7 @@ from .gpu.noise import metric_laplace_shift as _cuda_metric_laplace_shift
 
 __all__ = [
     "CUDA_SAMPLER_TRIES",
+    "BoundTargets",
     "IntOperands",
     "KeyKernel",
     "cuda_int_keys",
@@ -48,6 +49,8 @@ __all__ = [
     "pair_sqdist",
     "triton_runs",
 ]
+
+BoundTargets = int8_keys.BoundTargets
 
 #: tries of every token that one CUDA sampler kernel runs (the rest go on in torch)
 CUDA_SAMPLER_TRIES = _gpu_sampler.MAX_KERNEL_TRIES
@@ -129,6 +132,14 @@ class KeyKernel:
     def block_keys(self, token_rows: torch.Tensor, rows: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         """``[n, 64]`` int32 keys of block ``blocks[i]`` for token ``rows[i]``."""
         return int8_keys.block_keys(self.targets, token_rows, rows, blocks)
+
+    def sampler_bounds(
+        self, bt: int8_keys.BoundTargets, I_x: torch.Tensor, token: tuple[torch.Tensor, torch.Tensor],
+        law: tuple[float, float, int], threads: int,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        """The sampler's proposal (hot blocks, hot columns, their bounds, the blocks' bounds, cumulative weights) in
+        the kernel and C (:func:`hf_textdp.cpu.int8_keys.sampler_bounds`): the tensor form's numbers bit for bit."""
+        return int8_keys.sampler_bounds(self.targets, bt, I_x, token, law, threads)
 
 
 def triton_runs(device: torch.device) -> bool:

@@ -1,0 +1,137 @@
+"""The proposals and acceptance tests of the exponential sampler's tokens (docs/mechanisms/tem.md, "Sampling").
+
+:class:`~hf_textdp.mechanisms.exponential.ExponentialSampler` bounds each token's weights in groups; the tokens
+then try: try t of a token reads two Philox blocks of :attr:`~hf_textdp.rng.Draw.SAMPLER` with extra = t (u₁
+picks a hot column or a cold block by the inverse CDF of the proposal, u₂ a column in the block, u₃ accepts),
+and the token's output is its first accepted try. A try depends on the token's key, position and t only, so
+tries can run in any grouping: a round runs tries t … t + T − 1 of every token still pending at once, and the
+tokens still pending after their group's first round wait in a :class:`Pool` with those of later groups, whose
+next rounds then run together (fewer, larger rounds; the outputs of trying one at a time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from ..rng import Draw, Streams
+
+
+__all__ = ["Pending", "Pool", "run_round"]
+
+#: target columns per block of the proposal (ExponentialSampler's)
+BLOCK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Pending:
+    """Tokens that try from try ``t`` on: their places in the output, inputs, streams and proposals (hot columns
+    ``cols`` and their lower bounds ``dlo_c``, the blocks' lower bounds ``dlo_b``, cumulative weights ``cum``)."""
+
+    index: torch.Tensor
+    x_pos: torch.Tensor
+    streams: Streams
+    cols: torch.Tensor
+    dlo_c: torch.Tensor
+    dlo_b: torch.Tensor
+    cum: torch.Tensor
+    t: int
+
+    def __len__(self) -> int:
+        return int(self.index.numel())
+
+    def select(self, keep: torch.Tensor, t: int) -> Pending:
+        """The tokens ``keep`` (a bool mask or indices), trying from ``t`` on."""
+        s = self.streams
+        return Pending(
+            self.index[keep], self.x_pos[keep], Streams(s.k0[keep], s.k1[keep], s.position[keep]), self.cols[keep],
+            self.dlo_c[keep], self.dlo_b[keep], self.cum[keep], t,
+        )  # fmt: skip
+
+    @staticmethod
+    def cat(parts: list[Pending]) -> Pending:
+        """The tokens of ``parts`` (all trying from the same ``t``) as one."""
+        if len(parts) == 1:
+            return parts[0]
+        assert len({p.t for p in parts}) == 1, "pooled tokens try from the same try on"
+
+        def cat(name: str) -> torch.Tensor:
+            return torch.cat([getattr(p, name) for p in parts])
+
+        streams = Streams(*(torch.cat([getattr(p.streams, n) for p in parts]) for n in ("k0", "k1", "position")))
+        return Pending(
+            cat("index"), cat("x_pos"), streams, cat("cols"), cat("dlo_c"), cat("dlo_b"), cat("cum"), parts[0].t
+        )
+
+
+#: ``distances(x_pos [n], target columns [n, T])``: float64 ‖e_x − e_c‖ ``[n, T]``
+Distances = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class Law:
+    """What a round needs of the sampler: the blocks' sizes (float64), the real columns ``Vt``, the targets'
+    positions in E, ``scale`` (a) and ``gamma`` of P(c | x) ∝ exp(−a·min(d_c, γ)), and the distances."""
+
+    block_size: torch.Tensor
+    Vt: int
+    targets: torch.Tensor
+    scale: float
+    gamma: float
+    distances: Distances
+
+
+def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
+    """Tries ``p.t … p.t + T − 1`` of every token of ``p``: each token's first accepted one goes to ``out`` at its
+    place; returns the tokens that accepted none (trying from ``p.t + T`` on)."""
+    n = len(p)
+    dev = p.cum.device
+    tries = torch.arange(p.t, p.t + T, device=dev)
+    rows = torch.arange(n, device=dev).repeat_interleave(T)
+    u = p.streams.select(rows).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n)).view(n, T, 3)
+    target = u[:, :, 0] * p.cum[:, -1:]
+    k = torch.searchsorted(p.cum, target.contiguous(), right=True).clamp_(max=p.cum.shape[1] - 1)
+    n_hot = p.cols.shape[1]
+    is_hot = k < n_hot
+    kh = k.clamp(max=n_hot - 1)
+    b = (k - n_hot).clamp(min=0)
+    size = law.block_size[b]
+    col_cold = b * BLOCK + torch.floor(u[:, :, 1] * size).to(torch.int64).clamp_(max=BLOCK - 1)
+    col = torch.where(is_hot, p.cols.gather(1, kh), col_cold).clamp_(max=law.Vt - 1)
+    dlo = torch.where(is_hot, p.dlo_c.gather(1, kh), p.dlo_b.gather(1, b))
+    dist = law.distances(p.x_pos, law.targets[col])  # [n, T]
+    gap = (dist.clamp(max=law.gamma) - dlo).clamp_(min=0.0)
+    ok = u[:, :, 2].log() < -law.scale * gap  # [n, T]
+    done = ok.any(1)
+    first = ok.to(torch.int8).argmax(1)
+    acc = torch.nonzero(done).squeeze(1)
+    out[p.index[acc]] = col[acc, first[acc]]
+    return p.select(torch.nonzero(~done).squeeze(1), p.t + T)
+
+
+class Pool:
+    """Tokens still pending after their group's first round, run together once ``limit`` of them wait (and at
+    :meth:`finish`) in rounds of ``T`` tries until each has accepted."""
+
+    def __init__(self, law: Law, out: torch.Tensor, T: int, limit: int) -> None:
+        self.law, self.out, self.T, self.limit = law, out, T, limit
+        self.parts: list[Pending] = []
+        self.n = 0
+
+    def add(self, p: Pending) -> None:
+        if len(p):
+            self.parts.append(p)
+            self.n += len(p)
+        if self.n >= self.limit:
+            self.finish()
+
+    def finish(self) -> None:
+        """Run every waiting token's rounds until each has accepted."""
+        if not self.parts:
+            return
+        p = Pending.cat(self.parts)
+        self.parts, self.n = [], 0
+        while len(p):
+            p = run_round(p, self.T, self.law, self.out)
