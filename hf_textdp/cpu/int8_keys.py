@@ -61,7 +61,7 @@ def _load(kind: str) -> Any:
     lib.int8_block_keys.restype = None
     lib.int8_sampler_bounds.argtypes = [p, p, p, p, p, i, i, i, i, i, i, p, p]
     lib.int8_sampler_bounds.restype = None
-    lib.int8_sampler_bounds_step.argtypes = [p, i, i, i]
+    lib.int8_sampler_bounds_step.argtypes = [p, i, i, i, i]
     lib.int8_sampler_bounds_step.restype = None
     return lib
 
@@ -242,8 +242,9 @@ def sampler_bounds(
         )  # fmt: skip
 
     run_team(run, tiles, parts, openmp=bool(lib.int8_keys_openmp()))
+    team = 1  # passes two and three on one thread: a team waits for its second thread on a busy CPU
     cum.sqrt_()  # torch's own roundings of sqrt and exp, as in the tensor form
-    lib.int8_sampler_bounds_step(ctypes.byref(B), 2, 0, G)
+    lib.int8_sampler_bounds_step(ctypes.byref(B), 2, 0, G, team)
     cum.exp_()
-    lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G)
+    lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G, team)
     return hot_blocks, cols, dlo_c, dlo_b, cum

@@ -153,12 +153,17 @@ void int8_sampler_bounds(const uint32_t *q, const uint32_t *q_rows, const uint32
 #undef RANGE
 }
 
-/* Pass two (step 2) or three (step 3) for tokens g0 .. g1 - 1. */
-void int8_sampler_bounds_step(const Bounds *B, int64_t step, int64_t g0, int64_t g1) {
-    if (step == 2)
-        bounds_pass_two(B, g0, g1);
-    else
-        bounds_pass_three(B, g0, g1);
+/* Pass two (step 2) or three (step 3) for tokens g0 .. g1 - 1, split between `threads` threads of the team. */
+void int8_sampler_bounds_step(const Bounds *B, int64_t step, int64_t g0, int64_t g1, int64_t threads) {
+#define RANGE(lo, hi)                                                                                  \
+    {                                                                                                  \
+        if (step == 2)                                                                                 \
+            bounds_pass_two(B, lo, hi);                                                                \
+        else                                                                                           \
+            bounds_pass_three(B, lo, hi);                                                              \
+    }
+    TEAM_SPLIT(g0, g1, threads, RANGE)
+#undef RANGE
 }
 
 #endif
