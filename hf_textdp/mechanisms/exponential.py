@@ -54,12 +54,13 @@ HOT = 4
 #: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
 #: with the compiled key kernel no [G, V′] scores are written: a CPU group is larger (fewer passes over the
-#: bounds), up to GROUP_KERNEL tokens and GROUP_KERNEL_BYTES for one [G, V′/64] float64 temporary. Measured
-#: (tem, 4,000 MR rows, paired passes): MiniLM 45k tokens/s at 256, 54-55k at 512-706; GloVe-300 52k at
-#: 256, 54-55k at 512, 51k at 640, but 37-39k at 768-2,048 (temporaries past ~3 MB), and MiniLM at 1,536
-#: swung between 55k and 41k on different runs: the cap keeps them at 2 MB
+#: bounds), up to GROUP_KERNEL tokens and GROUP_KERNEL_BYTES for one [G, V′/64] float64 temporary. Measured with
+#: the bounds in tensor operations (tem, 4,000 MR rows, paired passes): MiniLM 45k tokens/s at 256, 54-55k at
+#: 512-706; GloVe-300 52k at 256, 54-55k at 512, but 37-39k at 768-2,048 (temporaries past ~3 MB). With the bounds
+#: in C (kernels/int8_bounds.h: no tensor passes over them) larger groups gain again (tem, 2,000 MR rows, MiniLM,
+#: paired passes at load 4: 3.56 s at 706 tokens a group, 3.28 s at 2,048)
 GROUP_KERNEL = 2048
-GROUP_KERNEL_BYTES = 2 * 2**20
+GROUP_KERNEL_BYTES = 8 * 2**20
 GROUP_CUDA = 32768
 #: a GPU group's [G, V′] int32 keys stay within this many bytes (32,768 tokens of MiniLM's 23,695 targets
 #: take 3.1 GB; a 128k vocabulary gets 8,192 tokens a group)
