@@ -27,8 +27,10 @@ BLOCK = 64
 
 @dataclasses.dataclass(frozen=True)
 class Pending:
-    """Tokens that try from try ``t`` on: their places in the output, inputs, streams and proposals (hot columns
-    ``cols`` and their lower bounds ``dlo_c``, the blocks' lower bounds ``dlo_b``, cumulative weights ``cum``)."""
+    """Tokens that try from try ``t`` on: their places in the output, inputs and streams, and the proposals (hot
+    columns ``cols`` and their lower bounds ``dlo_c``, the blocks' lower bounds ``dlo_b``, cumulative weights
+    ``cum``) of each token, or of each distinct input with ``row`` the row of each token's (a group's tokens with
+    the same input share one proposal)."""
 
     index: torch.Tensor
     x_pos: torch.Tensor
@@ -38,6 +40,7 @@ class Pending:
     dlo_b: torch.Tensor
     cum: torch.Tensor
     t: int
+    row: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.index.numel())
@@ -45,14 +48,28 @@ class Pending:
     def select(self, keep: torch.Tensor, t: int) -> Pending:
         """The tokens ``keep`` (a bool mask or indices), trying from ``t`` on."""
         s = self.streams
+        streams = Streams(s.k0[keep], s.k1[keep], s.position[keep])
+        if self.row is not None:  # the shared proposals stay; only the tokens' rows are selected
+            rows = (self.cols, self.dlo_c, self.dlo_b, self.cum)
+            return Pending(self.index[keep], self.x_pos[keep], streams, *rows, t, self.row[keep])
         return Pending(
-            self.index[keep], self.x_pos[keep], Streams(s.k0[keep], s.k1[keep], s.position[keep]), self.cols[keep],
-            self.dlo_c[keep], self.dlo_b[keep], self.cum[keep], t,
+            self.index[keep], self.x_pos[keep], streams, self.cols[keep], self.dlo_c[keep], self.dlo_b[keep],
+            self.cum[keep], t,
         )  # fmt: skip
+
+    def own_rows(self) -> Pending:
+        """The same tokens, each with its own copy of its proposal (``row`` None)."""
+        if self.row is None:
+            return self
+        r = self.row
+        return Pending(
+            self.index, self.x_pos, self.streams, self.cols[r], self.dlo_c[r], self.dlo_b[r], self.cum[r], self.t
+        )
 
     @staticmethod
     def cat(parts: list[Pending]) -> Pending:
         """The tokens of ``parts`` (all trying from the same ``t``) as one."""
+        parts = [p.own_rows() for p in parts]
         if len(parts) == 1:
             return parts[0]
         assert len({p.t for p in parts}) == 1, "pooled tokens try from the same try on"
@@ -91,16 +108,22 @@ def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
     tries = torch.arange(p.t, p.t + T, device=dev)
     rows = torch.arange(n, device=dev).repeat_interleave(T)
     u = p.streams.select(rows).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n)).view(n, T, 3)
-    target = u[:, :, 0] * p.cum[:, -1:]
-    k = torch.searchsorted(p.cum, target.contiguous(), right=True).clamp_(max=p.cum.shape[1] - 1)
+    cum = p.cum if p.row is None else p.cum.index_select(0, p.row)
+    target = u[:, :, 0] * cum[:, -1:]
+    k = torch.searchsorted(cum, target.contiguous(), right=True).clamp_(max=cum.shape[1] - 1)
     n_hot = p.cols.shape[1]
     is_hot = k < n_hot
     kh = k.clamp(max=n_hot - 1)
     b = (k - n_hot).clamp(min=0)
     size = law.block_size[b]
     col_cold = b * BLOCK + torch.floor(u[:, :, 1] * size).to(torch.int64).clamp_(max=BLOCK - 1)
-    col = torch.where(is_hot, p.cols.gather(1, kh), col_cold).clamp_(max=law.Vt - 1)
-    dlo = torch.where(is_hot, p.dlo_c.gather(1, kh), p.dlo_b.gather(1, b))
+    if p.row is None:
+        hot_col, hot_dlo, cold_dlo = p.cols.gather(1, kh), p.dlo_c.gather(1, kh), p.dlo_b.gather(1, b)
+    else:
+        r = p.row[:, None]
+        hot_col, hot_dlo, cold_dlo = p.cols[r, kh], p.dlo_c[r, kh], p.dlo_b[r, b]
+    col = torch.where(is_hot, hot_col, col_cold).clamp_(max=law.Vt - 1)
+    dlo = torch.where(is_hot, hot_dlo, cold_dlo)
     dist = law.distances(p.x_pos, law.targets[col])  # [n, T]
     gap = (dist.clamp(max=law.gamma) - dlo).clamp_(min=0.0)
     ok = u[:, :, 2].log() < -law.scale * gap  # [n, T]
@@ -122,7 +145,7 @@ class Pool:
 
     def add(self, p: Pending) -> None:
         if len(p):
-            self.parts.append(p)
+            self.parts.append(p.own_rows())  # the group's shared proposals are not kept
             self.n += len(p)
         if self.n >= self.limit:
             self.finish()

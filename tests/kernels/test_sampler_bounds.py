@@ -82,14 +82,16 @@ def test_c_bounds_equal_the_tensor_bounds_bit_for_bit(
                     assert a.dtype == b.dtype and torch.equal(a, b), (case, G, scale, gamma, threads, openmp, name)
 
 
-def _sample(E: torch.Tensor, positions: torch.Tensor, keys: list[int], sizes: list[int]) -> torch.Tensor:
+def _sample(E: torch.Tensor, positions: torch.Tensor, keys: list[int], sizes: list[int], share: bool) -> torch.Tensor:
     s = X.ExponentialSampler(E)
+    s.share_inputs = share
     return s.sample(positions, streams_for_rows(keys, sizes), scale=3.0, gamma=2.5)
 
 
 def test_pooled_tries_give_the_outputs_of_one_try_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seed 7310, 600 tokens in 3 rows: small groups whose pending tokens are pooled (a small pool: many flushes;
-    a large one: one) give the outputs of one try a round, and of each token sampled alone."""
+    """Seed 7310, 600 tokens in 3 rows over 300 inputs (many repeated): small groups whose pending tokens are pooled
+    (a small pool: many flushes; a large one: one), with a proposal per distinct input or per token, give the outputs
+    of one try a round, and of each token sampled alone."""
     g = torch.Generator().manual_seed(7310)
     E = torch.randn(300, 12, generator=g)
     positions = torch.randint(0, 300, (600,), generator=g)
@@ -101,8 +103,9 @@ def test_pooled_tries_give_the_outputs_of_one_try_at_a_time(monkeypatch: pytest.
         monkeypatch.setattr(X, "FIRST_TRIES", first)
         monkeypatch.setattr(X, "MORE_TRIES", more)
         monkeypatch.setattr(X, "POOL", pool)
-        outs[(first, more, pool)] = _sample(E, positions, keys, sizes)
-    ref = outs[(1, 1, 1)]
+        for share in (True, False):
+            outs[(first, more, pool, share)] = _sample(E, positions, keys, sizes, share)
+    ref = outs[(1, 1, 1, False)]
     for k, v in outs.items():
         assert torch.equal(v, ref), k
     s = X.ExponentialSampler(E)
