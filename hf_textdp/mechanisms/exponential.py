@@ -21,7 +21,7 @@ from an *exact integer* product, so it is the same on every device and for every
    column uniformly in that block, and the column is accepted iff log u₃ < −a·(min(d_c, γ) −
    min(dlo, γ)), i.e. with probability w_c/τ, with d_c in float64. A rejected token tries again
    (:mod:`~hf_textdp.mechanisms.sampler_tries`: a group's first round, then rounds pooled across groups). Steps
-   1–2 depend on the input alone: on the CPU a group's tokens with the same input share one proposal.
+   1–2 depend on the input alone: on the CPU the tokens with the same input share one proposal.
 
 With the CPU's key kernel, step 2's float64 part runs in C too (``kernels/int8_bounds.h``), the tensor form's
 operations in its order, with torch's own square roots and exponentials: the same bounds bit for bit.
@@ -145,8 +145,9 @@ class ExponentialSampler:
         #: with the compiled key kernel, the bounds too in C (:func:`hf_textdp.cpu.int8_keys.sampler_bounds`); off:
         #: in tensor operations from the kernel's block maxima (the same numbers; the tests compare the two)
         self.bounds_in_kernel = True
-        #: on the CPU, a group's tokens with the same input share one proposal (its keys and bounds are a function of
-        #: the input alone; each token still tries from its own stream): MR's groups of 2,048 tokens hold ~830 inputs
+        #: on the CPU, the tokens with the same input share one proposal (its keys and bounds are a function of the
+        #: input alone; each token still tries from its own stream): a batch of 1,000 MR rows, 22,663 tokens of
+        #: MiniLM's word-start class, holds 4,091 distinct inputs
         self.share_inputs = True
         self._bound_targets: backend.BoundTargets | None = None
 
@@ -189,13 +190,31 @@ class ExponentialSampler:
         law = Law(self.block_size, self.Vt, self.targets, scale, gamma, self._distances)
         pool = Pool(law, out, MORE_TRIES, max(POOL, group))
         with torch_threads(1 if serial else None):
-            for s in range(0, N, group):
-                e = min(s + group, N)
-                pool.add(
-                    self._group(inputs[s:e], streams.slice(s, e), torch.arange(s, e, device=self.device), law, out)
-                )
+            if self.device.type == "cpu" and self.share_inputs:
+                self._sample_shared(inputs, streams, group, law, pool)
+            else:
+                for s in range(0, N, group):
+                    e = min(s + group, N)
+                    index = torch.arange(s, e, device=self.device)
+                    pool.add(self._group(inputs[s:e], streams.slice(s, e), index, law, out))
             pool.finish()
         return out
+
+    def _sample_shared(self, inputs: torch.Tensor, streams: Streams, group: int, law: Law, pool: Pool) -> None:
+        """:meth:`sample` with one proposal per distinct input (its keys and bounds depend on the input alone), in
+        groups of ``group`` distinct inputs; their tokens make their first round ``group`` tokens at a time."""
+        distinct, inv = torch.unique(inputs, return_inverse=True)
+        order = torch.argsort(inv, stable=True)  # the tokens by input
+        starts = torch.cumsum(torch.bincount(inv, minlength=int(distinct.numel())), 0).tolist()
+        starts.insert(0, 0)
+        for a in range(0, int(distinct.numel()), group):
+            b = min(a + group, int(distinct.numel()))
+            cols, dlo_c, dlo_b, cum = self._bounds(distinct[a:b], law.scale, law.gamma)
+            tokens = order[starts[a] : starts[b]]
+            for s in range(0, int(tokens.numel()), group):
+                tok = tokens[s : s + group]
+                p = Pending(tok, inputs[tok], streams.select(tok), cols, dlo_c, dlo_b, cum, 0, inv[tok] - a)
+                pool.add(run_round(p, FIRST_TRIES, law, pool.out))
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
         """Per token: hot columns ``[G, HOT·BLOCK]`` and their lower bounds, the cold blocks' lower bounds, and
@@ -282,10 +301,6 @@ class ExponentialSampler:
     ) -> Pending:
         """The bounds of a group of tokens (``index``: their places in ``out``) and its first round of tries: the
         accepted tokens' outputs into ``out``; returns the others (sampler_tries.py)."""
-        if self.device.type == "cpu" and self.share_inputs:  # one proposal per distinct input of the group
-            distinct, row = torch.unique(x_pos, return_inverse=True)
-            cols, dlo_c, dlo_b, cum = self._bounds(distinct, law.scale, law.gamma)
-            return run_round(Pending(index, x_pos, streams, cols, dlo_c, dlo_b, cum, 0, row), FIRST_TRIES, law, out)
         cols, dlo_c, dlo_b, cum = self._bounds(x_pos, law.scale, law.gamma)
         p = Pending(index, x_pos, streams, cols, dlo_c, dlo_b, cum, 0)
         cap = backend.CUDA_SAMPLER_TRIES
