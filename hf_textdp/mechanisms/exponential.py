@@ -215,6 +215,7 @@ class ExponentialSampler:
                 tok = tokens[s : s + group]
                 p = Pending(tok, inputs[tok], streams.select(tok), cols, dlo_c, dlo_b, cum, 0, inv[tok] - a)
                 pool.add(run_round(p, FIRST_TRIES, law, pool.out))
+            pool.finish()  # before the next group's proposals
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
         """Per token: hot columns ``[G, HOT·BLOCK]`` and their lower bounds, the cold blocks' lower bounds, and

@@ -45,8 +45,8 @@ class Pending:
     def __len__(self) -> int:
         return int(self.index.numel())
 
-    def select(self, keep: torch.Tensor, t: int) -> Pending:
-        """The tokens ``keep`` (a bool mask or indices), trying from ``t`` on."""
+    def select(self, keep: torch.Tensor | slice, t: int) -> Pending:
+        """The tokens ``keep`` (a bool mask, indices or a slice), trying from ``t`` on."""
         s = self.streams
         streams = Streams(s.k0[keep], s.k1[keep], s.position[keep])
         if self.row is not None:  # the shared proposals stay; only the tokens' rows are selected
@@ -68,18 +68,24 @@ class Pending:
 
     @staticmethod
     def cat(parts: list[Pending]) -> Pending:
-        """The tokens of ``parts`` (all trying from the same ``t``) as one."""
-        parts = [p.own_rows() for p in parts]
+        """The tokens of ``parts`` (all trying from the same ``t``) as one: sharing the proposals where every part
+        reads the same ones through ``row``, else each with its own."""
         if len(parts) == 1:
             return parts[0]
         assert len({p.t for p in parts}) == 1, "pooled tokens try from the same try on"
+        first = parts[0]
+        shared = all(p.row is not None and p.cum is first.cum for p in parts)
+        parts = parts if shared else [p.own_rows() for p in parts]
 
         def cat(name: str) -> torch.Tensor:
             return torch.cat([getattr(p, name) for p in parts])
 
         streams = Streams(*(torch.cat([getattr(p.streams, n) for p in parts]) for n in ("k0", "k1", "position")))
+        if shared:
+            rows = (first.cols, first.dlo_c, first.dlo_b, first.cum)
+            return Pending(cat("index"), cat("x_pos"), streams, *rows, first.t, cat("row"))
         return Pending(
-            cat("index"), cat("x_pos"), streams, cat("cols"), cat("dlo_c"), cat("dlo_b"), cat("cum"), parts[0].t
+            cat("index"), cat("x_pos"), streams, cat("cols"), cat("dlo_c"), cat("dlo_b"), cat("cum"), first.t
         )
 
 
@@ -135,8 +141,9 @@ def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
 
 
 class Pool:
-    """Tokens still pending after their group's first round, run together once ``limit`` of them wait (and at
-    :meth:`finish`) in rounds of ``T`` tries until each has accepted."""
+    """Tokens still pending after their first round: once ``limit`` of them wait (and at :meth:`finish`) they run
+    rounds of ``T`` tries, ``limit`` tokens a round at most, until each has accepted. Tokens that read shared
+    proposals keep reading them (the caller finishes the pool before those proposals change); others are copied."""
 
     def __init__(self, law: Law, out: torch.Tensor, T: int, limit: int) -> None:
         self.law, self.out, self.T, self.limit = law, out, T, limit
@@ -145,9 +152,9 @@ class Pool:
 
     def add(self, p: Pending) -> None:
         if len(p):
-            self.parts.append(p.own_rows())  # the group's shared proposals are not kept
+            self.parts.append(p if p.row is not None else p.own_rows())
             self.n += len(p)
-        if self.n >= self.limit:
+        if self.n >= self.limit and self.parts[0].row is None:
             self.finish()
 
     def finish(self) -> None:
@@ -157,4 +164,8 @@ class Pool:
         p = Pending.cat(self.parts)
         self.parts, self.n = [], 0
         while len(p):
-            p = run_round(p, self.T, self.law, self.out)
+            rest = [
+                run_round(p.select(slice(a, a + self.limit), p.t), self.T, self.law, self.out)
+                for a in range(0, len(p), self.limit)
+            ]
+            p = Pending.cat(rest)
