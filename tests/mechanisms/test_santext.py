@@ -160,8 +160,10 @@ def test_santext_memory_v200k():
     """V = 200,000, d = 8: sampling 1,000 tokens raises the peak RSS by < 400 MB (a V × V fp32 matrix is 160 GB).
 
     Runs in a fresh interpreter; the peak (VmHWM) is reset just before the call, so it is this call's own.
-    Expected: about 215 MB, the exact sampler's int32 bound product of one group of GROUP = 256 tokens
-    (256 × 200,064 × 4 bytes = 205 MB) and its per-block maxima (O(G·V′), docs of ``exponential.py``).
+    Expected: about 215 MB with torch's int32 bound product of one group of GROUP = 256 tokens (256 × 200,064 ×
+    4 bytes = 205 MB); with the CPU's key kernel and C bounds only one group's block maxima, bounds and weights
+    (335 inputs × 3,382 float64 columns and the like, O(G·V′/64)): 4.5–17 MB measured (memory the warm-up freed
+    is partly reused), so the lower end, which shows that the measurement sees the call at all, is 1 MB.
     """
     res = subprocess.run(
         [sys.executable, "-c", _rss_script(200_000, 8, 1_000)],
@@ -172,7 +174,7 @@ def test_santext_memory_v200k():
     )
     assert res.returncode == 0, res.stderr
     growth_mb = float(res.stdout.strip().splitlines()[-1])
-    assert 10.0 < growth_mb < 400.0  # the lower end shows the measurement sees the call at all
+    assert 1.0 < growth_mb < 400.0  # the lower end shows the measurement sees the call at all
 
 
 def test_santext_no_tensor_beyond_batch_times_chunk():
