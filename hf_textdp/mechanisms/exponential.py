@@ -145,9 +145,9 @@ class ExponentialSampler:
         #: with the compiled key kernel, the bounds too in C (:func:`hf_textdp.cpu.int8_keys.sampler_bounds`); off:
         #: in tensor operations from the kernel's block maxima (the same numbers; the tests compare the two)
         self.bounds_in_kernel = True
-        #: on the CPU, the tokens with the same input share one proposal (its keys and bounds are a function of the
-        #: input alone; each token still tries from its own stream): a batch of 1,000 MR rows, 22,663 tokens of
-        #: MiniLM's word-start class, holds 4,091 distinct inputs
+        #: on the CPU (no Triton), the tokens with the same input share one proposal (its keys and bounds are a
+        #: function of the input alone; each token still tries from its own stream): a batch of 1,000 MR rows,
+        #: 22,663 tokens of MiniLM's word-start class, holds 4,091 distinct inputs
         self.share_inputs = True
         self._bound_targets: backend.BoundTargets | None = None
 
@@ -190,8 +190,8 @@ class ExponentialSampler:
         law = Law(self.block_size, self.Vt, self.targets, scale, gamma, self._distances)
         pool = Pool(law, out, MORE_TRIES, max(POOL, group))
         with torch_threads(1 if serial else None):
-            if self.device.type == "cpu" and self.share_inputs:
-                self._sample_shared(inputs, streams, group, law, pool)
+            if self.share_inputs and self.device.type == "cpu" and not backend.triton_runs(self.device):
+                self._sample_shared(inputs, streams, group, law, pool)  # (the GPU's tries kernel reads token rows)
             else:
                 for s in range(0, N, group):
                     e = min(s + group, N)
