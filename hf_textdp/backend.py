@@ -47,6 +47,7 @@ __all__ = [
     "noise_reads_rows",
     "noise_shift_runs",
     "pair_sqdist",
+    "sampler_pick",
     "triton_runs",
 ]
 
@@ -161,3 +162,15 @@ def cuda_sample_tries(*args: Any) -> torch.Tensor | None:
     """Every token's first :data:`CUDA_SAMPLER_TRIES` tries in one Triton kernel
     (:func:`hf_textdp.gpu.sampler.sample_tries`), or ``None`` where it does not run."""
     return _gpu_sampler.sample_tries(*args)  # type: ignore[no-any-return]
+
+
+def sampler_pick(
+    proposal: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    row: torch.Tensor | None,
+    u: torch.Tensor,
+    size: torch.Tensor,
+    Vt: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The exponential sampler's proposed columns and their lower bounds for a round of tries, by the compiled CPU
+    code (:func:`hf_textdp.cpu.int8_keys.sampler_pick`), or ``None`` where it does not run."""
+    return int8_keys.sampler_pick(proposal, row, u, size, Vt)

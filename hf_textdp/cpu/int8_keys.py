@@ -35,6 +35,7 @@ __all__ = [
     "block_key_maxima",
     "block_keys",
     "sampler_bounds",
+    "sampler_pick",
 ]
 
 #: target columns per block (the sampler's own block)
@@ -63,6 +64,8 @@ def _load(kind: str) -> Any:
     lib.int8_sampler_bounds.restype = None
     lib.int8_sampler_bounds_step.argtypes = [p, i, i, i, i]
     lib.int8_sampler_bounds_step.restype = None
+    lib.int8_sampler_pick.argtypes = [p, p, p, i, i, p, p]
+    lib.int8_sampler_pick.restype = None
     return lib
 
 
@@ -248,3 +251,31 @@ def sampler_bounds(
     cum.exp_()
     lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G, team)
     return hot_blocks, cols, dlo_c, dlo_b, cum
+
+
+def sampler_pick(
+    proposal: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    row: torch.Tensor | None,
+    u: torch.Tensor,
+    size: torch.Tensor,
+    Vt: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The columns ``[n, T]`` that tries with uniforms ``u`` ``[n, T, 3]`` propose, and their lower bounds, from the
+    proposals ``(cols, dlo_c, dlo_b, cum)`` (token i reads row ``row[i]``, or i) with block sizes ``size``: the
+    numbers of the tensor form in ``mechanisms/sampler_tries.py`` (``kernels/int8_bounds.h``), or ``None`` where
+    no kernel runs or a tensor is not on the CPU."""
+    lib = _lib() if native_enabled() else None
+    if lib is None or any(t.device.type != "cpu" for t in (*proposal, u)):
+        return None
+    cols, dlo_c, dlo_b, cum = (t.contiguous() for t in proposal)
+    n, T = u.shape[0], u.shape[1]
+    uc, sz = u.to(torch.float64).contiguous(), size.to(torch.float64).contiguous()
+    r = None if row is None else row.to(torch.int64).contiguous()
+    col = torch.empty((n, T), dtype=torch.int64)
+    dlo = torch.empty((n, T), dtype=torch.float64)
+    ptr = [t.data_ptr() for t in (sz, cols, dlo_c, dlo_b, cum)]
+    B = _Bounds(0, 0, 0, 0, ptr[0], 0.0, 0.0, 0.0, dlo_b.shape[1], cols.shape[1] // NB, Vt, 0, *ptr[1:])
+    lib.int8_sampler_pick(
+        ctypes.byref(B), None if r is None else r.data_ptr(), uc.data_ptr(), n, T, col.data_ptr(), dlo.data_ptr()
+    )
+    return col, dlo

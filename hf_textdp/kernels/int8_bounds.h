@@ -157,6 +157,47 @@ static void bounds_pass_three(const Bounds *B, int64_t g0, int64_t g1) {
     }
 }
 
+/* The proposals of T tries for each of n tokens (run_round's tensor form in sampler_tries.py, the same numbers):
+ * token i reads the proposal row row[i] (i where row is NULL) of cum [., width], cols and dlo_c [., hot * NB] and
+ * dlo_b [., blocks], with its uniforms u[i][t][0 .. 3). The column is the first whose cumulative weight exceeds
+ * u0 * the row's total (torch.searchsorted(right=True), at most width - 1): a hot column, or in block b the column
+ * b * NB + min(floor(u1 * size_b), NB - 1); then at most Vt - 1. Writes col[i][t] and its lower bound dlo[i][t]. */
+void int8_sampler_pick(const Bounds *B, const int64_t *row, const double *u, int64_t n, int64_t T, int64_t *col,
+                       double *dlo) {
+    const int64_t nb = B->blocks, nh = B->hot * NB, width = nh + nb;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = row ? row[i] : i;
+        const double *cm = B->cum + r * width;
+        for (int64_t t = 0; t < T; t++) {
+            const double *ut = u + (i * T + t) * 3;
+            const double target = ut[0] * cm[width - 1];
+            int64_t lo = 0, hi = width; /* the number of cm[j] <= target */
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (cm[mid] <= target)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            const int64_t k = lo < width - 1 ? lo : width - 1;
+            int64_t c;
+            double d;
+            if (k < nh) {
+                c = B->cols[r * nh + k];
+                d = B->dlo_c[r * nh + k];
+            } else {
+                const int64_t b = k - nh;
+                int64_t j = (int64_t)floor(ut[1] * B->size[b]);
+                j = j < NB - 1 ? j : NB - 1;
+                c = b * NB + j;
+                d = B->dlo_b[r * nb + b];
+            }
+            col[i * T + t] = c < B->Vt - 1 ? c : B->Vt - 1;
+            dlo[i * T + t] = d;
+        }
+    }
+}
+
 /* int8_block_maxima, then pass one for the tokens of each thread's tiles (G tokens in all). */
 void int8_sampler_bounds(const uint32_t *q, const uint32_t *q_rows, const uint32_t *e, const int32_t *init,
                          const int32_t *norms, int64_t K, int64_t t0, int64_t t1, int64_t pass, int64_t threads,

@@ -6,7 +6,9 @@ picks a hot column or a cold block by the inverse CDF of the proposal, u₂ a co
 and the token's output is its first accepted try. A try depends on the token's key, position and t only, so
 tries can run in any grouping: a round runs tries t … t + T − 1 of every token still pending at once, and the
 tokens still pending after their group's first round wait in a :class:`Pool` with those of later groups, whose
-next rounds then run together (fewer, larger rounds; the outputs of trying one at a time).
+next rounds then run together (fewer, larger rounds; the outputs of trying one at a time). Where the CPU's
+key kernel is built, the proposed columns come from its C picker (``kernels/int8_bounds.h``, the numbers of
+:func:`_pick` bit for bit, without copying a shared proposal per token).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from .. import backend
 from ..rng import Draw, Streams
 
 
@@ -106,14 +109,9 @@ class Law:
     distances: Distances
 
 
-def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
-    """Tries ``p.t … p.t + T − 1`` of every token of ``p``: each token's first accepted one goes to ``out`` at its
-    place; returns the tokens that accepted none (trying from ``p.t + T`` on)."""
-    n = len(p)
-    dev = p.cum.device
-    tries = torch.arange(p.t, p.t + T, device=dev)
-    rows = torch.arange(n, device=dev).repeat_interleave(T)
-    u = p.streams.select(rows).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n)).view(n, T, 3)
+def _pick(p: Pending, u: torch.Tensor, law: Law) -> tuple[torch.Tensor, torch.Tensor]:
+    """The columns ``[n, T]`` that the tries with uniforms ``u`` ``[n, T, 3]`` propose, and their lower bounds: u₁ by
+    the inverse CDF of the proposal (a hot column, or a block), u₂ uniformly in the block."""
     cum = p.cum if p.row is None else p.cum.index_select(0, p.row)
     target = u[:, :, 0] * cum[:, -1:]
     k = torch.searchsorted(cum, target.contiguous(), right=True).clamp_(max=cum.shape[1] - 1)
@@ -130,6 +128,19 @@ def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
         hot_col, hot_dlo, cold_dlo = p.cols[r, kh], p.dlo_c[r, kh], p.dlo_b[r, b]
     col = torch.where(is_hot, hot_col, col_cold).clamp_(max=law.Vt - 1)
     dlo = torch.where(is_hot, hot_dlo, cold_dlo)
+    return col, dlo
+
+
+def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
+    """Tries ``p.t … p.t + T − 1`` of every token of ``p``: each token's first accepted one goes to ``out`` at its
+    place; returns the tokens that accepted none (trying from ``p.t + T`` on)."""
+    n = len(p)
+    dev = p.cum.device
+    tries = torch.arange(p.t, p.t + T, device=dev)
+    rows = torch.arange(n, device=dev).repeat_interleave(T)
+    u = p.streams.select(rows).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n)).view(n, T, 3)
+    picked = backend.sampler_pick((p.cols, p.dlo_c, p.dlo_b, p.cum), p.row, u, law.block_size, law.Vt)
+    col, dlo = picked if picked is not None else _pick(p, u, law)
     dist = law.distances(p.x_pos, law.targets[col])  # [n, T]
     gap = (dist.clamp(max=law.gamma) - dlo).clamp_(min=0.0)
     ok = u[:, :, 2].log() < -law.scale * gap  # [n, T]

@@ -18,6 +18,7 @@ import torch
 
 from hf_textdp.cpu import int8_keys as K
 from hf_textdp.mechanisms import exponential as X
+from hf_textdp.mechanisms import sampler_tries as T_
 from hf_textdp.rng import derive_row_seed, streams_for_rows
 
 
@@ -112,3 +113,34 @@ def test_pooled_tries_give_the_outputs_of_one_try_at_a_time(monkeypatch: pytest.
     st = streams_for_rows(keys, sizes)
     alone = torch.cat([s.sample(positions[i : i + 1], st.slice(i, i + 1), scale=3.0, gamma=2.5) for i in range(600)])
     assert torch.equal(alone, ref)
+
+
+@pytest.mark.parametrize("kind_forced", KINDS, indirect=True)
+@pytest.mark.parametrize("case", ["random", "repeated-blocks", "padded"])
+def test_c_pick_equals_the_tensor_pick(kind_forced: str, case: str) -> None:
+    """Seed 7320: the C picker's proposed columns and lower bounds equal the tensor form's (``_pick``) bit for bit,
+    with proposals shared through rows and owned by each token, for uniforms over (0, 1) and at its ends (u₁ at
+    the largest float64 below 1 and at 2⁻⁵³, and where u₁ times the total is a cumulative weight: the ties of the
+    search, and equal weights of zero-weight columns)."""
+    g = torch.Generator().manual_seed(7320)
+    E = _rows(case, g)
+    s = X.ExponentialSampler(E)
+    distinct = torch.unique(torch.randint(0, E.shape[0], (50,), generator=g))
+    for scale, gamma in LAWS:
+        proposal = s._bounds(distinct, scale, gamma)
+        n, T = 200, 3
+        row = torch.randint(0, int(distinct.numel()), (n,), generator=g)
+        u = torch.rand((n, T, 3), generator=g, dtype=torch.float64).clamp_(min=2.0**-53)
+        u[:20, :, :2] = 1.0 - 2.0**-53
+        u[20:40, :, :2] = 2.0**-53
+        cum = proposal[3][row[40:120]]  # u₁ that land on a cumulative weight exactly (ties of searchsorted)
+        j = torch.randint(0, cum.shape[1] - 1, (80, T), generator=g)
+        u[40:120, :, 0] = (cum.gather(1, j) / cum[:, -1:]).clamp_(2.0**-53, 1.0 - 2.0**-53)
+        law = T_.Law(s.block_size, s.Vt, s.targets, scale, gamma, s._distances)
+        streams = streams_for_rows([1], [n])
+        shared = T_.Pending(torch.arange(n), distinct[row], streams, *proposal, 0, row)
+        for p in (shared, shared.own_rows()):
+            picked = K.sampler_pick((p.cols, p.dlo_c, p.dlo_b, p.cum), p.row, u, s.block_size, s.Vt)
+            assert picked is not None
+            ref = T_._pick(p, u, law)
+            assert torch.equal(picked[0], ref[0]) and torch.equal(picked[1], ref[1]), (case, scale, gamma)
