@@ -41,6 +41,7 @@ from .gpu.noise import metric_laplace_shift as _cuda_metric_laplace_shift
 
 __all__ = [
     "CUDA_SAMPLER_TRIES",
+    "BoundTargets",
     "IntOperands",
     "KeyKernel",
     "cuda_int_keys",
@@ -54,8 +55,11 @@ __all__ = [
     "noise_reads_rows",
     "noise_shift_runs",
     "pair_sqdist",
+    "sampler_pick",
     "triton_runs",
 ]
+
+BoundTargets = int8_keys.BoundTargets
 
 #: tries of every token that one CUDA sampler kernel runs (the rest go on in torch)
 CUDA_SAMPLER_TRIES = _gpu_sampler.MAX_KERNEL_TRIES
@@ -138,6 +142,14 @@ class KeyKernel:
         """``[n, 64]`` int32 keys of block ``blocks[i]`` for token ``rows[i]``."""
         return int8_keys.block_keys(self.targets, token_rows, rows, blocks)
 
+    def sampler_bounds(
+        self, bt: int8_keys.BoundTargets, I_x: torch.Tensor, token: tuple[torch.Tensor, torch.Tensor],
+        law: tuple[float, float, int], threads: int,
+    ) -> tuple[torch.Tensor, ...]:  # fmt: skip
+        """The sampler's proposal (hot blocks, hot columns, their bounds, the blocks' bounds, cumulative weights) in
+        the kernel and C (:func:`hf_textdp.cpu.int8_keys.sampler_bounds`): the tensor form's numbers bit for bit."""
+        return int8_keys.sampler_bounds(self.targets, bt, I_x, token, law, threads)
+
 
 def triton_runs(device: torch.device) -> bool:
     """Whether the Triton kernels run on ``device`` (CUDA with Triton, or the interpreter the tests switch on)."""
@@ -158,3 +170,15 @@ def cuda_sample_tries(*args: Any) -> torch.Tensor | None:
     """Every token's first :data:`CUDA_SAMPLER_TRIES` tries in one Triton kernel
     (:func:`hf_textdp.gpu.sampler.sample_tries`), or ``None`` where it does not run."""
     return _gpu_sampler.sample_tries(*args)  # type: ignore[no-any-return]
+
+
+def sampler_pick(
+    proposal: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    row: torch.Tensor | None,
+    u: torch.Tensor,
+    size: torch.Tensor,
+    Vt: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The exponential sampler's proposed columns and their lower bounds for a round of tries, by the compiled CPU
+    code (:func:`hf_textdp.cpu.int8_keys.sampler_pick`), or ``None`` where it does not run."""
+    return int8_keys.sampler_pick(proposal, row, u, size, Vt)

@@ -6,7 +6,8 @@
 the keys of a few hot blocks. In tensor operations that is an int32 ``[tokens, columns]`` product, a pass
 for the keys and a pass for the block maxima. The kernel computes the keys in registers and writes only
 the block maxima; the hot blocks' keys are computed again. All of it is exact integer arithmetic, so the
-numbers, and the sampler's outputs, are the same bit for bit.
+numbers, and the sampler's outputs, are the same bit for bit. :func:`sampler_bounds` goes on, in the same
+threads, to the proposal's float64 bounds and weights (``kernels/int8_bounds.h``), the tensor form's numbers.
 
 Which kernel runs follows the CPU's flags (:mod:`hf_textdp.cpu.features`): VNNI's ``VPDPBUSD`` on four int8
 coordinates a step where the int8 product is native, else AVX2's ``VPMADDWD`` on two coordinates widened to
@@ -26,7 +27,16 @@ from ..utils.native import load_kernel, native_enabled, run_team
 from .features import int8_kernel_kind
 
 
-__all__ = ["NB", "PackedTargets", "int8_keys_available", "block_key_maxima", "block_keys"]
+__all__ = [
+    "NB",
+    "BoundTargets",
+    "PackedTargets",
+    "int8_keys_available",
+    "block_key_maxima",
+    "block_keys",
+    "sampler_bounds",
+    "sampler_pick",
+]
 
 #: target columns per block (the sampler's own block)
 NB = 64
@@ -50,6 +60,12 @@ def _load(kind: str) -> Any:
     lib.int8_block_maxima.restype = None
     lib.int8_block_keys.argtypes = [p, p, p, p, p, p, i, i, p]
     lib.int8_block_keys.restype = None
+    lib.int8_sampler_bounds.argtypes = [p, p, p, p, p, i, i, i, i, i, i, p, p]
+    lib.int8_sampler_bounds.restype = None
+    lib.int8_sampler_bounds_step.argtypes = [p, i, i, i, i]
+    lib.int8_sampler_bounds_step.restype = None
+    lib.int8_sampler_pick.argtypes = [p, p, p, i, i, p, p]
+    lib.int8_sampler_pick.restype = None
     return lib
 
 
@@ -163,3 +179,103 @@ def block_keys(
             r.data_ptr(), b.data_ptr(), packed.K4, n, out.data_ptr(),
         )  # fmt: skip
     return out
+
+
+class _Bounds(ctypes.Structure):
+    """``Bounds`` of ``kernels/int8_bounds.h``."""
+
+    _fields_ = [
+        *((name, ctypes.c_void_p) for name in ("Nx", "rx", "rT", "block_r", "size")),
+        *((name, ctypes.c_double) for name in ("s", "scale", "gamma")),
+        *((name, ctypes.c_int64) for name in ("blocks", "hot", "Vt")),
+        *((name, ctypes.c_void_p) for name in ("hot_blocks", "cols", "dlo_c", "dlo_b", "cum")),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundTargets:
+    """The targets' float64 side of the proposal bounds: r_c per column ``rT`` ``[blocks·NB]`` (0 for padding), its
+    maximum per block ``block_r``, the columns per block ``size`` (float64), ``s·(1 − slack)`` and the number of
+    real columns ``Vt`` (:class:`~hf_textdp.mechanisms.exponential.ExponentialSampler`)."""
+
+    rT: torch.Tensor
+    block_r: torch.Tensor
+    size: torch.Tensor
+    s: float
+    Vt: int
+
+
+def sampler_bounds(
+    packed: PackedTargets,
+    bt: BoundTargets,
+    I_x: torch.Tensor,
+    token: tuple[torch.Tensor, torch.Tensor],
+    law: tuple[float, float, int],
+    threads: int,
+) -> tuple[torch.Tensor, ...]:
+    """The sampler's proposal for tokens ``I_x`` ``[G, d]`` with ``token = (N_x int64, r_x float64)`` and
+    ``law = (scale, gamma, hot)``: (hot blocks ``[G, hot]``, hot columns ``[G, hot·NB]``, their lower bounds, the
+    blocks' lower bounds ``[G, blocks]``, the cumulative weights ``[G, hot·NB + blocks]``), bit for bit those of
+    ``ExponentialSampler._bounds_tensors`` (``kernels/int8_bounds.h``; the square roots and exponentials are
+    torch's own, taken between the C passes)."""
+    lib = _lib(packed.kind)
+    tile = int(lib.int8_keys_tile())
+    G = I_x.shape[0]
+    scale, gamma, hot = law
+    rows, tiles_t = _tokens(I_x, packed.K4, tile, packed.kind)
+    tiles = tiles_t.shape[0]
+    nb = packed.blocks
+    kb = torch.empty((tiles * tile, nb), dtype=torch.int32)
+    Nx, rx = (t.contiguous() for t in token)
+    hot_blocks = torch.empty((G, hot), dtype=torch.int64)
+    cols = torch.empty((G, hot * NB), dtype=torch.int64)
+    dlo_c = torch.empty((G, hot * NB), dtype=torch.float64)
+    dlo_b = torch.empty((G, nb), dtype=torch.float64)
+    cum = torch.empty((G, hot * NB + nb), dtype=torch.float64)
+    tensors = (Nx, rx, bt.rT, bt.block_r, bt.size, hot_blocks, cols, dlo_c, dlo_b, cum)
+    ptr = [t.data_ptr() for t in tensors]
+    B = _Bounds(*ptr[:5], bt.s, scale, gamma, nb, hot, bt.Vt, *ptr[5:])
+    per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
+    parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
+
+    def run(t0: int, t1: int, team: int) -> None:
+        lib.int8_sampler_bounds(
+            tiles_t.data_ptr(), rows.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(),
+            packed.norms.data_ptr(), packed.K4, t0, t1, per_pass, team, G, kb.data_ptr(), ctypes.byref(B),
+        )  # fmt: skip
+
+    run_team(run, tiles, parts, openmp=bool(lib.int8_keys_openmp()))
+    team = 1  # passes two and three on one thread: a team waits for its second thread on a busy CPU
+    cum.sqrt_()  # torch's own roundings of sqrt and exp, as in the tensor form
+    lib.int8_sampler_bounds_step(ctypes.byref(B), 2, 0, G, team)
+    cum.exp_()
+    lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G, team)
+    return hot_blocks, cols, dlo_c, dlo_b, cum
+
+
+def sampler_pick(
+    proposal: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    row: torch.Tensor | None,
+    u: torch.Tensor,
+    size: torch.Tensor,
+    Vt: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The columns ``[n, T]`` that tries with uniforms ``u`` ``[n, T, 3]`` propose, and their lower bounds, from the
+    proposals ``(cols, dlo_c, dlo_b, cum)`` (token i reads row ``row[i]``, or i) with block sizes ``size``: the
+    numbers of the tensor form in ``mechanisms/sampler_tries.py`` (``kernels/int8_bounds.h``), or ``None`` where
+    no kernel runs or a tensor is not on the CPU."""
+    lib = _lib() if native_enabled() else None
+    if lib is None or any(t.device.type != "cpu" for t in (*proposal, u)):
+        return None
+    cols, dlo_c, dlo_b, cum = (t.contiguous() for t in proposal)
+    n, T = u.shape[0], u.shape[1]
+    uc, sz = u.to(torch.float64).contiguous(), size.to(torch.float64).contiguous()
+    r = None if row is None else row.to(torch.int64).contiguous()
+    col = torch.empty((n, T), dtype=torch.int64)
+    dlo = torch.empty((n, T), dtype=torch.float64)
+    ptr = [t.data_ptr() for t in (sz, cols, dlo_c, dlo_b, cum)]
+    B = _Bounds(0, 0, 0, 0, ptr[0], 0.0, 0.0, 0.0, dlo_b.shape[1], cols.shape[1] // NB, Vt, 0, *ptr[1:])
+    lib.int8_sampler_pick(
+        ctypes.byref(B), None if r is None else r.data_ptr(), uc.data_ptr(), n, T, col.data_ptr(), dlo.data_ptr()
+    )
+    return col, dlo

@@ -98,6 +98,9 @@ void int8_block_keys(const uint32_t *q_rows, const uint32_t *e, const int32_t *i
     }
 }
 
+
+#include "int8_bounds.h"
+
 #else
 /* No AVX-512 VNNI at build time: the Python side sees tile 0 and keeps torch's int8 product. */
 int int8_keys_tile(void) { return 0; }

@@ -19,7 +19,12 @@ from an *exact integer* product, so it is the same on every device and for every
 3. **Propose and accept** (try t, two Philox blocks of :attr:`~hf_textdp.rng.Draw.SAMPLER` with
    extra = t): u₁ picks a hot column ∝ τ_c or a cold block ∝ (size·τ_b) by the inverse CDF, u₂ a
    column uniformly in that block, and the column is accepted iff log u₃ < −a·(min(d_c, γ) −
-   min(dlo, γ)), i.e. with probability w_c/τ, with d_c in float64. A rejected token tries again.
+   min(dlo, γ)), i.e. with probability w_c/τ, with d_c in float64. A rejected token tries again
+   (:mod:`~hf_textdp.mechanisms.sampler_tries`: a group's first round, then rounds pooled across groups). Steps
+   1–2 depend on the input alone: on the CPU the tokens with the same input share one proposal.
+
+With the CPU's key kernel, step 2's float64 part runs in C too (``kernels/int8_bounds.h``), the tensor form's
+operations in its order, with torch's own square roots and exponentials: the same bounds bit for bit.
 
 A column is proposed with probability τ/H and accepted with w_c/τ, so the output law is ∝ w_c exactly
 (von Neumann 1951). Expected tries are H/Σw, close to 1 where mass is concentrated. Only the float64
@@ -37,6 +42,7 @@ from .. import backend
 from ..errors import InvalidParameterError
 from ..rng import Draw, Streams
 from ..utils.threads import torch_threads
+from .sampler_tries import Law, Pending, Pool, run_round
 
 
 __all__ = ["ExponentialSampler"]
@@ -49,20 +55,26 @@ HOT = 4
 #: once, so that a group is a few large kernels rather than many small ones)
 GROUP = 256
 #: with the compiled key kernel no [G, V′] scores are written: a CPU group is larger (fewer passes over the
-#: bounds), up to GROUP_KERNEL tokens and GROUP_KERNEL_BYTES for one [G, V′/64] float64 temporary. Measured
-#: (tem, 4,000 MR rows, paired passes): MiniLM 45k tokens/s at 256, 54-55k at 512-706; GloVe-300 52k at
-#: 256, 54-55k at 512, 51k at 640, but 37-39k at 768-2,048 (temporaries past ~3 MB), and MiniLM at 1,536
-#: swung between 55k and 41k on different runs: the cap keeps them at 2 MB
+#: bounds), up to GROUP_KERNEL tokens and GROUP_KERNEL_BYTES for one [G, V′/64] float64 temporary. Measured with
+#: the bounds in tensor operations (tem, 4,000 MR rows, paired passes): MiniLM 45k tokens/s at 256, 54-55k at
+#: 512-706; GloVe-300 52k at 256, 54-55k at 512, but 37-39k at 768-2,048 (temporaries past ~3 MB). With the bounds
+#: in C (kernels/int8_bounds.h: no tensor passes over them) larger groups gain again (tem, 2,000 MR rows, MiniLM,
+#: paired passes at load 4: 3.56 s at 706 tokens a group, 3.28 s at 2,048)
 GROUP_KERNEL = 2048
-GROUP_KERNEL_BYTES = 2 * 2**20
+GROUP_KERNEL_BYTES = 8 * 2**20
 GROUP_CUDA = 32768
 #: a GPU group's [G, V′] int32 keys stay within this many bytes (32,768 tokens of MiniLM's 23,695 targets
 #: take 3.1 GB; a 128k vocabulary gets 8,192 tokens a group)
 GROUP_CUDA_BYTES = 4 * 2**30
-#: tries drawn at once for every token in the first round, then for the tokens still pending (one
-#: round instead of one per try: most tokens accept within 1–3 tries, a few need many)
-FIRST_TRIES = 2
-MORE_TRIES = 8
+#: tries drawn at once for every token in the first round, then for the tokens still pending (one round instead
+#: of one per try: most tokens accept within 1–3 tries, a few need many). Measured (tem, MiniLM, MR, ε = 10): a
+#: try accepts with probability ≈ 0.3, 34% of the tokens are pending after 3 tries, 6% after 9; 3 and 3 evaluate
+#: ≈ 4.7 distances a token, 2 and 8 ≈ 6.5
+FIRST_TRIES = 3
+MORE_TRIES = 3
+#: tokens still pending after their group's first round wait until this many of them (or a group's count) run
+#: their next rounds together (fewer, larger rounds; the same outputs)
+POOL = 2048
 _SLACK = 1e-12  # relative slack on the float64 roundings of d̂ and r
 
 
@@ -130,6 +142,14 @@ class ExponentialSampler:
         #: run everything but the key kernel on one thread (see :meth:`sample`)
         self.serial_small_ops = True
         self._key_threads: int | None = None
+        #: with the compiled key kernel, the bounds too in C (:func:`hf_textdp.cpu.int8_keys.sampler_bounds`); off:
+        #: in tensor operations from the kernel's block maxima (the same numbers; the tests compare the two)
+        self.bounds_in_kernel = True
+        #: on the CPU (no Triton), the tokens with the same input share one proposal (its keys and bounds are a
+        #: function of the input alone; each token still tries from its own stream): a batch of 1,000 MR rows,
+        #: 22,663 tokens of MiniLM's word-start class, holds 4,091 distinct inputs
+        self.share_inputs = True
+        self._bound_targets: backend.BoundTargets | None = None
 
     def _int_operands(self) -> backend.IntOperands:
         if self._int_ops is None or not self._int_ops.fits():
@@ -167,16 +187,39 @@ class ExponentialSampler:
             self.serial_small_ops and self.device.type == "cpu" and threads > 1 and self._kernel_targets() is not None
         )
         self._key_threads = threads
+        law = Law(self.block_size, self.Vt, self.targets, scale, gamma, self._distances)
+        pool = Pool(law, out, MORE_TRIES, max(POOL, group))
         with torch_threads(1 if serial else None):
-            for s in range(0, N, group):
-                e = min(s + group, N)
-                out[s:e] = self._group(inputs[s:e], streams.slice(s, e), scale, gamma)
+            if self.share_inputs and self.device.type == "cpu" and not backend.triton_runs(self.device):
+                self._sample_shared(inputs, streams, group, law, pool)  # (the GPU's tries kernel reads token rows)
+            else:
+                for s in range(0, N, group):
+                    e = min(s + group, N)
+                    index = torch.arange(s, e, device=self.device)
+                    pool.add(self._group(inputs[s:e], streams.slice(s, e), index, law, out))
+            pool.finish()
         return out
+
+    def _sample_shared(self, inputs: torch.Tensor, streams: Streams, group: int, law: Law, pool: Pool) -> None:
+        """:meth:`sample` with one proposal per distinct input (its keys and bounds depend on the input alone), in
+        groups of ``group`` distinct inputs; their tokens make their first round ``group`` tokens at a time."""
+        distinct, inv = torch.unique(inputs, return_inverse=True)
+        order = torch.argsort(inv, stable=True)  # the tokens by input
+        starts = torch.cumsum(torch.bincount(inv, minlength=int(distinct.numel())), 0).tolist()
+        starts.insert(0, 0)
+        for a in range(0, int(distinct.numel()), group):
+            b = min(a + group, int(distinct.numel()))
+            cols, dlo_c, dlo_b, cum = self._bounds(distinct[a:b], law.scale, law.gamma)
+            tokens = order[starts[a] : starts[b]]
+            for s in range(0, int(tokens.numel()), group):
+                tok = tokens[s : s + group]
+                p = Pending(tok, inputs[tok], streams.select(tok), cols, dlo_c, dlo_b, cum, 0, inv[tok] - a)
+                pool.add(run_round(p, FIRST_TRIES, law, pool.out))
+            pool.finish()  # before the next group's proposals
 
     def _bounds(self, x_pos: torch.Tensor, scale: float, gamma: float) -> tuple[torch.Tensor, ...]:
         """Per token: hot columns ``[G, HOT·BLOCK]`` and their lower bounds, the cold blocks' lower bounds, and
         the cumulative weights of the proposal ``[G, HOT·BLOCK + nb]`` (hot columns first)."""
-        G = int(x_pos.numel())
         hot_n = min(HOT, self.nb)
         fused = None
         if backend.triton_runs(self.device):
@@ -189,8 +232,27 @@ class ExponentialSampler:
             )  # fmt: skip
             return cols, dlo_c, dlo_b, cum
         packed = self._kernel_targets()
+        threads = self._key_threads or torch.get_num_threads()
+        if packed is not None and self.bounds_in_kernel:  # keys and bounds in the compiled kernel: the same numbers
+            if self._bound_targets is None:
+                self._bound_targets = backend.BoundTargets(
+                    self.rT, self.block_r, self.block_size, self.s * (1.0 - _SLACK), self.Vt
+                )
+            token = (self.N[x_pos], self.r[x_pos])
+            _, cols, dlo_c, dlo_b, cum = packed.sampler_bounds(
+                self._bound_targets, self.I[x_pos], token, (scale, gamma, hot_n), threads
+            )
+            return cols, dlo_c, dlo_b, cum
+        return self._bounds_tensors(x_pos, scale, gamma, packed, threads)
+
+    def _bounds_tensors(
+        self, x_pos: torch.Tensor, scale: float, gamma: float, packed: backend.KeyKernel | None, threads: int
+    ) -> tuple[torch.Tensor, ...]:
+        """:meth:`_bounds` in tensor operations, from the key kernel's block maxima (``packed``) or torch's product."""
+        G = int(x_pos.numel())
+        hot_n = min(HOT, self.nb)
         if packed is not None:  # the block maxima and hot keys by the compiled kernel: the same integers
-            kb, token_rows = packed.block_maxima(self.I[x_pos], self._key_threads or torch.get_num_threads())
+            kb, token_rows = packed.block_maxima(self.I[x_pos], threads)
         else:
             Mp = -(-G // 32) * 32  # a few row counts only, so the product's kernels are reused
             A = torch.zeros((Mp, self.d + self.dpad), dtype=torch.int8, device=self.device)
@@ -235,46 +297,19 @@ class ExponentialSampler:
         dhat = dist2.to(torch.float64).clamp_(min=0).sqrt_().mul_(self.s * (1.0 - _SLACK))
         return dhat.sub_(r).clamp_(min=0.0)
 
-    def _group(self, x_pos: torch.Tensor, streams: Streams, scale: float, gamma: float) -> torch.Tensor:
-        G = int(x_pos.numel())
-        cols, dlo_c, dlo_b, cum = self._bounds(x_pos, scale, gamma)
-        total = cum[:, -1]
-        n_hot = cols.shape[1]
-        out = torch.full((G,), -1, dtype=torch.int64, device=self.device)
-        todo = torch.arange(G, device=self.device)
-        t = 0
+    def _group(
+        self, x_pos: torch.Tensor, streams: Streams, index: torch.Tensor, law: Law, out: torch.Tensor
+    ) -> Pending:
+        """The bounds of a group of tokens (``index``: their places in ``out``) and its first round of tries: the
+        accepted tokens' outputs into ``out``; returns the others (sampler_tries.py)."""
+        cols, dlo_c, dlo_b, cum = self._bounds(x_pos, law.scale, law.gamma)
+        p = Pending(index, x_pos, streams, cols, dlo_c, dlo_b, cum, 0)
         cap = backend.CUDA_SAMPLER_TRIES
         fused = backend.cuda_sample_tries(
             cum, cols, dlo_c, dlo_b, self.block_size, self.E, x_pos, self.targets, streams.k0, streams.k1,
-            streams.position, scale, gamma, int(Draw.SAMPLER), cap,
+            streams.position, law.scale, law.gamma, int(Draw.SAMPLER), cap,
         )  # fmt: skip
-        if fused is not None:  # one GPU kernel ran every token's tries up to a cap; the rare rest go on below
-            out = fused
-            todo = torch.nonzero(out < 0).squeeze(1)
-            t = cap
-        while todo.numel():
-            # tries t … t + T − 1 of every pending token at once; the first accepted one wins, so the
-            # output is that of trying one at a time (each try reads its own counter, extra = t)
-            n, T = int(todo.numel()), (FIRST_TRIES if t == 0 else MORE_TRIES)
-            tries = torch.arange(t, t + T, device=self.device)
-            u = streams.select(todo.repeat_interleave(T)).uniforms(Draw.SAMPLER, 3, extra=tries.repeat(n))
-            u = u.view(n, T, 3)
-            target = u[:, :, 0] * total[todo][:, None]
-            k = torch.searchsorted(cum[todo], target.contiguous(), right=True).clamp_(max=cum.shape[1] - 1)
-            is_hot = k < n_hot
-            kh = k.clamp(max=n_hot - 1)
-            b = (k - n_hot).clamp(min=0)
-            size = self.block_size[b]
-            col_cold = b * BLOCK + torch.floor(u[:, :, 1] * size).to(torch.int64).clamp_(max=BLOCK - 1)
-            col = torch.where(is_hot, cols[todo[:, None], kh], col_cold).clamp_(max=self.Vt - 1)
-            dlo = torch.where(is_hot, dlo_c[todo[:, None], kh], dlo_b[todo[:, None], b])
-            dist = self._distances(x_pos[todo], self.targets[col])  # [n, T]
-            gap = (dist.clamp(max=gamma) - dlo).clamp_(min=0.0)
-            ok = u[:, :, 2].log() < -scale * gap  # [n, T]
-            done = ok.any(1)
-            first = ok.to(torch.int8).argmax(1)
-            rows = torch.nonzero(done).squeeze(1)
-            out[todo[rows]] = col[rows, first[rows]]
-            todo = todo[~done]
-            t += T
-        return out
+        if fused is not None:  # one GPU kernel ran every token's tries up to a cap; the rare rest go on in the pool
+            out[index] = fused
+            return p.select(fused < 0, cap)
+        return run_round(p, FIRST_TRIES, law, out)
