@@ -74,7 +74,6 @@ static inline float score_lo(int32_t S, const Rows *R, int64_t j, float sq, floa
     return fmaf(y, sq, fmaf(-ca, R->rho[j], fmaf(-cb, R->nrm[j], R->nnu[j])));
 }
 
-#if defined(INT8_FILTER_AVX2)
 /* The tile's queries r with bit r of need set: block b's integer dots S[r][0 .. NB) into their lists (the
  * block's largest Lo into the top k, then the positions whose Up reaches the threshold), leaving out position
  * ex[q] of query q where ex is given. */
@@ -110,64 +109,6 @@ static __attribute__((noinline)) void add_blocks(const Lists *L, const Rows *R, 
         lists_add(L, q, b * NB, up, NB);
     }
 }
-#else
-/* add_blocks sixteen positions a step (AVX-512): the same fp32 operations per position (so the same Up and Lo),
- * the block's largest Lo by a vector reduction (max is exact), and the positions whose Up reaches lim[q] stored
- * in position order (compressed in registers): what lists_add keeps, without its scalar passes. */
-static __attribute__((noinline)) void add_blocks(const Lists *L, const Rows *R, const float *qs, const int64_t *ex,
-                                                 int64_t t, int64_t b, const int32_t *S, uint32_t need) {
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    for (; need; need &= need - 1) {
-        const int r = __builtin_ctz(need);
-        const int64_t q = t * MR + r, c = ex ? ex[q] - b * NB : -1;
-        const __m512 vsq = _mm512_set1_ps(qs[3 * q]), vca = _mm512_set1_ps(qs[3 * q + 1]);
-        const __m512 vcb = _mm512_set1_ps(qs[3 * q + 2]);
-        const __m512 nca = _mm512_set1_ps(-qs[3 * q + 1]), ncb = _mm512_set1_ps(-qs[3 * q + 2]);
-        __m512 up[NB / 16], mlo = ninf;
-        for (int v = 0; v < NB / 16; v++) {
-            const int64_t j = b * NB + 16 * v;
-            const __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(S + r * NB + 16 * v)),
-                                           _mm512_loadu_ps(R->sc + j));
-            const __m512 rho = _mm512_loadu_ps(R->rho + j), nrm = _mm512_loadu_ps(R->nrm + j);
-            const __m512 nnu = _mm512_loadu_ps(R->nnu + j);
-            __m512 u = _mm512_fmadd_ps(y, vsq, _mm512_fmadd_ps(vca, rho, _mm512_fmadd_ps(vcb, nrm, nnu)));
-            __m512 l = _mm512_fmadd_ps(y, vsq, _mm512_fmadd_ps(nca, rho, _mm512_fmadd_ps(ncb, nrm, nnu)));
-            if (c >= 16 * v && c < 16 * v + 16) {
-                const __mmask16 at = (__mmask16)(1u << (c - 16 * v));
-                u = _mm512_mask_mov_ps(u, at, ninf);
-                l = _mm512_mask_mov_ps(l, at, ninf);
-            }
-            up[v] = u;
-            mlo = _mm512_max_ps(mlo, l);
-        }
-        const float m = _mm512_reduce_max_ps(mlo);
-        if (m > -__builtin_inff())
-            lists_take_max(L, q, m);
-        const __m512 lq = _mm512_set1_ps(L->lim[q]);
-        __mmask16 hit[NB / 16];
-        int hits = 0;
-        for (int v = 0; v < NB / 16; v++) {
-            hit[v] = _mm512_cmp_ps_mask(up[v], lq, _CMP_GE_OQ);
-            hits += __builtin_popcount(hit[v]);
-        }
-        int32_t n = hits ? lists_room(L, q, hits) : -1;
-        if (n < 0)
-            continue;
-        float *sc = L->score + q * L->cap;
-        int32_t *p = L->pos + q * L->cap;
-        for (int v = 0; v < NB / 16; v++) {
-            /* compress in registers, then a masked store (a compress to memory is microcoded on some CPUs) */
-            const int h = __builtin_popcount(hit[v]);
-            const __mmask16 first = (__mmask16)((1u << h) - 1u);
-            _mm512_mask_storeu_ps(sc + n, first, _mm512_maskz_compress_ps(hit[v], up[v]));
-            _mm512_mask_storeu_epi32(p + n, first, _mm512_maskz_compress_epi32(hit[v], _mm512_add_epi32(iota, _mm512_set1_epi32((int)(b * NB + 16 * v)))));
-            n += h;
-        }
-        L->cnt[q] = n;
-    }
-}
-#endif
 
 #if defined(INT8_FILTER_AVX2)
 #define ALL(M) M(0) M(1) M(2) M(3)

@@ -7,71 +7,33 @@
  */
 #include <stdint.h>
 
-/* The D of one pair, acc[l] the partial sums over coordinates j = l mod 8 (the order every caller relies on). */
-static inline double pair_d(const float *a, const float *b, int64_t d) {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 8 <= d; j += 8) {
-        for (int l = 0; l < 8; l++) {
-            const double t = (double)a[j + l] - (double)b[j + l];
-            acc[l] += t * t;
-        }
-    }
-    double s = 0.0;
-    for (; j < d; j++) {
-        const double t = (double)a[j] - (double)b[j];
-        s += t * t;
-    }
-    for (int l = 0; l < 8; l++)
-        s += acc[l];
-    return s;
-}
-
-/* Two pairs' D at once: pair_d's operations for each, interleaved (independent chains of additions, so the
- * core overlaps them where one pair's 48 dependent additions a lane would wait on each other). */
-static inline void pair_d2(const float *a0, const float *b0, const float *a1, const float *b1, int64_t d,
-                           double *out0, double *out1) {
-    double x[8] = {0, 0, 0, 0, 0, 0, 0, 0}, y[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 8 <= d; j += 8) {
-        for (int l = 0; l < 8; l++) {
-            const double t = (double)a0[j + l] - (double)b0[j + l], u = (double)a1[j + l] - (double)b1[j + l];
-            x[l] += t * t;
-            y[l] += u * u;
-        }
-    }
-    double s = 0.0, r = 0.0;
-    for (; j < d; j++) {
-        const double t = (double)a0[j] - (double)b0[j], u = (double)a1[j] - (double)b1[j];
-        s += t * t;
-        r += u * u;
-    }
-    for (int l = 0; l < 8; l++) {
-        s += x[l];
-        r += y[l];
-    }
-    *out0 = s;
-    *out1 = r;
-}
-
-static inline void prefetch_row(const float *row, int64_t d) {
-    const char *p = (const char *)row;
-    for (int64_t off = 0; off < d * 4; off += 64)
-        __builtin_prefetch(p + off);
-}
-
-/* out[i] = D of query rows[i] (q[B][d], fp32) and row pos[i] (e[V][d], fp32), i in i0 .. i1 - 1, two pairs a
- * step; rows of E are read at random, so the step after next's are asked for ahead of time. */
+/* out[i] = D of query rows[i] (q[B][d], fp32) and row pos[i] (e[V][d], fp32), i in i0 .. i1 - 1 */
 void pair_sqdist(const float *q, const float *e, const int64_t *rows, const int64_t *pos, int64_t d, int64_t i0,
                  int64_t i1, double *out) {
-    int64_t i = i0;
-    for (; i + 2 <= i1; i += 2) {
-        for (int64_t k = i + 4; k < i + 6 && k < i1; k++)
-            prefetch_row(e + pos[k] * d, d);
-        pair_d2(q + rows[i] * d, e + pos[i] * d, q + rows[i + 1] * d, e + pos[i + 1] * d, d, out + i, out + i + 1);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *a = q + rows[i] * d, *b = e + pos[i] * d;
+        if (i + 2 < i1) { /* rows of E are read at random: ask for the one after next ahead of time */
+            const char *nb = (const char *)(e + pos[i + 2] * d);
+            for (int64_t off = 0; off < d * 4; off += 64)
+                __builtin_prefetch(nb + off);
+        }
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t j = 0;
+        for (; j + 8 <= d; j += 8) {
+            for (int l = 0; l < 8; l++) {
+                const double t = (double)a[j + l] - (double)b[j + l];
+                acc[l] += t * t;
+            }
+        }
+        double s = 0.0;
+        for (; j < d; j++) {
+            const double t = (double)a[j] - (double)b[j];
+            s += t * t;
+        }
+        for (int l = 0; l < 8; l++)
+            s += acc[l];
+        out[i] = s;
     }
-    if (i < i1)
-        out[i] = pair_d(q + rows[i] * d, e + pos[i] * d, d);
 }
 
 /* pair_sqdist over pairs 0 .. n - 1 split between `threads` threads of the OpenMP team (built with -fopenmp;

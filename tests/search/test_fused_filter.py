@@ -279,8 +279,7 @@ def test_pair_sqdist_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("d,n", [(384, 4097), (45, 201), (7, 3), (16, 1)])
 def test_pair_sqdist_is_its_documented_sum_for_every_pair(d: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each D is exactly the documented float64 sum (partial sums over j = l mod 8, then the tail, then the eight
-    partial sums in order; seed 7113), whether the kernel takes the pair alone or two at a time (odd n), on one
-    thread or a team: the pairing changes no bit of any pair."""
+    partial sums in order; seed 7113), on one thread or a team: how the pairs are split changes no bit."""
     monkeypatch.setenv("HF_TEXTDP_NATIVE", "1")
     if _compiler() is None:
         pytest.skip("no C compiler")
