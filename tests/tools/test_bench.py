@@ -24,6 +24,7 @@ CASE_FIELDS = {
     "tokens",
     "seconds",
     "tokens_per_s",
+    "proposals_per_token",
     "bound_tokens_per_s",
     "fraction_fp32",
     "fraction_bf16",
@@ -462,3 +463,42 @@ def test_default_rows_follow_the_fp32_bound() -> None:
     assert bench_run.sized_rows(texts_, 1.0, V, d) == bench_run.MIN_ROWS
     assert bench_run.sized_rows(texts_, 1e6 * ops, V, d) == bench_run.MAX_ROWS
     assert build_parser().parse_args(["bench"]).rows is None
+
+
+def test_shared_proposals_are_said(tiny_bert: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler whose tokens with the same input share one proposal: the case counts the proposals of its timed
+    passes against its tokens (the distinct inputs of each call: here 3 words in 40 rows), and the table says that
+    the fractions count a full product per token and gives ``own`` per proposal; without sharing it says nothing."""
+    text = tmp_path / "rep.jsonl"
+    text.write_text("".join(json.dumps({"text": "good good movie bad"}) + "\n" for _ in range(40)))
+    report = run_bench(
+        model=tiny_bert, mechanisms=["tem"], text=str(text), rows=40, repeats=2, reference_tokens=0, cold_start=False
+    )
+    (tem,) = report.cases
+    assert tem.error is None and tem.proposals_per_token is not None
+    ids = tiny_bert_ids(tiny_bert, "good good movie bad")
+    assert tem.proposals_per_token == len(set(ids)) / (40 * len(ids))  # one call a pass: each input once
+    line = next(x for x in format_table(report).splitlines() if x.startswith("  tem: one proposal per distinct"))
+    assert f"{tem.proposals_per_token:.2f} a token" in line
+    assert f"own per proposal {tem.fraction_own * tem.proposals_per_token:.2f}" in line
+
+    from hf_textdp.mechanisms.exponential import ExponentialSampler
+
+    real_init = ExponentialSampler.__init__
+
+    def unshared(self: ExponentialSampler, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.share_inputs = False
+
+    monkeypatch.setattr(ExponentialSampler, "__init__", unshared)
+    report = run_bench(
+        model=tiny_bert, mechanisms=["tem"], text=str(text), rows=40, repeats=1, reference_tokens=0, cold_start=False
+    )
+    assert report.cases[0].proposals_per_token == 1.0
+    assert "one proposal per distinct input" not in format_table(report)
+
+
+def tiny_bert_ids(model: str, text: str) -> list[int]:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)(text, add_special_tokens=False)["input_ids"]

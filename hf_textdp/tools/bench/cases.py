@@ -125,6 +125,9 @@ class BenchCase:
     search_filter: str | None = None
     kernel_name: str = ""  # what scored the case's tokens (case_kernel)
     ops_per_token: float = 0.0  # 2·n·m averaged over the tokens (work_per_token)
+    #: a sampler's proposals over its tokens in the timed passes (< 1 where a call's tokens with the same input share
+    #: one: the tokens then do less than the 2·n·m each that the fractions divide by); None: no sampler
+    proposals_per_token: float | None = None
     searched: str = ""
     rounds: list[dict[str, float | None]] = field(default_factory=list)
     per_token_reference: dict[str, Any] | None = None
@@ -314,6 +317,16 @@ def _kernel_pass(priv: Privatizer, texts: Sequence[str], repeats: int) -> dict[s
     return {"tokens": n, "seconds": best, "tokens_per_s": n / best, "fallback_queries": fallbacks, "passes": repeats}
 
 
+def _proposals(priv: Privatizer) -> int | None:
+    """The proposals the case's samplers have computed so far (every class's), or ``None`` without a sampler."""
+    counts = [
+        sampler.proposals
+        for _, mech in priv.engine.class_mechanisms
+        if (cached := getattr(mech, "_sampler", None)) is not None and hasattr(sampler := cached[1], "proposals")
+    ]
+    return sum(counts) if counts else None
+
+
 def _search_filter(priv: Privatizer, post: str, arithmetic: str) -> str | None:
     """The filter column of a case: the exact search's filter (``bf16tc`` the fused filter on tensor cores), the
     sampler's arithmetic, or ``None`` (a step with neither)."""
@@ -357,6 +370,7 @@ def _run_case(
     out.ops_per_token = per_op
     best_rate = 0.0
     best_bound: dict[str, float | None] = dict.fromkeys(ARITHMETICS)
+    proposals0, tokens0 = _proposals(priv), priv.totals.dp_tokens
     with _RssSampler() as rss:
         for _ in range(max(1, repeats)):
             # every pass starts cold: a repeat of the same rows must not gain from neighbours searched for
@@ -384,6 +398,8 @@ def _run_case(
             out.tokens, out.seconds = tokens, dt
             best_rate = max(best_rate, rate)
             best_bound = {a: _max_of(best_bound[a], bound[a]) for a in ARITHMETICS}
+    if (proposals := _proposals(priv)) is not None and proposals0 is not None:
+        out.proposals_per_token = (proposals - proposals0) / max(1, priv.totals.dp_tokens - tokens0)
     out.tokens_per_s = best_rate
     out.bound_tokens_per_s = best_bound
     # conservative: the best pass over the best product seen in the case

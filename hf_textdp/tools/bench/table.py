@@ -71,6 +71,17 @@ def _header_lines(report: BenchReport) -> list[str]:
     return lines
 
 
+def _shared_line(c: BenchCase) -> str:
+    """A sampler whose tokens with the same input share a proposal: the fraction of tokens that computed one, and
+    ``own`` per proposal (the rate over the bound with the work the proposals really did)."""
+    p = c.proposals_per_token or 0.0
+    per = "-" if c.fraction_own is None or p == 0.0 else f"{c.fraction_own * p:.2f}"
+    return (
+        f"  {c.name}: one proposal per distinct input of a call, {p:.2f} a token (its tokens with that input share "
+        f"it; the fractions above count a full product per token); own per proposal {per}"
+    )
+
+
 def _case_lines(report: BenchReport) -> list[str]:
     """One line per case (end to end), then the kernel-only timings."""
     lines = [
@@ -93,6 +104,7 @@ def _case_lines(report: BenchReport) -> list[str]:
         "'-': a bound not timed)"
     )
     lines += [f"  searched by {c.name}: {c.searched}" for c in report.cases if c.searched and not c.error]
+    lines += [_shared_line(c) for c in report.cases if not c.error and (c.proposals_per_token or 1.0) < 1.0]
     kernels = [c for c in report.cases if c.kernel and not c.error]
     if kernels:
         lines += [
