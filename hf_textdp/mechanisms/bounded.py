@@ -103,9 +103,17 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
     BOUNDS: ClassVar[tuple[str, ...]] = BOUNDS
     CALIBRATIONS: ClassVar[tuple[str, ...]] = ()
     UNCERTIFIED: ClassVar[tuple[str, ...]] = ("reference_code",)
+    #: the ``sample_noise`` whose law the class's :meth:`native_noise` describes, as the class defined it (a subclass
+    #: or a patched method is another law, which then draws itself)
+    _native_law: ClassVar[Any] = None
     POSTPROCESS = ("nearest", "top2", "rank", "vector", "nearest_excluding_input")
 
     _state: Prepared | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "native_noise" in cls.__dict__:
+            cls._native_law = cls.sample_noise
 
     def _validate(self) -> None:
         o = self.options
@@ -228,7 +236,8 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         return xt.to(torch.float32)
 
     def native_noise(self) -> NativeNoise | None:
-        """The law of :meth:`sample_noise` for the compiled release, or ``None`` (the tensor form runs)."""
+        """The law of :meth:`sample_noise` for the compiled release, or ``None`` (the tensor form runs); it serves only
+        while ``sample_noise`` is the one the defining class had (:attr:`_native_law`)."""
         return None
 
     def perturb_positions(self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
@@ -252,6 +261,7 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
             or space.E.device.type != "cpu"
             or space.E.dtype != torch.float32
             or (cls.perturb, cls.transform_input, cls.inputs) != _NATIVE_STEPS
+            or cls.sample_noise is not cls._native_law
         ):
             return None
         E, f, n = space.E, state.row_factor, int(positions.numel())
