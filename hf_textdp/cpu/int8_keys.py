@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -143,26 +144,44 @@ def _tokens(I_x: torch.Tensor, K4: int, tile: int, kind: str = "vnni") -> tuple[
     return words[:G], words.view(tiles, tile, K4).transpose(1, 2).contiguous()
 
 
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+    """Tokens packed for the key kernel and how a call splits them: their rows (:func:`_tokens`), tiles, the tiles a
+    pass over the targets (they stay in cache) and the threads' parts."""
+
+    lib: Any
+    rows: torch.Tensor
+    tiles: torch.Tensor
+    per_pass: int
+    parts: int
+
+    @classmethod
+    def of(cls, packed: PackedTargets, I_x: torch.Tensor, threads: int) -> _Tiles:
+        lib = _lib(packed.kind)
+        tile = int(lib.int8_keys_tile())
+        rows, tiles = _tokens(I_x, packed.K4, tile, packed.kind)
+        per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
+        return cls(lib, rows, tiles, per_pass, max(1, min(threads, tiles.shape[0] // _MIN_TILES_PER_THREAD)))
+
+    def run(self, call: Callable[[int, int, int], None]) -> None:
+        """``call(t0, t1, team)`` over every tile, on torch's OpenMP threads or Python threads."""
+        run_team(call, self.tiles.shape[0], self.parts, openmp=bool(self.lib.int8_keys_openmp()))
+
+
 def block_key_maxima(packed: PackedTargets, I_x: torch.Tensor, threads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(each token's largest key in each block, ``[G, blocks]`` int32; the tokens' packed rows for
     :func:`block_keys`)."""
-    lib = _lib(packed.kind)
-    tile = int(lib.int8_keys_tile())
-    G = I_x.shape[0]
-    rows, tiles_t = _tokens(I_x, packed.K4, tile, packed.kind)
-    tiles = tiles_t.shape[0]
-    out = torch.empty((tiles * tile, packed.blocks), dtype=torch.int32)
-    per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
-    parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
+    tl = _Tiles.of(packed, I_x, threads)
+    out = torch.empty((tl.tiles.shape[0] * tl.tiles.shape[2], packed.blocks), dtype=torch.int32)
 
     def run(t0: int, t1: int, team: int) -> None:
-        lib.int8_block_maxima(
-            tiles_t.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(), packed.K4,
-            packed.blocks, t0, t1, per_pass, team, out.data_ptr(),
+        tl.lib.int8_block_maxima(
+            tl.tiles.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(), packed.norms.data_ptr(), packed.K4,
+            packed.blocks, t0, t1, tl.per_pass, team, out.data_ptr(),
         )  # fmt: skip
 
-    run_team(run, tiles, parts, openmp=bool(lib.int8_keys_openmp()))  # torch's OpenMP threads, or Python threads
-    return out[:G], rows
+    tl.run(run)
+    return out[: I_x.shape[0]], tl.rows
 
 
 def block_keys(
@@ -218,14 +237,11 @@ def sampler_bounds(
     blocks' lower bounds ``[G, blocks]``, the cumulative weights ``[G, hot·NB + blocks]``), bit for bit those of
     ``ExponentialSampler._bounds_tensors`` (``kernels/int8_bounds.h``; the square roots and exponentials are
     torch's own, taken between the C passes)."""
-    lib = _lib(packed.kind)
-    tile = int(lib.int8_keys_tile())
+    tl = _Tiles.of(packed, I_x, threads)
     G = I_x.shape[0]
     scale, gamma, hot = law
-    rows, tiles_t = _tokens(I_x, packed.K4, tile, packed.kind)
-    tiles = tiles_t.shape[0]
     nb = packed.blocks
-    kb = torch.empty((tiles * tile, nb), dtype=torch.int32)
+    kb = torch.empty((tl.tiles.shape[0] * tl.tiles.shape[2], nb), dtype=torch.int32)
     Nx, rx = (t.contiguous() for t in token)
     hot_blocks = torch.empty((G, hot), dtype=torch.int64)
     cols = torch.empty((G, hot * NB), dtype=torch.int64)
@@ -235,21 +251,19 @@ def sampler_bounds(
     tensors = (Nx, rx, bt.rT, bt.block_r, bt.size, hot_blocks, cols, dlo_c, dlo_b, cum)
     ptr = [t.data_ptr() for t in tensors]
     B = _Bounds(*ptr[:5], bt.s, scale, gamma, nb, hot, bt.Vt, *ptr[5:])
-    per_pass = max(1, _PASS_BYTES // (packed.K4 * tile * 4))
-    parts = max(1, min(threads, tiles // _MIN_TILES_PER_THREAD))
 
     def run(t0: int, t1: int, team: int) -> None:
-        lib.int8_sampler_bounds(
-            tiles_t.data_ptr(), rows.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(),
-            packed.norms.data_ptr(), packed.K4, t0, t1, per_pass, team, G, kb.data_ptr(), ctypes.byref(B),
+        tl.lib.int8_sampler_bounds(
+            tl.tiles.data_ptr(), tl.rows.data_ptr(), packed.e.data_ptr(), packed.init.data_ptr(),
+            packed.norms.data_ptr(), packed.K4, t0, t1, tl.per_pass, team, G, kb.data_ptr(), ctypes.byref(B),
         )  # fmt: skip
 
-    run_team(run, tiles, parts, openmp=bool(lib.int8_keys_openmp()))
+    tl.run(run)
     team = 1  # passes two and three on one thread: a team waits for its second thread on a busy CPU
     cum.sqrt_()  # torch's own roundings of sqrt and exp, as in the tensor form
-    lib.int8_sampler_bounds_step(ctypes.byref(B), 2, 0, G, team)
+    tl.lib.int8_sampler_bounds_step(ctypes.byref(B), 2, 0, G, team)
     cum.exp_()
-    lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G, team)
+    tl.lib.int8_sampler_bounds_step(ctypes.byref(B), 3, 0, G, team)
     return hot_blocks, cols, dlo_c, dlo_b, cum
 
 

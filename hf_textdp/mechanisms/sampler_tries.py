@@ -154,7 +154,7 @@ def run_round(p: Pending, T: int, law: Law, out: torch.Tensor) -> Pending:
 class Pool:
     """Tokens still pending after their first round: once ``limit`` of them wait (and at :meth:`finish`) they run
     rounds of ``T`` tries, ``limit`` tokens a round at most, until each has accepted. Tokens that read shared
-    proposals keep reading them (the caller finishes the pool before those proposals change); others are copied."""
+    proposals keep reading them (the caller finishes the pool before those proposals change)."""
 
     def __init__(self, law: Law, out: torch.Tensor, T: int, limit: int) -> None:
         self.law, self.out, self.T, self.limit = law, out, T, limit
@@ -163,7 +163,7 @@ class Pool:
 
     def add(self, p: Pending) -> None:
         if len(p):
-            self.parts.append(p if p.row is not None else p.own_rows())
+            self.parts.append(p)
             self.n += len(p)
         if self.n >= self.limit and self.parts[0].row is None:
             self.finish()
