@@ -106,6 +106,8 @@ class AdditiveMechanism(Mechanism):
     #: :meth:`perturb_positions` on one intra-op thread on a CPU (the same values: its passes are elementwise or
     #: float64 products of a few hundred rows; ``False`` leaves torch's thread count)
     serial_small_ops: bool = True
+    #: tokens per chunk of :meth:`perturb_positions` on a CPU
+    perturb_chunk: int = PERTURB_CHUNK
 
     def inputs(self, space: EmbeddingSpace, positions: torch.Tensor) -> torch.Tensor:
         """The vectors to perturb for candidate ``positions`` (rows of E)."""
@@ -120,7 +122,7 @@ class AdditiveMechanism(Mechanism):
         return space.index
 
     def perturb_positions(self, space: EmbeddingSpace, positions: torch.Tensor, streams: Streams) -> torch.Tensor:
-        """``perturb(inputs(space, positions), streams)``, :data:`PERTURB_CHUNK` tokens at a time.
+        """``perturb(inputs(space, positions), streams)``, :attr:`perturb_chunk` tokens at a time.
 
         Token i's noise depends on its own stream only, so the chunks give exactly the vectors of one
         call, while each chunk's float64 intermediates stay in cache instead of paging in fresh memory.
@@ -133,13 +135,11 @@ class AdditiveMechanism(Mechanism):
         # as the search's serial_small_ops, since on shared cores a two-thread pass of a few hundred µs can wait a
         # scheduler slice for its second thread (laplace, MR: 5-25k tokens/s on two threads under load)
         with torch_threads(1 if self.serial_small_ops else None):
-            if n <= PERTURB_CHUNK:
+            c = self.perturb_chunk
+            if n <= c:
                 return self.perturb(self.inputs(space, positions), streams)
-            parts = [
-                self.perturb(self.inputs(space, positions[s : s + PERTURB_CHUNK]), streams.slice(s, s + PERTURB_CHUNK))
-                for s in range(0, n, PERTURB_CHUNK)
-            ]
-            return torch.cat(parts)
+            chunks = [(positions[s : s + c], streams.slice(s, s + c)) for s in range(0, n, c)]
+            return torch.cat([self.perturb(self.inputs(space, p), st) for p, st in chunks])
 
     @abc.abstractmethod
     def perturb(self, x: torch.Tensor, streams: Streams | torch.Generator) -> torch.Tensor:

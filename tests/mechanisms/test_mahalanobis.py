@@ -324,3 +324,23 @@ def test_matrices_do_not_depend_on_the_thread_count():
         torch.set_num_threads(prev)
     for name in ("M_half", "M_inv_half", "eigenvalues"):
         assert torch.equal(getattr(out[0], name), getattr(out[1], name)), name
+
+
+def test_noise_of_a_token_does_not_depend_on_its_batch():
+    """Z of each token bit for bit alike in batches of 1, 3, 7, 250, 2,000 and 2,239 tokens and through
+    perturb_positions' chunks: a BLAS sums a product's rows past its micro-tile's multiple in another order (MKL:
+    4e-12 apart), which products of a multiple of ROW_QUANTUM rows avoid (unpadded, the small batches differ)."""
+    rng = np.random.default_rng(7300)
+    space = synthetic_space(rng.standard_normal((400, 384)) * np.geomspace(0.05, 2.0, 384))
+    mech = setup_mech(space, epsilon=5.0)
+    sizes = [1, 3, 7, 250, 2000, 2239]
+    streams = streams_for_rows([row_key(73, i) for i in range(len(sizes))], sizes)
+    whole = mech.noise(streams, len(streams))
+    starts = np.cumsum([0, *sizes])
+    parts = torch.cat([mech.noise(streams.slice(a, b), b - a) for a, b in zip(starts[:-1], starts[1:], strict=True)])
+    assert torch.equal(parts, whole)
+    pos = torch.from_numpy(rng.integers(0, space.V, len(streams)))
+    x = space.E[pos].double()
+    want = (x + whole).float()
+    assert len(streams) > 2 * mech.perturb_chunk  # several chunks, the last one short
+    assert torch.equal(mech.perturb_positions(space, pos, streams), want)
