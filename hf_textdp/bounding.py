@@ -36,6 +36,7 @@ import torch
 from .errors import InvalidParameterError
 from .memo import Store, matrix_key, memoised
 from .sensitivity import Sensitivity, exact_sensitivity
+from .utils.products import rowwise_matmul
 from .validation import check_choice, check_float, check_int, check_open_unit
 
 
@@ -181,7 +182,7 @@ class Transform:
             lo, span = self._lo_span(x.device)
             return (x - lo) / span
         assert self.bound == "jl" and self.matrix is not None
-        return x @ torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64).T
+        return rowwise_matmul(x, torch.from_numpy(self.matrix).to(device=x.device, dtype=torch.float64).T)
 
     def _by_norm(self, x: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
         """``clip`` and ``unit`` given the vectors' norms ``[n, 1]`` (float64)."""

@@ -29,6 +29,7 @@ from ..accounting import Claim
 from ..errors import InvalidParameterError
 from ..rng import Streams
 from ..scale import scale_stats
+from ..utils.products import ROW_QUANTUM, rowwise_matmul
 from ..utils.threads import torch_threads
 from ..validation import check_open_unit
 from .base import AdditiveMechanism
@@ -43,10 +44,6 @@ __all__ = ["Mahalanobis", "MahalanobisMatrices", "mahalanobis_matrices"]
 
 #: λ = 1 uses Σ̃ alone, which must be positive definite: λ_min(Σ̃) > SINGULAR_RTOL·λ_max(Σ̃).
 SINGULAR_RTOL = 1e-9
-#: every product (R·u)·M^{1/2} has a multiple of this many rows (zero rows pad the last): a BLAS sums the rows beyond
-#: its micro-tile's multiple in another order (MKL: rows past a multiple of 4, 4e-12 apart), so without it a token's
-#: Z would depend on the size of the batch it came in
-ROW_QUANTUM = 256
 
 
 @dataclass(frozen=True)
@@ -192,17 +189,10 @@ class Mahalanobis(AdditiveMechanism):
 
     # ---------------------------------------------------------------- sampling
     def shape_noise(self, ru: torch.Tensor) -> torch.Tensor:
-        """Z = (R·u)·M^{1/2} (row vectors, M symmetric); no re-normalisation (mahalanobis.md).
-
-        Products of a multiple of :data:`ROW_QUANTUM` rows, so each row's Z is the same in any batch.
-        """
+        """Z = (R·u)·M^{1/2} (row vectors, M symmetric); no re-normalisation (mahalanobis.md); each token's Z the
+        same number in any batch (:func:`~hf_textdp.utils.products.rowwise_matmul`)."""
         assert self._state is not None
-        M_half = self._state.M_half.to(ru.device)
-        n = ru.shape[0]
-        pad = -n % ROW_QUANTUM
-        if pad == 0:
-            return ru @ M_half
-        return (torch.cat([ru, ru.new_zeros((pad, ru.shape[1]))]) @ M_half)[:n]
+        return rowwise_matmul(ru, self._state.M_half.to(ru.device))
 
     def noise(self, streams: Streams | torch.Generator, n: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """``[n, d]`` float64 draws of Z: madlib's noise (madlib.md §2), then :meth:`shape_noise`."""

@@ -34,6 +34,7 @@ from ..accounting import Claim
 from ..errors import InvalidParameterError
 from ..rng import Streams, as_streams
 from ..search import ExactIndex
+from ..utils.products import rowwise_matmul
 from ..utils.threads import torch_threads
 from ..validation import check_bool, check_int, check_open_unit
 from .base import PERTURB_CHUNK, AdditiveMechanism
@@ -184,7 +185,7 @@ class Privemb(AdditiveMechanism):
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """The pre-noise map ``Φx`` in float64, ``[n, m]``, for inputs ``[n, d]`` (after :meth:`setup`)."""
         st = self._require()
-        return x.double() @ st.phi_on(x.device, torch.float64).T
+        return rowwise_matmul(x.double(), st.phi_on(x.device, torch.float64).T)
 
     def projected_rows(self, space: EmbeddingSpace) -> torch.Tensor | None:
         """ΦE: every row of E projected in float64, ``[V, m]``, by one product (cached per space); ``None`` on a
@@ -196,7 +197,7 @@ class Privemb(AdditiveMechanism):
         """
         st = self._state(space)
         if st._table is None and space.device.type == "cpu" and space.V * st.m * 8 <= TABLE_BYTES:
-            st._table = space.E.double() @ st.phi_on(space.E.device, torch.float64).T
+            st._table = self.project(space.E)
         return st._table
 
     def search_index(self, space: EmbeddingSpace) -> ExactIndex:
@@ -205,7 +206,7 @@ class Privemb(AdditiveMechanism):
         if st._index is None:
             table = self.projected_rows(space)
             if table is None:
-                table = space.E.double() @ st.phi_on(space.E.device, torch.float64).T
+                table = self.project(space.E)
             st._index = ExactIndex(table.float(), space.device)
         return st._index
 

@@ -123,19 +123,23 @@ def test_clip_factors_are_those_of_apply(space):
 
 # --------------------------------------------------------------------------- privemb
 def test_privemb_projected_rows_do_not_depend_on_the_batch(space):
-    """ΦE is one product of every row: a token's float64 projection is its row's, in every batch (a product of an
-    odd number of rows rounds its last rows on their own in BLAS)."""
+    """ΦE is one product of every row, and a batch's projection gives each token its row's float64 numbers whatever
+    the batch's size (BLAS rounds a product's rows past a multiple of its micro-tile on their own: utils.products)."""
     mech = get_mechanism_class("privemb")(epsilon=3.0)
     table = mech.projected_rows(space)
     assert table is not None and table.dtype == torch.float64
     phi = mech.projection_matrix(space).double()
-    assert torch.equal(table, space.E.double() @ phi.T)
+    assert torch.allclose(table, space.E.double() @ phi.T, rtol=1e-12, atol=1e-12)
     assert torch.equal(mech.search_index(space).E, table.float())
+    g = torch.Generator().manual_seed(125)
+    for n in (1, 3, 7, 13, 300):
+        idx = torch.randint(0, space.V, (n,), generator=g)
+        assert torch.equal(mech.project(space.E[idx]), table[idx]), n
 
 
 def test_privemb_release_is_the_tensor_form(space, monkeypatch):
     """Chunks of privemb.CHUNK_VALUES values (made small: several chunks, ending inside groups) give the vectors of
-    the per-chunk projection (256 tokens, even sizes: BLAS rounds their rows as the full product does)."""
+    the per-chunk projection (utils.products: a row's projection does not depend on its batch)."""
     monkeypatch.setattr(privemb_mod, "CHUNK_VALUES", 300 * 55)
     mech = get_mechanism_class("privemb")(epsilon=3.0, m=55)
     mech.setup(space)
