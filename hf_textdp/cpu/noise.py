@@ -58,6 +58,19 @@ def _run(lib: Any, call: Any, n: int, per_row: int) -> None:
     run_team(call, n, parts, openmp=bool(lib.philox_openmp()))
 
 
+def _checked_rows(lib: Any, fn: Any, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor | None:
+    """``fn(*args, i0, i1, team, out)`` over the rows of ``out`` ``[n, k]`` by :func:`_run`: ``out``, or ``None`` where
+    a part's buffer could not be allocated (its rows are then not written)."""
+    failed: list[int] = []
+
+    def call(i0: int, i1: int, team: int) -> None:
+        if fn(*args, i0, i1, team, out.data_ptr()) != 0:
+            failed.append(i0)
+
+    _run(lib, call, out.shape[0], out.shape[1])
+    return None if failed else out
+
+
 def noise_kernel_available() -> bool:
     """Whether the kernel runs here: a C compiler and the native switch on (:mod:`hf_textdp.settings`)."""
     return native_enabled() and _lib() is not None
@@ -165,14 +178,7 @@ def native_metric_laplace_shift(
         k0.data_ptr(), k1.data_ptr(), pos.data_ptr(), int(draw), r.data_ptr(), xc.data_ptr(),
         None if idx is None else idx.data_ptr(), int(f64), d,
     )  # fmt: skip
-    failed: list[int] = []
-
-    def call(i0: int, i1: int, team: int) -> None:
-        if lib.metric_laplace_shift(*args, i0, i1, team, out.data_ptr()) != 0:
-            failed.append(i0)
-
-    _run(lib, call, n, d)
-    return None if failed else out
+    return _checked_rows(lib, lib.metric_laplace_shift, args, out)
 
 
 def _rows_args(x: torch.Tensor, factor: torch.Tensor | None, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -253,11 +259,4 @@ def native_gaussian_release(
     a, b, c = _keys(k0, k1, position)
     args = (a.data_ptr(), b.data_ptr(), c.data_ptr(), int(draw), float(sigma), xc.data_ptr(),
             f[0].data_ptr() if f else None, idx.data_ptr(), k)  # fmt: skip
-    failed: list[int] = []
-
-    def call(i0: int, i1: int, team: int) -> None:
-        if lib.gaussian_release(*args, i0, i1, team, out.data_ptr()) != 0:
-            failed.append(i0)
-
-    _run(lib, call, n, k)
-    return None if failed else out
+    return _checked_rows(lib, lib.gaussian_release, args, out)

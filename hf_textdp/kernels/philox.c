@@ -46,6 +46,22 @@ static inline void part_range(int64_t i0, int64_t i1, int64_t p, int64_t m, int6
     *hi = i0 + (i1 - i0) * (p + 1) / m;
 }
 
+/* In a function returning int: RANGE(lo, hi) (0, or nonzero when its buffer cannot be allocated) over rows i0 .. i1 - 1
+ * split into consecutive parts, one per thread of `threads`; returns 0, or -1 when a part failed (its rows are then
+ * not written) */
+#define RETURN_PARTS(i0, i1, threads, RANGE)                                                                       \
+    do {                                                                                                           \
+        const int64_t m_ = (threads);                                                                              \
+        int failed_ = 0;                                                                                           \
+        _Pragma("omp parallel for num_threads(m_) if (m_ > 1) schedule(static, 1) reduction(| : failed_)")      \
+        for (int64_t p_ = 0; p_ < m_; p_++) {                                                                      \
+            int64_t lo_, hi_;                                                                                      \
+            part_range((i0), (i1), p_, m_, &lo_, &hi_);                                                            \
+            failed_ |= RANGE(lo_, hi_) != 0;                                                                       \
+        }                                                                                                          \
+        return failed_ ? -1 : 0;                                                                                   \
+    } while (0)
+
 static inline double uniform52(uint32_t hi, uint32_t lo) {
     return ((double)((((uint64_t)hi << 32) | lo) >> 12) + 0.5) * 0x1p-52;
 }
@@ -297,14 +313,9 @@ static int shift_range(const int64_t *k0, const int64_t *k1, const int64_t *pos,
 int metric_laplace_shift(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw,
                          const double *radius, const void *x, const int64_t *rows, int64_t x_f64, int64_t k,
                          int64_t i0, int64_t i1, int64_t threads, float *out) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1) reduction(| : failed)
-    for (int64_t p = 0; p < threads; p++) {
-        int64_t lo, hi;
-        part_range(i0, i1, p, threads, &lo, &hi);
-        failed |= shift_range(k0, k1, pos, draw, radius, x, rows, x_f64, k, lo, hi, out) != 0;
-    }
-    return failed ? -1 : 0;
+#define RANGE(lo, hi) shift_range(k0, k1, pos, draw, radius, x, rows, x_f64, k, lo, hi, out)
+    RETURN_PARTS(i0, i1, threads, RANGE);
+#undef RANGE
 }
 
 /* The Laplace-type noises of the additive mechanisms (docs/mechanisms/laplace.md §4, §8.1): for tokens i0 .. i1 - 1
@@ -400,12 +411,7 @@ static int gaussian_range(const int64_t *k0, const int64_t *k1, const int64_t *p
 int gaussian_release(const int64_t *k0, const int64_t *k1, const int64_t *pos, int64_t draw, double sigma,
                      const float *x, const double *f, const int64_t *rows, int64_t k, int64_t i0, int64_t i1,
                      int64_t threads, float *out) {
-    int failed = 0;
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static, 1) reduction(| : failed)
-    for (int64_t p = 0; p < threads; p++) {
-        int64_t lo, hi;
-        part_range(i0, i1, p, threads, &lo, &hi);
-        failed |= gaussian_range(k0, k1, pos, draw, sigma, x, f, rows, k, lo, hi, out) != 0;
-    }
-    return failed ? -1 : 0;
+#define RANGE(lo, hi) gaussian_range(k0, k1, pos, draw, sigma, x, f, rows, k, lo, hi, out)
+    RETURN_PARTS(i0, i1, threads, RANGE);
+#undef RANGE
 }
