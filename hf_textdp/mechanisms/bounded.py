@@ -33,7 +33,7 @@ from ..search import ExactIndex
 from ..utils.logging import get_logger, warn_once
 from ..utils.threads import torch_threads
 from ..validation import check_choice
-from .base import PERTURB_CHUNK, AdditiveMechanism
+from .base import AdditiveMechanism
 
 
 if TYPE_CHECKING:
@@ -271,9 +271,10 @@ class BoundedAdditiveMechanism(AdditiveMechanism):
         k = int(E.shape[1])
         out = torch.empty((n, k), dtype=torch.float32)
         # log1p_ on the chunks of AdditiveMechanism.perturb_positions, on its threads: the tensor form's numbers
+        c = self.perturb_chunk
         with torch_threads(1 if self.serial_small_ops else None):
-            for s in range(0, n, PERTURB_CHUNK):
-                e = min(n, s + PERTURB_CHUNK)
+            for s in range(0, n, c):
+                e = min(n, s + c)
                 sl = streams.slice(s, e)
                 parts = backend.laplace_parts(sl.k0, sl.k1, sl.position, Draw.NOISE, k, spec.mult)
                 if parts is None:

@@ -191,9 +191,9 @@ class Privemb(AdditiveMechanism):
         """ΦE: every row of E projected in float64, ``[V, m]``, by one product (cached per space); ``None`` on a
         GPU or where it would exceed :data:`TABLE_BYTES`.
 
-        Token i's ΦE row is then that of its position only: a product of a batch of rows may round its last rows
-        differently from a product of another shape (BLAS kernels treat a remainder of rows on their own), so a
-        batch's own product made a token's float64 projection depend on the batch around it.
+        A batch's tokens then read their rows instead of paying a product per batch; the rows are those of a batch's
+        own :meth:`project` (:func:`~hf_textdp.utils.products.rowwise_matmul`: a row's product does not depend on the
+        rows around it).
         """
         st = self._state(space)
         if st._table is None and space.device.type == "cpu" and space.V * st.m * 8 <= TABLE_BYTES:
